@@ -1,0 +1,107 @@
+// host/checkpoint/checkpoint_coordinator.h — triggers checkpoints, collects the tasks'
+// acknowledgements, publishes `_metadata`, keeps `num-retained` completed checkpoints
+// and deletes what nothing retained references any more.
+//
+// Layout under the job's storage root (<state.checkpoints.dir>/<jobId>):
+//   chk-<n>/_metadata and chk-<n>/<files owned by checkpoint n>
+//   shared/<files that several checkpoints may reference> (rocksdb incremental SSTs)
+//   taskowned/ (reserved, as Flink)
+//
+// A checkpoint exists only once chk-<n>/_metadata is durably published (every data file
+// was fsynced and published before). Subsumed checkpoints lose their chk-<n>/ directory;
+// a shared file is deleted only when no retained checkpoint references it. Aborted
+// checkpoints lose their chk-<n>/ files, never shared files.
+//
+// Thread-safety: thread-safe; acknowledgements arrive on the uploader thread.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "jobhost/state/checkpoint_metadata.h"
+#include "jobhost/state/checkpoint_storage.h"
+#include "runtime/job_execution.h"
+
+namespace jobhost::host {
+
+struct CoordinatorOptions {
+  std::chrono::milliseconds interval{0};  // 0: no periodic checkpoints
+  int numRetained = 1;
+  std::string storageRootDescription;  // for messages, e.g. /abs/checkpoints/<jobId>
+};
+
+class CheckpointCoordinator : public CheckpointListener {
+ public:
+  /// `storage` is rooted at the job's checkpoint directory. `templ` carries the job-level
+  /// fields every `_metadata` repeats (job id, class, plugin, backend, ...).
+  CheckpointCoordinator(CoordinatorOptions options, std::unique_ptr<state::CheckpointStorage> storage,
+                        state::CheckpointMetadata templ, uint64_t firstCheckpointId);
+  ~CheckpointCoordinator() override;
+
+  /// Routes triggers to `execution` (one attempt). detach() before destroying it.
+  void attach(JobExecution* execution);
+  void detach();
+  /// Starts the periodic trigger thread (no-op if the interval is 0).
+  void start();
+  void stop();
+  /// Triggers one checkpoint now; false if one is pending or no job runs.
+  bool triggerCheckpoint();
+  /// Latest completed checkpoint of this job (retained), if any.
+  std::optional<state::CheckpointMetadata> latestCompleted() const;
+  std::string pathOf(uint64_t checkpointId) const;
+  state::CheckpointStorage& storage() { return *storage_; }
+  uint64_t completedCount() const;
+  /// Called with every completed checkpoint (for tests and status).
+  void setOnComplete(std::function<void(const state::CheckpointMetadata&)> fn);
+
+  void acknowledge(uint64_t checkpointId, TaskSnapshot snapshot) override;
+  void decline(uint64_t checkpointId, const state::Status& reason) override;
+
+ private:
+  struct Pending {
+    uint64_t id = 0;
+    std::chrono::steady_clock::time_point started;
+    int64_t timestampMs = 0;
+    int expectedTasks = 0;
+    std::vector<TaskSnapshot> acks;
+  };
+  void finalizeLocked(Pending p);
+  void abortLocked(uint64_t id, const std::string& reason);
+  void subsumeLocked();
+  void loop();
+
+  CoordinatorOptions options_;
+  std::unique_ptr<state::CheckpointStorage> storage_;
+  state::CheckpointMetadata template_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  JobExecution* execution_ = nullptr;            // guarded by mu_
+  std::optional<Pending> pending_;               // guarded by mu_
+  uint64_t nextId_;                              // guarded by mu_
+  std::deque<state::CheckpointMetadata> retained_;  // guarded by mu_
+  uint64_t completed_ = 0;                       // guarded by mu_
+  bool stop_ = false;                            // guarded by mu_
+  std::function<void(const state::CheckpointMetadata&)> onComplete_;
+  std::thread thread_;
+};
+
+/// Resolves a `-s` argument: a chk-<n> or savepoint directory, its `_metadata` file, or a
+/// job's checkpoint directory (then its latest complete checkpoint).
+struct ResolvedSnapshot {
+  std::string directory;  // absolute path of the directory holding _metadata
+  std::unique_ptr<state::CheckpointStorage> storage;  // rooted at its parent
+  state::CheckpointMetadata metadata;  // paths relative to storage
+  std::string note;  // e.g. "using the latest complete checkpoint chk-7 of ..."
+};
+state::Result<ResolvedSnapshot> resolveSnapshot(const std::string& path);
+
+}  // namespace jobhost::host

@@ -1,0 +1,208 @@
+// `jobhost inspect` and `jobhost checkpoints`: snapshot metadata and checkpoint history for
+// people (and JSON for tools).
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "checkpoint/checkpoint_coordinator.h"
+#include "cli/commands.h"
+#include "cli/table.h"
+#include "job_runner.h"
+
+namespace jobhost::host {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string human(uint64_t b) {
+  char buf[32];
+  if (b < 1024) std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
+  else if (b < (1 << 20)) std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
+  else if (b < (1ULL << 30)) std::snprintf(buf, sizeof buf, "%.1f MiB", b / 1048576.0);
+  else std::snprintf(buf, sizeof buf, "%.2f GiB", b / 1073741824.0);
+  return buf;
+}
+
+std::string jsonEscape(const std::string& s) {
+  std::string o = "\"";
+  for (char c : s) {
+    switch (c) {
+      case '"': o += "\\\""; break;
+      case '\\': o += "\\\\"; break;
+      case '\n': o += "\\n"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char b[8];
+          std::snprintf(b, sizeof b, "\\u%04x", c);
+          o += b;
+        } else {
+          o += c;
+        }
+    }
+  }
+  return o + "\"";
+}
+
+/// Checkpoint ids (other than its own) whose files a snapshot still references.
+std::set<uint64_t> dependencies(const state::CheckpointMetadata& m) {
+  std::set<uint64_t> deps;
+  for (const auto& op : m.operators)
+    for (const auto& sub : op.subtasks)
+      if (auto* inc = std::get_if<state::IncrementalStateHandle>(&sub.keyed))
+        for (const auto& f : inc->sharedFiles)
+          if (f.createdByCheckpoint != m.checkpointId) deps.insert(f.createdByCheckpoint);
+  return deps;
+}
+
+std::string kindText(const state::CheckpointMetadata& m) {
+  std::string k = m.kind == state::SnapshotKind::kSavepoint ? "savepoint" : "checkpoint";
+  if (m.format == state::SnapshotFormat::kCanonical) return k + " (canonical)";
+  if (m.backend == "rocksdb" && m.incremental) return k + " (incremental)";
+  return k + " (full)";
+}
+
+std::string joinIds(const std::set<uint64_t>& ids) {
+  std::string s;
+  for (auto id : ids) s += (s.empty() ? "" : ", ") + std::to_string(id);
+  return s.empty() ? "-" : s;
+}
+
+}  // namespace
+
+int inspectCommand(const std::string& path, bool json) {
+  auto r = resolveSnapshot(path);
+  if (!r.ok()) {
+    std::cerr << "error: " << r.status().message() << "\n";
+    return kExitIncompatible;
+  }
+  const auto& m = r->metadata;
+  auto deps = dependencies(m);
+  if (json) {
+    std::ostringstream o;
+    o << "{\"path\":" << jsonEscape(r->directory) << ",\"formatVersion\":" << m.formatVersion
+      << ",\"jobId\":" << jsonEscape(m.jobId) << ",\"checkpointId\":" << m.checkpointId
+      << ",\"kind\":" << jsonEscape(m.kind == state::SnapshotKind::kSavepoint ? "savepoint" : "checkpoint")
+      << ",\"format\":" << jsonEscape(m.format == state::SnapshotFormat::kCanonical ? "canonical" : "native")
+      << ",\"timestampMs\":" << m.timestampMs << ",\"jobClass\":" << jsonEscape(m.jobClass)
+      << ",\"pluginFile\":" << jsonEscape(m.pluginFile) << ",\"pluginDigest\":" << jsonEscape(m.pluginDigest)
+      << ",\"sdkVersion\":" << jsonEscape(m.sdkVersion) << ",\"backend\":" << jsonEscape(m.backend)
+      << ",\"incremental\":" << (m.incremental ? "true" : "false") << ",\"maxParallelism\":" << m.maxParallelism
+      << ",\"parallelism\":" << m.parallelism << ",\"dependsOn\":[";
+    bool first = true;
+    for (auto d : deps) o << (first ? "" : ",") << d, first = false;
+    o << "],\"operators\":[";
+    for (size_t i = 0; i < m.operators.size(); ++i) {
+      const auto& op = m.operators[i];
+      o << (i ? "," : "") << "{\"uid\":" << jsonEscape(op.uid) << ",\"name\":" << jsonEscape(op.name)
+        << ",\"parallelism\":" << op.parallelism << ",\"states\":[";
+      for (size_t j = 0; j < op.states.size(); ++j) {
+        const auto& d = op.states[j];
+        o << (j ? "," : "") << "{\"name\":" << jsonEscape(d.name) << ",\"kind\":" << jsonEscape(stateKindName(d.kind))
+          << ",\"keySerializer\":" << jsonEscape(d.keySerializer) << ",\"valueSerializer\":" << jsonEscape(d.valueSerializer)
+          << ",\"valueSerializerVersion\":" << d.valueSerializerVersion << "}";
+      }
+      o << "],\"subtasks\":[";
+      for (size_t j = 0; j < op.subtasks.size(); ++j) {
+        const auto& sub = op.subtasks[j];
+        o << (j ? "," : "") << "{\"index\":" << sub.index << ",\"handle\":" << jsonEscape(state::handleTypeName(sub.keyed));
+        state::KeyGroupRange range;
+        if (auto* kg = std::get_if<state::KeyGroupsStateHandle>(&sub.keyed)) range = kg->range;
+        if (auto* inc = std::get_if<state::IncrementalStateHandle>(&sub.keyed)) range = inc->range;
+        if (sub.keyed.index()) o << ",\"keyGroups\":[" << range.start << "," << range.end << "]";
+        o << ",\"files\":[";
+        auto files = state::referencedFiles(sub.keyed);
+        for (size_t k = 0; k < files.size(); ++k)
+          o << (k ? "," : "") << "{\"path\":" << jsonEscape(r->storage->describe(files[k].path))
+            << ",\"size\":" << files[k].size << "}";
+        o << "]}";
+      }
+      o << "]}";
+    }
+    o << "]}";
+    std::cout << o.str() << "\n";
+    return kExitOk;
+  }
+  std::cout << "Snapshot     " << r->directory << "\n"
+            << "Kind         " << kindText(m) << ", id " << m.checkpointId << ", metadata format v" << m.formatVersion << "\n"
+            << "Written by   " << m.jobClass << " (" << m.pluginFile << ", digest " << m.pluginDigest << ", SDK "
+            << m.sdkVersion << ")\n"
+            << "Job          " << m.jobId << ", parallelism " << m.parallelism << "\n"
+            << "Backend      " << m.backend << (m.backend == "rocksdb" ? (m.incremental ? " (incremental)" : " (full)") : "")
+            << ", max parallelism " << m.maxParallelism << "\n"
+            << "Depends on   " << (deps.empty() ? "nothing else (self-contained)" : "files of checkpoints " + joinIds(deps))
+            << "\n\n";
+  for (const auto& op : m.operators) {
+    std::cout << "Operator '" << op.uid << "' (" << op.name << "), parallelism " << op.parallelism << "\n";
+    for (const auto& d : op.states)
+      std::cout << "  state " << d.name << ": " << stateKindName(d.kind) << ", key " << d.keySerializer << " v"
+                << d.keySerializerVersion << ", value " << d.valueSerializer << " v" << d.valueSerializerVersion << "\n";
+    Table t({"  SUBTASK", "HANDLE", "KEY GROUPS", "FILES", "BYTES"});
+    for (const auto& sub : op.subtasks) {
+      state::KeyGroupRange range;
+      if (auto* kg = std::get_if<state::KeyGroupsStateHandle>(&sub.keyed)) range = kg->range;
+      if (auto* inc = std::get_if<state::IncrementalStateHandle>(&sub.keyed)) range = inc->range;
+      auto files = state::referencedFiles(sub.keyed);
+      uint64_t bytes = 0;
+      for (const auto& f : files) bytes += f.size;
+      t.add({"  " + std::to_string(sub.index), state::handleTypeName(sub.keyed),
+             sub.keyed.index() ? std::to_string(range.start) + "-" + std::to_string(range.end) : "-",
+             std::to_string(files.size()), human(bytes)});
+    }
+    std::cout << t.render();
+    for (const auto& sub : op.subtasks)
+      for (const auto& f : state::referencedFiles(sub.keyed))
+        std::cout << "    " << r->storage->describe(f.path) << "  (" << human(f.size) << ")\n";
+    std::cout << "\n";
+  }
+  return kExitOk;
+}
+
+int checkpointsCommand(const std::string& jobDir) {
+  std::error_code ec;
+  if (!fs::is_directory(jobDir, ec)) {
+    std::cerr << "error: '" << jobDir << "' is not a directory; pass <state.checkpoints.dir>/<jobId>\n";
+    return kExitUsage;
+  }
+  std::vector<std::pair<uint64_t, fs::path>> chks;
+  for (const auto& e : fs::directory_iterator(jobDir, ec)) {
+    std::string n = e.path().filename().string();
+    if (n.rfind("chk-", 0) != 0 || !e.is_directory()) continue;
+    try {
+      chks.emplace_back(std::stoull(n.substr(4)), e.path());
+    } catch (...) {
+    }
+  }
+  std::sort(chks.begin(), chks.end());
+  if (chks.empty()) {
+    std::cout << "no checkpoints in " << fs::absolute(jobDir).string() << "\n";
+    return kExitOk;
+  }
+  Table t({"ID", "STATUS", "KIND", "TIME", "NEW", "TOTAL", "DEPENDS ON", "PATH (pass to -s)"});
+  for (const auto& [id, p] : chks) {
+    fs::path abs = fs::absolute(p);
+    if (!fs::exists(abs / state::kMetadataFileName)) {
+      t.add({std::to_string(id), "INCOMPLETE", "-", "-", "-", "-", "-", abs.string()});
+      continue;
+    }
+    auto r = resolveSnapshot(abs.string());
+    if (!r.ok()) {
+      t.add({std::to_string(id), "UNREADABLE", "-", "-", "-", "-", "-", abs.string()});
+      continue;
+    }
+    const auto& m = r->metadata;
+    char when[32] = "-";
+    std::time_t secs = static_cast<std::time_t>(m.timestampMs / 1000);
+    std::tm tm{};
+    localtime_r(&secs, &tm);
+    std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
+    t.add({std::to_string(id), "COMPLETED", kindText(m), when, human(m.stats.newBytes), human(m.stats.totalBytes),
+           joinIds(dependencies(m)), abs.string()});
+  }
+  std::cout << t.render();
+  return kExitOk;
+}
+
+}  // namespace jobhost::host

@@ -1,0 +1,203 @@
+#include "config/configuration.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cctype>
+#include <climits>
+
+namespace jobhost::host {
+
+const std::vector<ConfigKey>& knownConfigKeys() {
+  static const std::vector<ConfigKey> keys = {
+      {"state.backend.type", "hashmap", "Keyed state backend: hashmap (heap) or rocksdb."},
+      {"state.backend.incremental", "false", "rocksdb only: incremental checkpoints (upload only new SST files)."},
+      {"state.checkpoints.dir", nullptr,
+       "Where checkpoints go: <dir>/<jobId>/chk-<n>. Default: $JOBHOST_HOME/checkpoints (~/.jobhost/checkpoints)."},
+      {"state.savepoints.dir", nullptr, "Default target directory of savepoints."},
+      {"state.checkpoints.num-retained", "1", "How many completed checkpoints to keep."},
+      {"execution.checkpointing.interval", "0", "Checkpoint interval, e.g. 500ms or 10 s; 0 disables checkpoints."},
+      {"execution.checkpointing.externalized-checkpoint-retention", "RETAIN_ON_CANCELLATION",
+       "DELETE_ON_CANCELLATION or RETAIN_ON_CANCELLATION: keep checkpoints when the job is cancelled."},
+      {"execution.checkpointing.tolerable-failed-checkpoints", "0",
+       "Consecutive failed checkpoints tolerated before the job fails."},
+      {"restart-strategy.type", "none", "none, fixed-delay, failure-rate or exponential-delay."},
+      {"restart-strategy.fixed-delay.attempts", "1", "fixed-delay: restarts before giving up."},
+      {"restart-strategy.fixed-delay.delay", "1 s", "fixed-delay: pause before each restart."},
+      {"restart-strategy.failure-rate.max-failures-per-interval", "1", "failure-rate: failures allowed per interval."},
+      {"restart-strategy.failure-rate.failure-rate-interval", "1 min", "failure-rate: the measuring interval."},
+      {"restart-strategy.failure-rate.delay", "1 s", "failure-rate: pause before each restart."},
+      {"restart-strategy.exponential-delay.initial-backoff", "1 s", "exponential-delay: first pause."},
+      {"restart-strategy.exponential-delay.max-backoff", "1 min", "exponential-delay: longest pause."},
+      {"restart-strategy.exponential-delay.backoff-multiplier", "1.5", "exponential-delay: growth per failure."},
+      {"restart-strategy.exponential-delay.attempts-before-reset-backoff", "2147483647",
+       "exponential-delay: restarts before giving up."},
+      {"parallelism.default", "1", "Subtasks per keyed operator (the -p option)."},
+      {"pipeline.max-parallelism", "128", "Number of key groups; fixed for the life of the state."},
+      {"state.local.dir", nullptr, "Working directory of rocksdb instances. Default: a temporary directory."},
+  };
+  return keys;
+}
+
+Configuration::Configuration() {
+  for (const auto& k : knownConfigKeys())
+    if (k.defaultValue) values_[k.key] = {k.defaultValue, Layer::kDefault};
+}
+
+namespace {
+void flatten(const YAML::Node& node, const std::string& prefix, std::map<std::string, std::string>& out) {
+  if (node.IsMap()) {
+    for (const auto& kv : node) {
+      std::string k = kv.first.as<std::string>();
+      flatten(kv.second, prefix.empty() ? k : prefix + "." + k, out);
+    }
+  } else if (node.IsScalar()) {
+    out[prefix] = node.as<std::string>();
+  } else if (node.IsNull()) {
+    out[prefix] = "";
+  } else {
+    throw ConfigError("configuration key '" + prefix + "' must be a single value, not a list");
+  }
+}
+}  // namespace
+
+void Configuration::loadYamlFile(const std::string& path) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::BadFile&) {
+    throw ConfigError("cannot read configuration file '" + path + "'");
+  } catch (const YAML::Exception& e) {
+    throw ConfigError("configuration file '" + path + "' is not valid YAML: line " + std::to_string(e.mark.line + 1) +
+                      ", column " + std::to_string(e.mark.column + 1) + ": " + e.msg);
+  }
+  if (!root.IsMap() && !root.IsNull())
+    throw ConfigError("configuration file '" + path + "' must be a map of keys to values");
+  std::map<std::string, std::string> flat;
+  try {
+    flatten(root, "", flat);
+  } catch (const YAML::Exception& e) {
+    throw ConfigError("configuration file '" + path + "': " + e.msg);
+  }
+  file_ = path;
+  for (auto& [k, v] : flat) set(k, v, Layer::kFile);
+}
+
+void Configuration::set(const std::string& key, const std::string& value, Layer layer) {
+  auto it = values_.find(key);
+  if (it != values_.end() && it->second.layer > layer) return;  // a higher layer already set it
+  values_[key] = {value, layer};
+}
+
+void Configuration::setFromArgument(const std::string& a) {
+  auto eq = a.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw ConfigError("-D expects key=value, got '" + a + "' (e.g. -D state.backend.type=rocksdb)");
+  set(a.substr(0, eq), a.substr(eq + 1), Layer::kCommandLine);
+}
+
+std::optional<std::string> Configuration::get(const std::string& key) const {
+  auto it = values_.find(key);
+  if (it == values_.end()) return std::nullopt;
+  return it->second.value;
+}
+
+std::string Configuration::getString(const std::string& key) const { return get(key).value_or(""); }
+
+std::string Configuration::origin(const std::string& key) const {
+  auto it = values_.find(key);
+  if (it == values_.end()) return "unset";
+  switch (it->second.layer) {
+    case Layer::kDefault: return "default";
+    case Layer::kFile: return file_;
+    case Layer::kJob: return "the job's configure()";
+    case Layer::kCommandLine: return "-D";
+  }
+  return "?";
+}
+
+int64_t Configuration::getInt(const std::string& key, int64_t min, int64_t max) const {
+  std::string v = getString(key);
+  try {
+    size_t used = 0;
+    long long n = std::stoll(v, &used);
+    if (used != v.size()) throw std::invalid_argument("");
+    if (n < min || n > max)
+      throw ConfigError(key + " = " + v + " (from " + origin(key) + ") is out of range [" + std::to_string(min) + ", " +
+                        std::to_string(max) + "]");
+    return n;
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const std::exception&) {
+    throw ConfigError(key + " = '" + v + "' (from " + origin(key) + ") is not an integer");
+  }
+}
+
+bool Configuration::getBool(const std::string& key) const {
+  std::string v = getString(key);
+  std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (v == "true" || v == "1" || v == "yes") return true;
+  if (v == "false" || v == "0" || v == "no" || v.empty()) return false;
+  throw ConfigError(key + " = '" + getString(key) + "' (from " + origin(key) + ") must be true or false");
+}
+
+std::optional<std::chrono::milliseconds> parseDuration(const std::string& text) {
+  std::string t;
+  for (char c : text)
+    if (!std::isspace(static_cast<unsigned char>(c))) t.push_back(static_cast<char>(std::tolower(c)));
+  if (t.empty()) return std::nullopt;
+  size_t i = 0;
+  while (i < t.size() && (std::isdigit(static_cast<unsigned char>(t[i])) || t[i] == '.')) ++i;
+  if (i == 0) return std::nullopt;
+  double n;
+  try {
+    n = std::stod(t.substr(0, i));
+  } catch (...) {
+    return std::nullopt;
+  }
+  std::string unit = t.substr(i);
+  double ms;
+  if (unit.empty() || unit == "ms" || unit == "milli" || unit == "millis") ms = n;
+  else if (unit == "s" || unit == "sec" || unit == "second" || unit == "seconds") ms = n * 1000;
+  else if (unit == "min" || unit == "m" || unit == "minute" || unit == "minutes") ms = n * 60000;
+  else if (unit == "h" || unit == "hour" || unit == "hours") ms = n * 3600000;
+  else return std::nullopt;
+  return std::chrono::milliseconds(static_cast<int64_t>(ms));
+}
+
+std::chrono::milliseconds Configuration::getDuration(const std::string& key) const {
+  auto d = parseDuration(getString(key));
+  if (!d)
+    throw ConfigError(key + " = '" + getString(key) + "' (from " + origin(key) +
+                      ") is not a duration; use e.g. 500ms, 10 s, 1min");
+  return *d;
+}
+
+std::map<std::string, std::string> Configuration::effective() const {
+  std::map<std::string, std::string> out;
+  for (auto& [k, v] : values_) out[k] = v.value;
+  return out;
+}
+
+std::vector<std::string> Configuration::suspiciousKeys() const {
+  std::vector<std::string> out;
+  for (auto& [k, v] : values_) {
+    if (v.layer == Layer::kDefault) continue;
+    bool known = false;
+    for (const auto& kk : knownConfigKeys()) known |= k == kk.key;
+    if (known) continue;
+    for (const auto& kk : knownConfigKeys()) {
+      std::string a = k, b = kk.key;
+      // Same prefix family and similar length: likely a typo.
+      size_t common = 0;
+      while (common < a.size() && common < b.size() && a[common] == b[common]) ++common;
+      if (common >= std::min(a.size(), b.size()) * 2 / 3 && a.size() + 3 >= b.size() && b.size() + 3 >= a.size()) {
+        out.push_back("unknown configuration key '" + k + "' (from " + origin(k) + "); did you mean '" + b + "'?");
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace jobhost::host

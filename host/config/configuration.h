@@ -1,0 +1,70 @@
+// host/config/configuration.h — layered job configuration with Flink's flat keys.
+//
+// Precedence, lowest first: built-in defaults < the YAML file (--config FILE, or
+// $JOBHOST_CONF_DIR/config.yaml) < the job class's configure() < `-D key=value`.
+// Unknown keys are accepted (plugins may define their own) but a misspelt known key is
+// reported with a suggestion. Values are validated when read through the typed getters,
+// whose errors name the key and the layer the value came from.
+//
+// Thread-safety: not thread-safe; build it once before the job starts.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace jobhost::host {
+
+/// Thrown for a configuration value that cannot be used; the CLI exits with code 2.
+class ConfigError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct ConfigKey {
+  const char* key;
+  const char* defaultValue;  // nullptr: no default
+  const char* description;
+};
+
+/// Every key jobhost itself reads (README "Configuration" is generated from the same list
+/// in spirit: keep both in step).
+const std::vector<ConfigKey>& knownConfigKeys();
+
+class Configuration {
+ public:
+  enum class Layer { kDefault, kFile, kJob, kCommandLine };
+  Configuration();
+  /// Loads a flat YAML map (nested maps are flattened with dots). Throws ConfigError with
+  /// the file name and line on a syntax error.
+  void loadYamlFile(const std::string& path);
+  void set(const std::string& key, const std::string& value, Layer layer);
+  /// `key=value` from -D; throws ConfigError if there is no '='.
+  void setFromArgument(const std::string& assignment);
+  std::optional<std::string> get(const std::string& key) const;
+  std::string getString(const std::string& key) const;
+  int64_t getInt(const std::string& key, int64_t min, int64_t max) const;
+  bool getBool(const std::string& key) const;
+  /// "500ms", "2 s", "1min", "1h", or a bare number of milliseconds.
+  std::chrono::milliseconds getDuration(const std::string& key) const;
+  /// Where the value of `key` came from, for messages: "-D", "configure()", the file, "default".
+  std::string origin(const std::string& key) const;
+  std::map<std::string, std::string> effective() const;
+  /// Warnings for keys that look like misspellings of known keys.
+  std::vector<std::string> suspiciousKeys() const;
+
+ private:
+  struct Value {
+    std::string value;
+    Layer layer;
+  };
+  std::map<std::string, Value> values_;
+  std::string file_;
+};
+
+/// Parses a duration; nullopt if malformed.
+std::optional<std::chrono::milliseconds> parseDuration(const std::string& text);
+
+}  // namespace jobhost::host

@@ -1,0 +1,41 @@
+// host/job_runner.h — `jobhost run` and `jobhost check`: load the plugin, select the
+// class, layer the configuration, build the plan, preflight a restore, then run attempts
+// under the restart strategy with periodic checkpoints.
+//
+// Thread-safety: runJob() is called once per process.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace jobhost::host {
+
+/// Process exit codes (README "Exit codes").
+enum ExitCode : int {
+  kExitOk = 0,
+  kExitJobFailed = 1,
+  kExitUsage = 2,          // bad arguments, configuration, plugin or job class
+  kExitIncompatible = 3,   // the snapshot cannot be restored into this job
+  kExitInterrupted = 130,  // stopped by Ctrl-C / SIGTERM
+};
+
+struct RunOptions {
+  std::string pluginPath;
+  std::optional<std::string> jobClass;
+  std::optional<int> parallelism;
+  std::vector<std::string> defines;  // -D key=value
+  std::optional<std::string> configFile;
+  std::vector<std::string> jobArgs;
+  std::optional<std::string> fromSnapshot;  // -s
+  bool allowNonRestoredState = false;
+  bool dryRun = false;  // preflight only (jobhost check / run --dry-run)
+};
+
+int runJob(const RunOptions& options);
+
+/// Blocks SIGINT/SIGTERM in the calling thread (call before starting threads) and starts
+/// a thread that turns the first signal into a clean stop, the second into an exit.
+void installSignalHandling();
+
+}  // namespace jobhost::host

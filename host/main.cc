@@ -1,0 +1,115 @@
+// jobhost — runs stateful streaming jobs from a plugin library. See README.md.
+#include <CLI/CLI.hpp>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <iostream>
+
+#include "cli/commands.h"
+#include "job_runner.h"
+#include "jobhost/version.h"
+
+using namespace jobhost::host;
+
+namespace {
+
+const char* kExitCodes =
+    "Exit codes:\n"
+    "  0    success (the job finished, or the check passed)\n"
+    "  1    the job failed and its restart strategy gave up\n"
+    "  2    bad arguments, configuration, plugin or job class\n"
+    "  3    the snapshot cannot be restored into this job (see the report)\n"
+    "  130  stopped by Ctrl-C or SIGTERM\n";
+
+void addRunOptions(CLI::App* cmd, RunOptions& o) {
+  cmd->add_option("-c,--class", o.jobClass, "Job class to run (optional if the plugin has one class)");
+  cmd->add_option("-p,--parallelism", o.parallelism, "Subtasks per keyed operator (parallelism.default)")
+      ->check(CLI::Range(1, 32768));
+  cmd->add_option("-D", o.defines, "Configuration override key=value (repeatable)")->take_all();
+  cmd->add_option("--config", o.configFile, "YAML configuration file (default: $JOBHOST_CONF_DIR/config.yaml)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("-s,--from-snapshot", o.fromSnapshot,
+                  "Restore from a chk-<n> or savepoint directory, its _metadata, or a job's checkpoint directory "
+                  "(then its latest complete checkpoint)");
+  cmd->add_flag("-n,--allow-non-restored-state", o.allowNonRestoredState,
+                "Skip snapshot state of operators the job no longer has");
+  cmd->add_option("plugin", o.pluginPath, "The plugin library (.so)")->required();
+  cmd->add_option("args", o.jobArgs, "Arguments passed to the job (after the plugin)");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto logger = spdlog::stderr_color_mt("jobhost");
+  spdlog::set_default_logger(logger);
+  spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e %^%-5l%$ %v");
+  if (const char* lvl = std::getenv("JOBHOST_LOG_LEVEL")) spdlog::set_level(spdlog::level::from_str(lvl));
+
+  CLI::App app{"jobhost — run stateful streaming jobs from a plugin library"};
+  app.footer(kExitCodes);
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("jobhost ") + JOBHOST_SDK_VERSION + " (SDK " + JOBHOST_SDK_VERSION +
+                                        ", ABI " + JOBHOST_ABI_TAG + ")");
+  bool verbose = false;
+  app.add_flag("-v,--verbose", verbose, "Debug logging");
+
+  std::string infoPlugin;
+  auto* info = app.add_subcommand("info", "List the job classes of a plugin (runs no plugin code)");
+  info->add_option("plugin", infoPlugin, "The plugin library (.so)")->required();
+  info->footer("Example:\n  jobhost info build/plugins/libwordcount_jobs.so\n\n" + std::string(kExitCodes));
+
+  RunOptions runOpts;
+  auto* run = app.add_subcommand("run", "Run a job class in the foreground");
+  addRunOptions(run, runOpts);
+  run->add_flag("--dry-run", runOpts.dryRun, "Only check that the -s snapshot fits, like `jobhost check`");
+  run->footer(
+      "Examples:\n"
+      "  jobhost run -c WordCount build/plugins/libwordcount_jobs.so --input words.txt\n"
+      "  jobhost run -s ~/.jobhost/checkpoints/<jobId> -c WordCount build/plugins/libwordcount_jobs.so\n\n" +
+      std::string(kExitCodes));
+  run->positionals_at_end();
+
+  RunOptions checkOpts;
+  auto* check = app.add_subcommand("check", "Check that a snapshot can be restored into a job class; restores nothing");
+  addRunOptions(check, checkOpts);
+  check->footer("Example:\n  jobhost check -s /ckpt/<jobId>/chk-22 -c WordCount libwordcount_jobs.so\n\n" +
+                std::string(kExitCodes));
+  check->positionals_at_end();
+
+  std::string inspectPath;
+  bool inspectJson = false;
+  auto* inspect = app.add_subcommand("inspect", "Show a checkpoint's or savepoint's metadata");
+  inspect->add_option("snapshot", inspectPath, "chk-<n> or savepoint directory, _metadata file or job directory")->required();
+  inspect->add_flag("--json", inspectJson, "Machine-readable output");
+  inspect->footer("Example:\n  jobhost inspect ~/.jobhost/checkpoints/<jobId>/chk-3\n\n" + std::string(kExitCodes));
+
+  std::string checkpointsDir;
+  auto* checkpoints = app.add_subcommand("checkpoints", "List a job's checkpoints with the paths to restore from");
+  checkpoints->add_option("job-dir", checkpointsDir, "<state.checkpoints.dir>/<jobId>")->required();
+  checkpoints->footer("Example:\n  jobhost checkpoints ~/.jobhost/checkpoints/<jobId>\n\n" + std::string(kExitCodes));
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : kExitUsage;
+  }
+  if (verbose) spdlog::set_level(spdlog::level::debug);
+
+  if (*info) return infoCommand(infoPlugin);
+  if (*inspect) return inspectCommand(inspectPath, inspectJson);
+  if (*checkpoints) return checkpointsCommand(checkpointsDir);
+  if (*check) {
+    if (!checkOpts.fromSnapshot) {
+      std::cerr << "error: check needs -s <snapshot>\n";
+      return kExitUsage;
+    }
+    checkOpts.dryRun = true;
+    return runJob(checkOpts);
+  }
+  if (*run) {
+    installSignalHandling();
+    return runJob(runOpts);
+  }
+  return kExitUsage;
+}

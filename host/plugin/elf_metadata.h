@@ -1,0 +1,83 @@
+// host/plugin/elf_metadata.h — reads a plugin's job classes from its file, without
+// loading it.
+//
+// JOBHOST_JOB (sdk/include/jobhost/job.h) puts one record per job class into the ELF
+// section ".jhmeta":
+//   "JHJOB\001" name "\0" description "\0" backend "\0" incremental "\0"
+//               sdkVersion "\0" abiTag "\0"
+// The linker concatenates the records, possibly with zero padding between them. The
+// section is allocated (SHF_ALLOC), so `strip` keeps it, and reading it runs no plugin
+// code. This is what `jobhost info` shows and what the loader checks for SDK/ABI
+// compatibility before dlopen().
+//
+// readPluginMetadata() is a pure function over bytes so that it can be fuzzed
+// (tests/fuzz/plugin_metadata_fuzz.cc): it bounds-checks every offset and size taken
+// from the input and never crashes, throws (other than std::bad_alloc) or reads out of
+// range, whatever the input.
+//
+// Thread-safety: all functions are reentrant and may be called concurrently.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "host/plugin/plugin_error.h"
+
+namespace jobhost::host {
+
+/// One job class as declared in a plugin's .jhmeta section.
+struct JobClassMeta {
+  std::string name;         // class name as given to -c; a C identifier
+  std::string description;  // one line; may be empty
+  std::string backend;      // declared state backend, e.g. "hashmap" or "rocksdb"
+  bool incremental = false; // declared incremental checkpoints (rocksdb only)
+  std::string sdkVersion;   // JOBHOST_SDK_VERSION of the plugin build, e.g. "1.0.0"
+  std::string abiTag;       // JOBHOST_ABI_TAG of the plugin build
+
+  bool operator==(const JobClassMeta&) const = default;
+};
+
+/// Either the classes of a plugin or why they could not be read.
+struct PluginMetadataResult {
+  std::vector<JobClassMeta> classes;  // sorted by name; non-empty, names unique if ok()
+  std::optional<PluginError> error;   // set iff reading failed; then classes is empty
+
+  bool ok() const { return !error.has_value(); }
+};
+
+/// The largest plugin file readPluginFile() reads: 1 GiB.
+inline constexpr uint64_t kMaxPluginFileBytes = uint64_t{1} << 30;
+
+/// Parses the job-class records of an ELF64 little-endian shared library for this
+/// host's machine, given the whole file's bytes.
+///
+/// Errors (the message names no file; callers prefix "<path>: "):
+///   kNotSharedLibrary  no ELF magic; an executable (also PIE), object file or core dump
+///   kWrongArchitecture ELF for another machine, 32-bit or big-endian ELF
+///   kNotPlugin         a shared library without a .jhmeta section
+///   kCorrupt           truncated or inconsistent ELF headers, or malformed records
+PluginMetadataResult readPluginMetadata(std::string_view fileBytes);
+
+/// Reads a whole regular file of at most kMaxPluginFileBytes into *bytes.
+/// Returns true on success. On failure returns false, leaves *bytes unspecified and
+/// sets *error: kNotFound ("no such file: <path>"), kNotSharedLibrary (a directory or
+/// another non-regular file) or kLoadFailed (permission denied, I/O error, too large).
+/// Never blocks on a FIFO.
+bool readPluginFile(const std::string& path, std::string* bytes, PluginError* error);
+
+/// readPluginFile() then readPluginMetadata(); error messages start with "<path>: "
+/// unless they already name the path. If fileBytes is not null and the file could be
+/// read, the file's bytes are left in *fileBytes (the loader hashes them).
+PluginMetadataResult readPluginMetadataFile(const std::string& path,
+                                            std::string* fileBytes = nullptr);
+
+/// Human name of an ELF e_machine value ("x86_64", "aarch64", ...), or "machine <n>".
+std::string elfMachineName(uint16_t machine);
+
+/// e_machine of the architecture this host was compiled for.
+uint16_t hostElfMachine();
+
+}  // namespace jobhost::host

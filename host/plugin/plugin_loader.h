@@ -1,0 +1,102 @@
+// host/plugin/plugin_loader.h — opens a plugin shared library and selects a job class.
+//
+// PluginLibrary::open() does, in this order, and stops at the first problem:
+//   1. reads the whole file and its .jhmeta records (elf_metadata.h) — no plugin code
+//      runs, so a file that is not a plugin, is for another machine or is corrupt is
+//      reported without dlopen();
+//   2. checks every record's SDK version and ABI tag against this host's
+//      (checkPluginCompatibility()) — still before any plugin code runs;
+//   3. dlopen()s it with RTLD_NOW | RTLD_LOCAL through Boost.DLL, so a missing
+//      dependency or undefined symbol fails here rather than in the middle of a job.
+// selectClass() then resolves the class named by `-c` through its Boost.DLL alias
+// `jhjob_<Class>`, checking the descriptor's magic and ABI tag before any other field.
+//
+// Lifetime: the shared library stays loaded for the life of the PluginLibrary and is
+// dlclose()d by its destructor. Every object, function pointer, vtable, exception or
+// std::function that came from the plugin must be gone by then. The host therefore
+// keeps its PluginLibrary for the whole process lifetime (it never destroys it before
+// exit); only tests open and close plugins repeatedly.
+//
+// Thread-safety: a PluginLibrary is immutable after open(); its const methods may be
+// called concurrently.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "host/plugin/elf_metadata.h"
+#include "host/plugin/plugin_error.h"
+#include "jobhost/job.h"
+#include "jobhost/version.h"
+
+namespace boost::dll {
+class shared_library;
+}  // namespace boost::dll
+
+namespace jobhost::host {
+
+/// Checks that plugin records were built for this host: each record's abiTag must equal
+/// hostAbiTag exactly, and its sdkVersion must have the same major and minor version as
+/// hostSdkVersion (the patch level may differ). Returns nullopt if all records pass,
+/// else kIncompatible naming both sides and the fix, for the first record that fails.
+/// `path` is only used in the message.
+std::optional<PluginError> checkPluginCompatibility(
+    const std::string& path, const std::vector<JobClassMeta>& classes,
+    std::string_view hostSdkVersion = JOBHOST_SDK_VERSION,
+    std::string_view hostAbiTag = JOBHOST_ABI_TAG);
+
+/// 64-bit FNV-1a of `bytes` as 16 lower-case hex digits. Identifies a plugin build in
+/// logs and checkpoints; it is not a cryptographic hash.
+std::string fnv1a64Hex(std::string_view bytes);
+
+class PluginLibrary {
+ public:
+  /// Opens the plugin at `path` (absolute, or relative to the working directory; a bare
+  /// file name means ./name, never a library search path). On success returns the
+  /// loaded library. On failure returns nullptr and sets *error to one of kNotFound,
+  /// kNotSharedLibrary, kWrongArchitecture, kNotPlugin, kCorrupt, kIncompatible (all
+  /// without running plugin code) or kLoadFailed (unreadable file, dlopen() failed).
+  /// Running a plugin's static constructors is part of a successful open.
+  static std::unique_ptr<PluginLibrary> open(const std::string& path, PluginError* error);
+
+  PluginLibrary(const PluginLibrary&) = delete;
+  PluginLibrary& operator=(const PluginLibrary&) = delete;
+
+  /// Unloads the library; see "Lifetime" above.
+  ~PluginLibrary();
+
+  /// The path as given to open().
+  const std::string& path() const { return path_; }
+
+  /// The classes declared in the plugin's metadata, sorted by name; never empty.
+  const std::vector<JobClassMeta>& classes() const { return classes_; }
+
+  /// fnv1a64Hex() of the plugin file's bytes as read by open(), computed once.
+  const std::string& contentDigest() const { return contentDigest_; }
+
+  /// Resolves the job class to run. With a name, that class (exact, case-sensitive
+  /// match); without one, the plugin's only class. Returns a descriptor owned by the
+  /// library (valid while *this lives) whose magic and abiTag have been checked and
+  /// whose name and create are non-null. On failure returns nullptr and sets *error:
+  /// kUnknownClass (with a "did you mean" suggestion and the available classes),
+  /// kAmbiguousClass (no name, several classes), kIncompatible or kCorrupt (the
+  /// exported descriptor disagrees with the metadata).
+  const jobhost::JobClassInfo* selectClass(const std::optional<std::string>& name,
+                                           PluginError* error) const;
+
+ private:
+  PluginLibrary(std::string path, std::vector<JobClassMeta> classes, std::string digest,
+                std::unique_ptr<boost::dll::shared_library> library);
+
+  const jobhost::JobClassInfo* resolve(const std::string& name, PluginError* error) const;
+
+  const std::string path_;
+  const std::vector<JobClassMeta> classes_;
+  const std::string contentDigest_;
+  const std::unique_ptr<boost::dll::shared_library> library_;  // never null
+};
+
+}  // namespace jobhost::host

@@ -1,0 +1,57 @@
+#include "runtime/channel.h"
+
+namespace jobhost::host {
+
+InputGate::InputGate(int channels, size_t capacityPerChannel)
+    : queues_(static_cast<size_t>(channels)), capacity_(capacityPerChannel) {}
+
+bool InputGate::push(int channel, ChannelEvent event) {
+  std::unique_lock lock(mu_);
+  auto& q = queues_[static_cast<size_t>(channel)];
+  // Barriers and end markers never wait: they are tiny and must not deadlock alignment.
+  if (event.kind == ChannelEvent::kData)
+    spaceReady_.wait(lock, [&] { return cancelled_ || q.size() < capacity_; });
+  if (cancelled_) return false;
+  event.channel = channel;
+  q.push_back(std::move(event));
+  dataReady_.notify_one();
+  return true;
+}
+
+std::optional<ChannelEvent> InputGate::takeLocked(const std::vector<bool>& blocked) {
+  size_t n = queues_.size();
+  for (size_t i = 0; i < n; ++i) {
+    size_t c = (rr_ + i) % n;
+    if (blocked[c] || queues_[c].empty()) continue;
+    ChannelEvent e = std::move(queues_[c].front());
+    queues_[c].pop_front();
+    rr_ = c + 1;
+    spaceReady_.notify_all();
+    return e;
+  }
+  return std::nullopt;
+}
+
+std::optional<ChannelEvent> InputGate::tryNext(const std::vector<bool>& blocked) {
+  std::lock_guard lock(mu_);
+  if (cancelled_) return std::nullopt;
+  return takeLocked(blocked);
+}
+
+std::optional<ChannelEvent> InputGate::next(const std::vector<bool>& blocked) {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    if (cancelled_) return std::nullopt;
+    if (auto e = takeLocked(blocked)) return e;
+    dataReady_.wait(lock);
+  }
+}
+
+void InputGate::cancel() {
+  std::lock_guard lock(mu_);
+  cancelled_ = true;
+  dataReady_.notify_all();
+  spaceReady_.notify_all();
+}
+
+}  // namespace jobhost::host

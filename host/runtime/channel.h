@@ -1,0 +1,52 @@
+// host/runtime/channel.h — bounded in-memory channels between the subtasks of two stages.
+//
+// An InputGate belongs to one consuming subtask and has one channel per producing
+// subtask. Producers push whole buffers (many serialized records), checkpoint barriers
+// and end-of-partition markers; a full channel blocks its producer (back-pressure).
+// The consumer takes events from channels that are not blocked by barrier alignment.
+//
+// Thread-safety: all methods are thread-safe; one mutex per gate.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace jobhost::host {
+
+struct ChannelEvent {
+  enum Kind { kData, kBarrier, kEnd } kind = kData;
+  uint64_t checkpointId = 0;
+  std::string data;
+  int channel = 0;  // set by the gate on delivery
+};
+
+class InputGate {
+ public:
+  InputGate(int channels, size_t capacityPerChannel);
+  /// Blocks while the channel is full. Returns false if the gate was cancelled.
+  bool push(int channel, ChannelEvent event);
+  /// An event from a channel not in `blocked`, without waiting; nullopt if none.
+  std::optional<ChannelEvent> tryNext(const std::vector<bool>& blocked);
+  /// Waits for an event from a channel not in `blocked`; nullopt once cancelled.
+  std::optional<ChannelEvent> next(const std::vector<bool>& blocked);
+  /// Wakes every waiter; later push/next return false/nullopt.
+  void cancel();
+  int channels() const { return static_cast<int>(queues_.size()); }
+
+ private:
+  std::optional<ChannelEvent> takeLocked(const std::vector<bool>& blocked);
+  std::mutex mu_;
+  std::condition_variable dataReady_;
+  std::condition_variable spaceReady_;
+  std::vector<std::deque<ChannelEvent>> queues_;  // guarded by mu_
+  size_t capacity_;
+  size_t rr_ = 0;           // round-robin start, guarded by mu_
+  bool cancelled_ = false;  // guarded by mu_
+};
+
+}  // namespace jobhost::host

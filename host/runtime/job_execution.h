@@ -1,0 +1,126 @@
+// host/runtime/job_execution.h — one execution attempt of a job's plan.
+//
+// Cuts the plan into stages at every keyBy, creates one task thread per (stage,
+// subtask), wires stages with bounded channels, creates and restores the keyed state
+// backends, and runs until the input ends, a task fails, or cancel() is called. A
+// restart is a new JobExecution built from a fresh plan.
+//
+// Checkpoints: triggerCheckpoint() asks the source tasks to emit a barrier; each task
+// snapshots when the barrier has arrived on all its inputs (alignment), forwards it, and
+// finishes its snapshot asynchronously on the uploader thread, then reports to the
+// CheckpointListener.
+//
+// Thread-safety: public methods are thread-safe.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "jobhost/operator.h"
+#include "jobhost/state/checkpoint_metadata.h"
+#include "jobhost/state/keyed_backend.h"
+
+namespace jobhost::host {
+
+struct ExecutionConfig {
+  int parallelism = 1;
+  int maxParallelism = 128;
+  state::BackendType backend = state::BackendType::kHashMap;
+  bool incremental = false;
+  std::string localStateDir;  // rocksdb working directories go below it
+};
+
+/// A stateful or source operator of the plan, as recorded in metadata.
+struct OperatorInfo {
+  std::string uid;
+  std::string name;
+  bool keyed = false;
+  bool source = false;
+  int parallelism = 1;
+  std::vector<StateDescriptorInfo> states;
+};
+
+/// One task's part of a checkpoint.
+struct TaskSnapshot {
+  int taskIndex = 0;
+  std::vector<std::pair<std::string, state::SubtaskSnapshot>> operators;  // uid -> snapshot
+  uint64_t syncMicros = 0;
+};
+
+/// Receives the tasks' checkpoint acknowledgements (from the uploader thread).
+class CheckpointListener {
+ public:
+  virtual ~CheckpointListener() = default;
+  virtual void acknowledge(uint64_t checkpointId, TaskSnapshot snapshot) = 0;
+  virtual void decline(uint64_t checkpointId, const state::Status& reason) = 0;
+};
+
+/// Where a checkpoint's files go.
+struct CheckpointTarget {
+  uint64_t checkpointId = 0;
+  state::SnapshotFormat format = state::SnapshotFormat::kNative;
+  state::CheckpointStorage* storage = nullptr;
+  std::string exclusiveDir;
+  std::string sharedDir;
+};
+
+/// What to restore from: metadata with paths relative to `storage`.
+struct RestoreSource {
+  const state::CheckpointMetadata* metadata = nullptr;
+  state::CheckpointStorage* storage = nullptr;
+  bool allowNonRestoredState = false;
+};
+
+struct ExecutionResult {
+  enum Kind { kFinished, kFailed, kCancelled } kind = kFinished;
+  std::string message;        // root cause
+  std::string operatorName;   // where it happened, if known
+  std::string subtask;        // "(1/2)"
+  bool restoreFailure = false;  // failed while restoring state: not worth retrying
+};
+
+/// Splits a plan into stages; throws JobArgumentError for shapes it cannot run.
+std::vector<OperatorInfo> describeOperators(const Plan& plan, int parallelism);
+
+class JobExecution {
+ public:
+  JobExecution(Plan plan, ExecutionConfig config, CheckpointListener* listener);
+  ~JobExecution();
+  JobExecution(const JobExecution&) = delete;
+  JobExecution& operator=(const JobExecution&) = delete;
+
+  /// Creates operators and backends and restores state (if `source` is given). A
+  /// failure here is a restore failure.
+  state::Status prepare(const RestoreSource* source);
+  /// Starts the task threads.
+  void start();
+  /// Blocks until every task has ended.
+  ExecutionResult wait();
+  void cancel();
+  /// Asks the sources to inject a barrier. False if the job is not running.
+  bool triggerCheckpoint(const CheckpointTarget& target);
+  void notifyCheckpointComplete(uint64_t checkpointId);
+  void notifyCheckpointAborted(uint64_t checkpointId);
+  int taskCount() const;
+  const std::vector<OperatorInfo>& operators() const;
+  bool running() const;
+  uint64_t recordsIn() const;
+  uint64_t recordsOut() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Stable key-group assignment of serialized key bytes.
+int keyGroupFor(std::string_view keyBytes, int maxParallelism);
+
+}  // namespace jobhost::host

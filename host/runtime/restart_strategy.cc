@@ -1,0 +1,119 @@
+#include "runtime/restart_strategy.h"
+
+#include <algorithm>
+#include <climits>
+
+namespace jobhost::host {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+std::string formatDuration(milliseconds d) {
+  auto ms = d.count();
+  if (ms % 60000 == 0 && ms > 0) return std::to_string(ms / 60000) + " min";
+  if (ms % 1000 == 0) return std::to_string(ms / 1000) + " s";
+  return std::to_string(ms) + " ms";
+}
+
+namespace {
+
+class NoRestart : public RestartStrategy {
+ public:
+  bool onFailure(milliseconds*) override { return false; }
+  std::string describe() const override { return "NoRestartStrategy"; }
+};
+
+class FixedDelay : public RestartStrategy {
+ public:
+  FixedDelay(int64_t attempts, milliseconds delay) : attempts_(attempts), delay_(delay) {}
+  bool onFailure(milliseconds* delay) override {
+    if (used_ >= attempts_) return false;
+    ++used_;
+    *delay = delay_;
+    return true;
+  }
+  std::string describe() const override {
+    return "FixedDelayRestartStrategy(maxAttempts=" + std::to_string(attempts_) + ", delay=" + formatDuration(delay_) + ")";
+  }
+
+ private:
+  int64_t attempts_, used_ = 0;
+  milliseconds delay_;
+};
+
+class FailureRate : public RestartStrategy {
+ public:
+  FailureRate(int64_t max, milliseconds interval, milliseconds delay) : max_(max), interval_(interval), delay_(delay) {}
+  bool onFailure(milliseconds* delay) override {
+    auto now = Clock::now();
+    failures_.push_back(now);
+    while (!failures_.empty() && now - failures_.front() > interval_) failures_.pop_front();
+    if (static_cast<int64_t>(failures_.size()) > max_) return false;
+    *delay = delay_;
+    return true;
+  }
+  std::string describe() const override {
+    return "FailureRateRestartStrategy(maxFailuresPerInterval=" + std::to_string(max_) +
+           ", interval=" + formatDuration(interval_) + ", delay=" + formatDuration(delay_) + ")";
+  }
+
+ private:
+  int64_t max_;
+  milliseconds interval_, delay_;
+  std::deque<Clock::time_point> failures_;
+};
+
+class ExponentialDelay : public RestartStrategy {
+ public:
+  ExponentialDelay(milliseconds initial, milliseconds max, double mult, int64_t attempts)
+      : initial_(initial), max_(max), mult_(mult), attempts_(attempts), next_(initial) {}
+  bool onFailure(milliseconds* delay) override {
+    if (used_ >= attempts_) return false;
+    ++used_;
+    *delay = next_;
+    next_ = std::min(max_, milliseconds(static_cast<int64_t>(static_cast<double>(next_.count()) * mult_)));
+    return true;
+  }
+  std::string describe() const override {
+    return "ExponentialDelayRestartStrategy(initialBackoff=" + formatDuration(initial_) +
+           ", maxBackoff=" + formatDuration(max_) + ", multiplier=" + std::to_string(mult_).substr(0, 4) +
+           ", attempts=" + std::to_string(attempts_) + ")";
+  }
+
+ private:
+  milliseconds initial_, max_;
+  double mult_;
+  int64_t attempts_, used_ = 0;
+  milliseconds next_;
+};
+
+}  // namespace
+
+std::unique_ptr<RestartStrategy> createRestartStrategy(const Configuration& c) {
+  std::string type = c.getString("restart-strategy.type");
+  if (type == "none" || type == "off" || type == "disable") return std::make_unique<NoRestart>();
+  if (type == "fixed-delay" || type == "fixeddelay")
+    return std::make_unique<FixedDelay>(c.getInt("restart-strategy.fixed-delay.attempts", 0, INT_MAX),
+                                        c.getDuration("restart-strategy.fixed-delay.delay"));
+  if (type == "failure-rate" || type == "failurerate")
+    return std::make_unique<FailureRate>(c.getInt("restart-strategy.failure-rate.max-failures-per-interval", 1, INT_MAX),
+                                         c.getDuration("restart-strategy.failure-rate.failure-rate-interval"),
+                                         c.getDuration("restart-strategy.failure-rate.delay"));
+  if (type == "exponential-delay") {
+    double mult;
+    try {
+      mult = std::stod(c.getString("restart-strategy.exponential-delay.backoff-multiplier"));
+    } catch (...) {
+      throw ConfigError("restart-strategy.exponential-delay.backoff-multiplier must be a number");
+    }
+    if (mult < 1) throw ConfigError("restart-strategy.exponential-delay.backoff-multiplier must be >= 1");
+    return std::make_unique<ExponentialDelay>(
+        c.getDuration("restart-strategy.exponential-delay.initial-backoff"),
+        c.getDuration("restart-strategy.exponential-delay.max-backoff"), mult,
+        c.getInt("restart-strategy.exponential-delay.attempts-before-reset-backoff", 0, INT64_MAX));
+  }
+  throw ConfigError("restart-strategy.type = '" + type + "' (from " + c.origin("restart-strategy.type") +
+                    ") is unknown; use none, fixed-delay, failure-rate or exponential-delay");
+}
+
+}  // namespace jobhost::host

@@ -1,0 +1,181 @@
+// jobhost/operator.h — the contract between plugin code and the host's runtime.
+//
+// Job authors rarely use this file directly: the fluent API in stream.h builds a Plan
+// of PlanNodes whose factories create Operators. The host cuts the plan into stages at
+// every keyBy, runs one thread per (stage, subtask), chains the operators of a stage
+// with direct calls (each operator's input is a Collector<In>), and moves records
+// across a keyBy as bytes through bounded queues.
+//
+// Thread-safety: an Operator instance is used by one task thread only. Context objects
+// are owned by the host and outlive the operators they are given to.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "jobhost/errors.h"
+#include "jobhost/version.h"
+
+namespace jobhost {
+
+/// Receives the records an operator emits. Operators implement Collector<In> for their
+/// own input, so a chain is a series of direct virtual calls.
+template <class T>
+class Collector {
+ public:
+  virtual ~Collector() = default;
+  virtual void collect(const T& value) = 0;
+};
+
+enum class StateKind : uint8_t { kValue = 0, kList = 1, kMap = 2 };
+
+inline const char* stateKindName(StateKind k) {
+  switch (k) {
+    case StateKind::kValue: return "ValueState";
+    case StateKind::kList: return "ListState";
+    case StateKind::kMap: return "MapState";
+  }
+  return "?";
+}
+
+/// A declared keyed state: its name (unique within the operator), kind and serializers.
+/// Recorded in checkpoint metadata and compared on restore.
+struct StateDescriptorInfo {
+  std::string name;
+  StateKind kind = StateKind::kValue;
+  std::string keySerializer;  // the operator's key type
+  uint32_t keySerializerVersion = 0;
+  std::string userKeySerializer;  // MapState only
+  uint32_t userKeySerializerVersion = 0;
+  std::string valueSerializer;  // element type for ListState
+  uint32_t valueSerializerVersion = 0;
+};
+
+/// Byte-level keyed state of one stateful operator in one subtask, implemented by the
+/// host's state backends. Every call applies to the current key, which the host sets
+/// before each record reaches a keyed operator. Values are opaque bytes encoded by the
+/// typed wrappers in state.h. Calling these outside a keyed context throws StateError.
+class KeyedStateAccess {
+ public:
+  virtual ~KeyedStateAccess() = default;
+  /// Declares a state and returns its handle. Declaring the same name again with the
+  /// same descriptor returns the same handle; with another kind throws StateError.
+  virtual int registerState(const StateDescriptorInfo& descriptor) = 0;
+  /// ValueState/ListState: the whole value. Returns false when absent.
+  virtual bool get(int state, std::string& out) = 0;
+  virtual void put(int state, std::string_view value) = 0;
+  /// ListState: appends one encoded element (length-prefixed by the caller).
+  virtual void append(int state, std::string_view encodedElement) = 0;
+  /// Removes the current key's entry (all map entries for MapState).
+  virtual void clear(int state) = 0;
+  /// MapState access under the current key.
+  virtual bool mapGet(int state, std::string_view userKey, std::string& out) = 0;
+  virtual void mapPut(int state, std::string_view userKey, std::string_view value) = 0;
+  virtual void mapRemove(int state, std::string_view userKey) = 0;
+  /// Visits every entry of the current key's map, in an unspecified order, until fn
+  /// returns false.
+  virtual void mapForEach(int state,
+                          const std::function<bool(std::string_view, std::string_view)>& fn) = 0;
+};
+
+/// Thread-safe line output owned by the host (stdout, or a text file).
+class LineSink {
+ public:
+  virtual ~LineSink() = default;
+  virtual void writeLine(std::string_view line) = 0;
+};
+
+/// Where a keyBy sends records: the host routes each by the key group of its key bytes.
+class ExchangeWriter {
+ public:
+  virtual ~ExchangeWriter() = default;
+  virtual void emit(std::string_view keyBytes, std::string_view recordBytes) = 0;
+};
+
+/// What the host tells an operator about where it runs.
+class OperatorContext {
+ public:
+  virtual ~OperatorContext() = default;
+  virtual int subtaskIndex() const = 0;    // 0-based
+  virtual int parallelism() const = 0;     // of this operator
+  virtual int maxParallelism() const = 0;  // number of key groups
+  virtual const std::string& operatorName() const = 0;
+  virtual const std::string& uid() const = 0;
+  /// The keyed state of this operator; throws StateError for a non-keyed operator.
+  virtual KeyedStateAccess& keyedState() = 0;
+  /// Serialized key of the record being processed (empty outside a keyed context).
+  virtual std::string_view currentKey() const = 0;
+  /// Exchange receivers set the key of each record before passing it on.
+  virtual void setCurrentKey(std::string_view keyBytes) = 0;
+  /// For the sending side of a keyBy.
+  virtual ExchangeWriter& exchange() = 0;
+  virtual LineSink& stdoutSink() = 0;
+  virtual LineSink& fileSink(const std::string& path) = 0;
+  /// True once the job is being cancelled; long-running sources should return.
+  virtual bool cancelled() const = 0;
+};
+
+/// One operator instance in one subtask.
+class Operator {
+ public:
+  virtual ~Operator() = default;
+  /// This operator's input as `Collector<In>*`, type-erased; nullptr for sources.
+  virtual void* input() { return nullptr; }
+  virtual void open(OperatorContext& ctx) {}
+  /// Called once when all input has arrived (bounded input), before close().
+  virtual void endInput() {}
+  virtual void close() {}
+  /// Operator (non-keyed) state, e.g. a source's read position. Called between
+  /// records when a checkpoint barrier passes; restored before open().
+  virtual std::string snapshotState() { return {}; }
+  virtual void restoreState(std::string_view state) {}
+};
+
+enum class PollStatus { kMore, kIdle, kEnd };
+
+/// The first operator of a source stage. The host calls poll() in a loop; between two
+/// calls it may take a checkpoint, so each poll must leave the source at a record
+/// boundary whose position snapshotState() can describe.
+class SourceOperator : public Operator {
+ public:
+  /// Emits zero or more records. kIdle: nothing available now (the host flushes
+  /// buffers and polls again); kEnd: the bounded input is exhausted.
+  virtual PollStatus poll() = 0;
+};
+
+/// The receiving side of a keyBy: decodes a record and passes it down the chain. The
+/// host has set the current key before calling receive().
+class ExchangeReceiver : public Operator {
+ public:
+  virtual void receive(std::string_view recordBytes) = 0;
+};
+
+enum class NodeKind : uint8_t { kSource, kOperator, kExchange, kSink };
+
+/// One node of a job's plan. Factories are called once per subtask, downstream-first:
+/// `downstream` is the next node's input() (a Collector<Out>*), nullptr for sinks.
+struct PlanNode {
+  int id = -1;
+  NodeKind kind = NodeKind::kOperator;
+  std::string name;         // for people: "Flat Map", "Keyed Reduce", ...
+  std::string uid;          // stable id; state is mapped by it on restore
+  bool uidExplicit = false;
+  int input = -1;           // upstream node id; -1 for sources
+  bool keyed = false;       // has keyed state
+  std::vector<StateDescriptorInfo> states;
+  std::string keySerializer;  // kExchange: the key type
+  std::function<std::unique_ptr<Operator>(void* downstream)> create;
+  /// kExchange only: the sending side ends the upstream chain.
+  std::function<std::unique_ptr<Operator>()> createSender;
+};
+
+/// The dataflow a job's build() defined.
+struct Plan {
+  std::vector<PlanNode> nodes;
+};
+
+}  // namespace jobhost

@@ -1,0 +1,240 @@
+// jobhost/sources.h — source functions: text file, socket, generator, and the base
+// class for your own.
+//
+// A source is polled by the host on its own thread. Each poll() emits a few records and
+// returns; between two polls the host may take a checkpoint, asking the source for its
+// position (snapshotPosition) so that a restore continues exactly there.
+//
+// Thread-safety: a source instance is used by one thread.
+#pragma once
+
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <thread>
+
+#include "jobhost/operator.h"
+#include "jobhost/serializer.h"
+
+namespace jobhost {
+
+template <class T>
+class SourceOutput {
+ public:
+  virtual ~SourceOutput() = default;
+  virtual void emit(const T& value) = 0;
+};
+
+/// Base class of sources. poll() should return within ~100 ms; when nothing is
+/// available it should wait a little (up to ~50 ms) and return PollStatus::kIdle.
+template <class T>
+class SourceFunction {
+ public:
+  virtual ~SourceFunction() = default;
+  /// Called after restorePosition() (if restoring). May throw to fail the job.
+  virtual void open(OperatorContext& ctx) {}
+  virtual PollStatus poll(SourceOutput<T>& out) = 0;
+  virtual void close() {}
+  /// Encodes the position after the last emitted record. Default: not replayable.
+  virtual std::string snapshotPosition() { return {}; }
+  virtual void restorePosition(std::string_view position) {}
+};
+
+namespace detail {
+/// Paces a source at `perSecond` records (0 = unthrottled).
+class Throttle {
+ public:
+  explicit Throttle(double perSecond) : perSecond_(perSecond) {}
+  void start() { start_ = std::chrono::steady_clock::now(); }
+  /// How many more records may be emitted now; 0 after a short sleep if none.
+  uint64_t allowance(uint64_t emittedSinceStart) {
+    if (perSecond_ <= 0) return 256;
+    double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    double allowed = elapsed * perSecond_ + 1;
+    if (allowed > static_cast<double>(emittedSinceStart)) {
+      return std::min<uint64_t>(256, static_cast<uint64_t>(allowed) - emittedSinceStart);
+    }
+    double wait = (static_cast<double>(emittedSinceStart) + 1 - allowed) / perSecond_;
+    std::this_thread::sleep_for(std::chrono::duration<double>(std::min(wait, 0.05)));
+    return 0;
+  }
+
+ private:
+  double perSecond_;
+  std::chrono::steady_clock::time_point start_;
+};
+}  // namespace detail
+
+/// Lines of a file. Position: the byte offset after the last emitted line.
+class TextFileSource : public SourceFunction<std::string> {
+ public:
+  TextFileSource(std::string path, double linesPerSecond)
+      : path_(std::move(path)), throttle_(linesPerSecond) {}
+  ~TextFileSource() override { close(); }
+  void open(OperatorContext&) override {
+    file_ = std::fopen(path_.c_str(), "rb");
+    if (!file_) throw std::runtime_error("cannot open input file '" + path_ + "': " + std::strerror(errno));
+    if (offset_ > 0 && std::fseek(file_, static_cast<long>(offset_), SEEK_SET) != 0)
+      throw std::runtime_error("cannot seek to " + std::to_string(offset_) + " in '" + path_ + "'");
+    throttle_.start();
+  }
+  PollStatus poll(SourceOutput<std::string>& out) override {
+    uint64_t n = throttle_.allowance(emitted_);
+    for (uint64_t i = 0; i < n; ++i) {
+      line_.clear();
+      int c;
+      bool any = false;
+      while ((c = std::fgetc(file_)) != EOF) {
+        any = true;
+        if (c == '\n') break;
+        line_.push_back(static_cast<char>(c));
+      }
+      if (!any) {
+        if (std::ferror(file_)) throw std::runtime_error("cannot read '" + path_ + "': " + std::strerror(errno));
+        return PollStatus::kEnd;
+      }
+      offset_ += line_.size() + (c == '\n' ? 1 : 0);
+      if (!line_.empty() && line_.back() == '\r') line_.pop_back();
+      ++emitted_;
+      out.emit(line_);
+    }
+    return n == 0 ? PollStatus::kIdle : PollStatus::kMore;
+  }
+  void close() override {
+    if (file_) std::fclose(file_);
+    file_ = nullptr;
+  }
+  std::string snapshotPosition() override {
+    std::string s;
+    ByteWriter w(s);
+    w.writeFixed<uint64_t>(offset_);
+    return s;
+  }
+  void restorePosition(std::string_view p) override {
+    ByteReader r(p);
+    offset_ = r.readFixed<uint64_t>();
+  }
+
+ private:
+  std::string path_;
+  detail::Throttle throttle_;
+  FILE* file_ = nullptr;
+  uint64_t offset_ = 0;
+  uint64_t emitted_ = 0;
+  std::string line_;
+};
+
+/// Lines from a TCP connection. Not replayable: its position is empty.
+class SocketTextSource : public SourceFunction<std::string> {
+ public:
+  SocketTextSource(std::string host, int port) : host_(std::move(host)), port_(port) {}
+  ~SocketTextSource() override { close(); }
+  void open(OperatorContext&) override {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* res = nullptr;
+    std::string where = host_ + ":" + std::to_string(port_);
+    if (int rc = getaddrinfo(host_.c_str(), std::to_string(port_).c_str(), &hints, &res); rc != 0)
+      throw std::runtime_error("cannot resolve " + where + ": " + gai_strerror(rc));
+    int lastErr = 0;
+    for (addrinfo* a = res; a; a = a->ai_next) {
+      fd_ = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+      if (fd_ < 0) continue;
+      if (::connect(fd_, a->ai_addr, a->ai_addrlen) == 0) break;
+      lastErr = errno;
+      ::close(fd_);
+      fd_ = -1;
+    }
+    freeaddrinfo(res);
+    if (fd_ < 0)
+      throw std::runtime_error("cannot connect to " + where + ": " + std::strerror(lastErr) +
+                               " (is a server listening there? e.g. `nc -lk " + std::to_string(port_) + "`)");
+  }
+  PollStatus poll(SourceOutput<std::string>& out) override {
+    if (eof_) return PollStatus::kEnd;
+    pollfd p{fd_, POLLIN, 0};
+    int rc = ::poll(&p, 1, 50);
+    if (rc < 0 && errno != EINTR) throw std::runtime_error(std::string("socket poll failed: ") + std::strerror(errno));
+    if (rc <= 0) return PollStatus::kIdle;
+    char buf[16384];
+    ssize_t n = ::read(fd_, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN) return PollStatus::kIdle;
+      throw std::runtime_error(std::string("socket read failed: ") + std::strerror(errno));
+    }
+    if (n == 0) {
+      eof_ = true;
+      if (!pending_.empty()) out.emit(pending_);
+      pending_.clear();
+      return PollStatus::kEnd;
+    }
+    pending_.append(buf, static_cast<size_t>(n));
+    size_t start = 0;
+    for (size_t nl; (nl = pending_.find('\n', start)) != std::string::npos; start = nl + 1) {
+      line_.assign(pending_, start, nl - start);
+      if (!line_.empty() && line_.back() == '\r') line_.pop_back();
+      out.emit(line_);
+    }
+    pending_.erase(0, start);
+    return PollStatus::kMore;
+  }
+  void close() override {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  std::string host_;
+  int port_;
+  int fd_ = -1;
+  bool eof_ = false;
+  std::string pending_, line_;
+};
+
+/// fn(0), fn(1), ... fn(count-1) (count 0 = unbounded). Position: the next sequence number.
+template <class T>
+class GeneratorSource : public SourceFunction<T> {
+ public:
+  GeneratorSource(uint64_t count, std::function<T(uint64_t)> fn, double perSecond)
+      : count_(count), fn_(std::move(fn)), throttle_(perSecond) {}
+  void open(OperatorContext&) override { throttle_.start(); }
+  PollStatus poll(SourceOutput<T>& out) override {
+    uint64_t n = throttle_.allowance(emitted_);
+    for (uint64_t i = 0; i < n; ++i) {
+      if (count_ != 0 && next_ >= count_) return PollStatus::kEnd;
+      out.emit(fn_(next_++));
+      ++emitted_;
+    }
+    if (count_ != 0 && next_ >= count_) return PollStatus::kEnd;
+    return n == 0 ? PollStatus::kIdle : PollStatus::kMore;
+  }
+  std::string snapshotPosition() override {
+    std::string s;
+    ByteWriter w(s);
+    w.writeFixed<uint64_t>(next_);
+    return s;
+  }
+  void restorePosition(std::string_view p) override {
+    ByteReader r(p);
+    next_ = r.readFixed<uint64_t>();
+  }
+
+ private:
+  uint64_t count_;
+  std::function<T(uint64_t)> fn_;
+  detail::Throttle throttle_;
+  uint64_t next_ = 0;
+  uint64_t emitted_ = 0;
+};
+
+}  // namespace jobhost

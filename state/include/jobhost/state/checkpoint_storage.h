@@ -1,0 +1,168 @@
+// jobhost/state/checkpoint_storage.h — where checkpoints are kept: whole files under a root.
+//
+// CheckpointStorage addresses immutable files by a relative path under a root. The
+// interface has only whole-file operations (create-once, read, list, remove; no rename,
+// no links, no in-place update) so that an object store can implement it later. The
+// local-filesystem implementation is returned by openStorage().
+//
+// Paths: relative, '/'-separated, e.g. "job-1/chk-3/_metadata". Rejected with
+// InvalidArgument: empty paths, absolute paths, a leading or trailing '/', empty
+// components ("a//b"), "." and ".." components, NUL bytes, and file names reserved for
+// in-flight temporary files (a name starting with '.' that contains ".tmp.").
+// Directory prefixes (list, removeAll) follow the same rules, except that "" means the
+// root and one trailing '/' is accepted. A prefix denotes the files *under* it: a prefix
+// naming a file (not a directory) has nothing under it.
+//
+// Durability: a file becomes visible under its final name only once it is completely
+// written and durable (WritableFile::close, putFile and put returning OK). A crash or
+// failure never leaves a partial file under a final name, and never overwrites a file.
+//
+// Errors: methods return Status/Result. Messages name the full location (see describe())
+// and the OS reason, e.g. "IO error: cannot write /ckpt/job/chk-3/_metadata: Input/output
+// error". Codes: InvalidArgument (bad path, file already exists), NotFound, NoSpace,
+// PermissionDenied, Corruption (short read), IOError (anything else).
+//
+// Thread-safety: all CheckpointStorage methods are thread-safe and may be called
+// concurrently, including on the same paths (the outcome is then that of some serial
+// order, e.g. exactly one of two concurrent creators of one path succeeds). A
+// WritableFile is used by one thread at a time. ReadableFile methods are thread-safe.
+// Files returned by create()/open() may outlive the storage object.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "jobhost/state/status.h"
+
+namespace jobhost::state {
+
+/// A file being written. Obtained from CheckpointStorage::create(); owned by the caller.
+/// Not thread-safe: use from one thread at a time.
+class WritableFile {
+ public:
+  WritableFile() = default;
+  WritableFile(const WritableFile&) = delete;
+  WritableFile& operator=(const WritableFile&) = delete;
+
+  /// Discards the file unless close() returned OK: nothing becomes visible under the
+  /// final name and temporary data is removed (best effort).
+  virtual ~WritableFile() = default;
+
+  /// Appends bytes. Data may be buffered; errors may therefore surface only in a later
+  /// append() or in close(). After an error every later call returns that same error.
+  /// Appending after close() is InvalidArgument.
+  virtual Status append(std::string_view data) = 0;
+
+  /// Bytes appended so far (including buffered bytes).
+  virtual uint64_t size() const = 0;
+
+  /// Flushes, makes the contents durable and publishes the file under its final name.
+  /// Fails with InvalidArgument "already exists" if a file appeared at the path since
+  /// create(); the existing file is left untouched. On any failure the file is
+  /// discarded and is not visible. Calling close() again returns InvalidArgument.
+  virtual Status close() = 0;
+};
+
+/// A published file opened for reading. Owned by the caller. Thread-safe.
+class ReadableFile {
+ public:
+  ReadableFile() = default;
+  ReadableFile(const ReadableFile&) = delete;
+  ReadableFile& operator=(const ReadableFile&) = delete;
+  virtual ~ReadableFile() = default;
+
+  /// Size of the file when it was opened.
+  virtual uint64_t size() const = 0;
+
+  /// Replaces *out with exactly n bytes starting at offset. If the file ends before
+  /// offset + n, returns Corruption ("truncated ...") and *out is unspecified.
+  virtual Status read(uint64_t offset, size_t n, std::string* out) const = 0;
+};
+
+/// One file found by CheckpointStorage::list().
+struct FileEntry {
+  std::string path;  // relative to the storage root, '/'-separated
+  uint64_t size = 0;
+
+  bool operator==(const FileEntry&) const = default;
+};
+
+class CheckpointStorage {
+ public:
+  CheckpointStorage() = default;
+  CheckpointStorage(const CheckpointStorage&) = delete;
+  CheckpointStorage& operator=(const CheckpointStorage&) = delete;
+  virtual ~CheckpointStorage() = default;
+
+  /// Starts writing a new file at path; missing parent directories (and the root) are
+  /// created. Fails with InvalidArgument "already exists" if a file is already at path
+  /// (a concurrent creator is only detected at close()).
+  virtual Result<std::unique_ptr<WritableFile>> create(const std::string& path) = 0;
+
+  /// Copies the local file localSourcePath to path, durably, as create()+close() would.
+  /// Never overwrites: InvalidArgument "already exists" if path exists. A missing
+  /// source is NotFound, with the source path in the message.
+  virtual Status putFile(const std::string& path, const std::string& localSourcePath) = 0;
+
+  /// Writes bytes as a new file at path: create(), append(bytes), close().
+  virtual Status put(const std::string& path, std::string_view bytes) = 0;
+
+  /// Opens the file at path for reading. NotFound if there is no file at path
+  /// (including when path is a directory).
+  virtual Result<std::unique_ptr<ReadableFile>> open(const std::string& path) = 0;
+
+  /// Replaces *out with the whole content of the file at path.
+  virtual Status get(const std::string& path, std::string* out) = 0;
+
+  /// Copies the file at path to the local file localDest, creating or truncating it,
+  /// and fsyncs its data (not its directory entry). On failure localDest is removed.
+  /// localDest's parent directory must exist.
+  virtual Status getToLocalFile(const std::string& path, const std::string& localDest) = 0;
+
+  /// Size in bytes of the file at path; NotFound if there is none.
+  virtual Result<uint64_t> fileSize(const std::string& path) = 0;
+
+  /// True if a published file exists at path. False for invalid paths, directories
+  /// and on errors.
+  virtual bool exists(const std::string& path) = 0;
+
+  /// Replaces *out with every file under dirPrefix ("" = whole storage), recursively,
+  /// sorted by path. In-flight temporary files are skipped. A missing prefix gives an
+  /// empty list and OK.
+  virtual Status list(const std::string& dirPrefix, std::vector<FileEntry>* out) = 0;
+
+  /// Removes the file at path. NotFound if there is none. Directories that become
+  /// empty are left in place (list() does not report them).
+  virtual Status remove(const std::string& path) = 0;
+
+  /// Removes everything under dirPrefix ("" = whole storage, the root itself is kept),
+  /// including in-flight temporary files; writers still open under it will then fail
+  /// in close(). OK if the prefix does not exist.
+  virtual Status removeAll(const std::string& dirPrefix) = 0;
+
+  /// A human-usable location for path, for messages (for local storage the absolute
+  /// local path). Does not validate path.
+  virtual std::string describe(const std::string& path) const = 0;
+
+  /// The storage root as a URI, e.g. "file:///var/lib/jobhost/checkpoints".
+  virtual std::string rootUri() const = 0;
+};
+
+/// Checks a file path against the rules above. OK or InvalidArgument naming the path.
+Status validateStoragePath(std::string_view path);
+
+/// Checks a directory prefix (list, removeAll): "" or a valid path, optionally with one
+/// trailing '/'. OK or InvalidArgument.
+Status validateStoragePrefix(std::string_view dirPrefix);
+
+/// Opens checkpoint storage at uriOrPath: "file:///abs/path", an absolute path, or a
+/// relative path (resolved against the current directory now). Other URI schemes are
+/// InvalidArgument("unsupported storage scheme 'x'; use a local path or file:///").
+/// Does not touch the filesystem: the root directory is created on the first write.
+/// File URIs are not percent-decoded.
+Result<std::unique_ptr<CheckpointStorage>> openStorage(const std::string& uriOrPath);
+
+}  // namespace jobhost::state

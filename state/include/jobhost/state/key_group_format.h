@@ -1,0 +1,79 @@
+// jobhost/state/key_group_format.h — the backend-independent key-group file format.
+//
+// Used by hashmap snapshots, rocksdb full snapshots and canonical savepoints, and
+// readable by both backends (so a KeyGroupsStateHandle restores anywhere).
+//
+//   file   := "JHKG" u32le(version=1) varint(nStates) { bytes(name) u8(kind) }*nStates
+//             group*            -- one per key group of the handle's range, in order
+//   group  := { varint(stateIndex + 1) bytes(key) [bytes(userKey) if MapState] bytes(value) }*
+//             varint(0)
+//   bytes  := varint(length) raw
+//
+// The handle records each group's byte offset, so a reader can take any sub-range
+// (rescaling) without scanning the rest.
+//
+// Thread-safety: a writer or reader is used by one thread.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "jobhost/operator.h"
+#include "jobhost/state/checkpoint_storage.h"
+#include "jobhost/state/state_handle.h"
+#include "jobhost/state/status.h"
+
+namespace jobhost::state {
+
+inline constexpr uint32_t kKeyGroupFormatVersion = 1;
+
+/// Streams entries into a storage file, key group by key group.
+class KeyGroupWriter {
+ public:
+  /// `path` is created in `storage` (refused if it exists).
+  static Result<std::unique_ptr<KeyGroupWriter>> create(CheckpointStorage& storage,
+                                                        const std::string& path,
+                                                        const std::vector<StateDescriptorInfo>& states,
+                                                        KeyGroupRange range);
+  /// Starts the next key group; must be called once for every key group of the range,
+  /// in increasing order (empty groups included), before its entries.
+  Status beginKeyGroup(int keyGroup);
+  /// `userKey` is ignored unless the state is a MapState.
+  Status add(int stateIndex, std::string_view key, std::string_view userKey, std::string_view value);
+  /// Ends the last group, makes the file durable and returns its handle.
+  Result<KeyGroupsStateHandle> finish();
+  uint64_t bytesWritten() const { return written_; }
+
+ private:
+  KeyGroupWriter() = default;
+  Status flushIfLarge(bool force);
+  std::unique_ptr<WritableFile> file_;
+  std::string path_;
+  std::vector<StateKind> kinds_;
+  KeyGroupRange range_;
+  int next_ = 0;
+  bool inGroup_ = false;
+  std::vector<uint64_t> offsets_;
+  std::string buffer_;
+  uint64_t written_ = 0;  // bytes handed to file_
+};
+
+struct KeyGroupEntry {
+  int stateIndex;       // index into the file's state list (see readKeyGroups)
+  int keyGroup;
+  std::string_view key;
+  std::string_view userKey;  // empty unless MapState
+  std::string_view value;
+};
+
+/// Reads the entries of the key groups in `handle.range ∩ wanted`. `stateNames` receives
+/// the file's state names (index = KeyGroupEntry::stateIndex) before the first
+/// callback. Corrupt or truncated data returns Corruption naming the file.
+Status readKeyGroups(CheckpointStorage& storage, const KeyGroupsStateHandle& handle,
+                     const KeyGroupRange& wanted, std::vector<std::string>* stateNames,
+                     const std::function<Status(const KeyGroupEntry&)>& fn);
+
+}  // namespace jobhost::state

@@ -1,0 +1,106 @@
+// jobhost/state/keyed_backend.h — the keyed state backend interface and its factories.
+//
+// One backend instance holds the keyed state of one stateful operator in one subtask,
+// for the key groups in its range. The runtime sets the current key before each record;
+// the SDK's typed state objects call the KeyedStateAccess methods.
+//
+// Checkpointing is two-phase: snapshotSync() runs on the task thread while records are
+// paused and must be cheap (heap: copy-on-write marks; rocksdb: flush + native
+// checkpoint); the AsyncSnapshot it returns writes the files on a background thread and
+// produces the handle. The backend may keep processing records while an AsyncSnapshot
+// runs; at most one AsyncSnapshot per backend runs at a time.
+//
+// Thread-safety: every method except AsyncSnapshot::run() is called from the task
+// thread. run() may overlap with record processing.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "jobhost/operator.h"
+#include "jobhost/state/checkpoint_storage.h"
+#include "jobhost/state/state_handle.h"
+#include "jobhost/state/status.h"
+
+namespace jobhost::state {
+
+enum class BackendType { kHashMap, kRocksDb };
+const char* backendTypeName(BackendType t);  // "hashmap" / "rocksdb"
+
+/// kNative: the backend's own format (rocksdb incremental if configured, else
+/// key-group files). kCanonical: always the key-group format (savepoints, convert).
+enum class SnapshotFormat { kNative, kCanonical };
+
+struct BackendOptions {
+  std::string operatorUid;
+  int subtaskIndex = 0;
+  int maxParallelism = 128;
+  KeyGroupRange range;
+  /// rocksdb: a private local working directory for this instance (created, wiped on
+  /// open and on destruction).
+  std::string localDir;
+  bool incremental = false;  // rocksdb only
+};
+
+struct SnapshotRequest {
+  uint64_t checkpointId = 0;
+  SnapshotFormat format = SnapshotFormat::kNative;
+  CheckpointStorage* storage = nullptr;  // not owned; outlives the AsyncSnapshot
+  /// Directory (within storage) for files owned by this snapshot only, e.g. "chk-7".
+  std::string exclusiveDir;
+  /// Directory for files that later checkpoints may reference, e.g. "shared". Empty
+  /// means "self-contained": every file goes to exclusiveDir and nothing is reused.
+  std::string sharedDir;
+  /// Unique per operator subtask, used in file names, e.g. "counts-0".
+  std::string filePrefix;
+};
+
+/// The background half of a snapshot.
+class AsyncSnapshot {
+ public:
+  virtual ~AsyncSnapshot() = default;
+  /// Writes the snapshot's files (durably: each file fsynced and published) and returns
+  /// the handle. On error, files it wrote may remain (the caller cleans up the
+  /// exclusive directory); shared files are never deleted here.
+  virtual Result<KeyedStateHandle> run() = 0;
+};
+
+/// A handle to restore from, with the states (in the order the handle refers to them
+/// by index) recorded in the snapshot's metadata.
+struct RestoreInput {
+  CheckpointStorage* storage = nullptr;  // paths in the handles are relative to it
+  std::vector<KeyedStateHandle> handles;  // every handle intersecting this range
+  std::vector<StateDescriptorInfo> states;
+};
+
+class KeyedStateBackend : public KeyedStateAccess {
+ public:
+  /// Sets the key of the record being processed. `keyGroup` is in range().
+  virtual void setCurrentKey(int keyGroup, std::string_view key) = 0;
+  virtual const KeyGroupRange& range() const = 0;
+  virtual BackendType type() const = 0;
+  /// States registered so far (declaration order).
+  virtual std::vector<StateDescriptorInfo> states() const = 0;
+  /// Loads state for this backend's key-group range from handles written by any
+  /// backend of a compatible kind. Called once, before any state access. Entries of
+  /// key groups outside range() are dropped (rescaling). States in the snapshot are
+  /// registered with their recorded descriptors.
+  virtual Status restore(const RestoreInput& input) = 0;
+  /// The synchronous part of a snapshot (see file comment).
+  virtual Result<std::unique_ptr<AsyncSnapshot>> snapshotSync(const SnapshotRequest& request) = 0;
+  /// A checkpoint this backend took part in completed: files it uploaded for it may be
+  /// referenced by later incremental checkpoints.
+  virtual void notifyCheckpointComplete(uint64_t checkpointId) {}
+  /// A checkpoint was aborted: nothing it uploaded may be reused. Nothing is deleted.
+  virtual void notifyCheckpointAborted(uint64_t checkpointId) {}
+  /// Number of key entries (for tests and metrics); may be approximate for rocksdb.
+  virtual uint64_t approximateEntries() const = 0;
+};
+
+Result<std::unique_ptr<KeyedStateBackend>> createHeapBackend(const BackendOptions& options);
+Result<std::unique_ptr<KeyedStateBackend>> createRocksDbBackend(const BackendOptions& options);
+
+}  // namespace jobhost::state

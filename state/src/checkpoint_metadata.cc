@@ -1,0 +1,319 @@
+// `_metadata` codec: see jobhost/state/checkpoint_metadata.h.
+#include "jobhost/state/checkpoint_metadata.h"
+
+#include <capnp/message.h>
+#include <capnp/serialize.h>
+#include <kj/exception.h>
+
+#include <cstring>
+
+#include "checkpoint_metadata.capnp.h"
+
+namespace jobhost::state {
+namespace {
+
+constexpr char kMagic[8] = {'J', 'H', 'M', 'E', 'T', 'A', '\r', '\n'};
+constexpr size_t kHeaderSize = 12;
+
+std::vector<std::string> splitPath(const std::string& p) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (start <= p.size()) {
+    size_t slash = p.find('/', start);
+    if (slash == std::string::npos) slash = p.size();
+    std::string part = p.substr(start, slash - start);
+    if (!part.empty() && part != ".") parts.push_back(part);
+    start = slash + 1;
+  }
+  return parts;
+}
+
+std::string joinPath(const std::string& dir, const std::string& rel) {
+  return dir.empty() ? rel : dir + "/" + rel;
+}
+
+void fillFileRef(schema::FileRef::Builder b, const FileRef& f, const std::string& dir) {
+  b.setPath(relativePath(dir, f.path));
+  b.setSize(f.size);
+}
+
+FileRef readFileRef(schema::FileRef::Reader r, const std::string& dir, Status* err) {
+  FileRef f;
+  std::string raw = r.getPath();
+  f.path = normalizePath(joinPath(dir, raw));
+  f.size = r.getSize();
+  if (raw.empty() || f.path.empty() || raw[0] == '/')
+    *err = Status::Corruption("file reference '" + raw + "' leaves the checkpoint storage");
+  return f;
+}
+
+void fillShared(capnp::List<schema::SharedFile>::Builder list, const std::vector<SharedFileRef>& files,
+                const std::string& dir) {
+  for (unsigned i = 0; i < files.size(); ++i) {
+    auto b = list[i];
+    b.setLocalName(files[i].localName);
+    fillFileRef(b.initFile(), files[i].file, dir);
+    b.setCreatedByCheckpoint(files[i].createdByCheckpoint);
+  }
+}
+
+std::vector<SharedFileRef> readShared(capnp::List<schema::SharedFile>::Reader list, const std::string& dir,
+                                      Status* err) {
+  std::vector<SharedFileRef> out;
+  for (auto r : list) {
+    SharedFileRef f;
+    f.localName = r.getLocalName();
+    if (f.localName.find('/') != std::string::npos || f.localName == ".." || f.localName.empty())
+      *err = Status::Corruption("invalid local file name '" + f.localName + "'");
+    f.file = readFileRef(r.getFile(), dir, err);
+    f.createdByCheckpoint = r.getCreatedByCheckpoint();
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string normalizePath(const std::string& path) {
+  std::vector<std::string> out;
+  for (auto& part : splitPath(path)) {
+    if (part == "..") {
+      if (out.empty()) return "";
+      out.pop_back();
+    } else {
+      out.push_back(part);
+    }
+  }
+  std::string s;
+  for (auto& p : out) s += (s.empty() ? "" : "/") + p;
+  return s;
+}
+
+std::string relativePath(const std::string& fromDir, const std::string& to) {
+  auto a = splitPath(normalizePath(fromDir));
+  auto b = splitPath(normalizePath(to));
+  size_t common = 0;
+  while (common < a.size() && common < b.size() && a[common] == b[common]) ++common;
+  std::string s;
+  for (size_t i = common; i < a.size(); ++i) s += "../";
+  for (size_t i = common; i < b.size(); ++i) s += b[i] + (i + 1 < b.size() ? "/" : "");
+  return s;
+}
+
+std::vector<FileRef> CheckpointMetadata::referencedFiles() const {
+  std::vector<FileRef> out;
+  for (const auto& op : operators)
+    for (const auto& st : op.subtasks)
+      for (auto& f : state::referencedFiles(st.keyed)) out.push_back(f);
+  return out;
+}
+
+const OperatorSnapshot* CheckpointMetadata::findOperator(const std::string& uid) const {
+  for (const auto& op : operators)
+    if (op.uid == uid) return &op;
+  return nullptr;
+}
+
+Result<std::string> serializeMetadata(const CheckpointMetadata& m, const std::string& dir) {
+  capnp::MallocMessageBuilder message;
+  auto root = message.initRoot<schema::CheckpointMetadata>();
+  root.setFormatVersion(m.formatVersion);
+  root.setJobId(m.jobId);
+  root.setCheckpointId(m.checkpointId);
+  root.setKind(m.kind == SnapshotKind::kSavepoint ? schema::CheckpointMetadata::Kind::SAVEPOINT
+                                                  : schema::CheckpointMetadata::Kind::CHECKPOINT);
+  root.setFormat(m.format == SnapshotFormat::kCanonical ? schema::CheckpointMetadata::Format::CANONICAL
+                                                        : schema::CheckpointMetadata::Format::NATIVE);
+  root.setTimestampMs(m.timestampMs);
+  auto w = root.initWriter();
+  w.setJobClass(m.jobClass);
+  w.setPluginFile(m.pluginFile);
+  w.setPluginDigest(m.pluginDigest);
+  w.setSdkVersion(m.sdkVersion);
+  w.setParallelism(static_cast<uint32_t>(m.parallelism));
+  root.setBackend(m.backend);
+  root.setIncremental(m.incremental);
+  root.setMaxParallelism(static_cast<uint32_t>(m.maxParallelism));
+  auto stats = root.initStats();
+  stats.setSyncMicros(m.stats.syncMicros);
+  stats.setAsyncMicros(m.stats.asyncMicros);
+  stats.setNewBytes(m.stats.newBytes);
+  stats.setTotalBytes(m.stats.totalBytes);
+  auto ops = root.initOperators(static_cast<unsigned>(m.operators.size()));
+  for (unsigned i = 0; i < m.operators.size(); ++i) {
+    const auto& op = m.operators[i];
+    auto ob = ops[i];
+    ob.setUid(op.uid);
+    ob.setName(op.name);
+    ob.setParallelism(static_cast<uint32_t>(op.parallelism));
+    ob.setKeyed(op.keyed);
+    auto states = ob.initStates(static_cast<unsigned>(op.states.size()));
+    for (unsigned j = 0; j < op.states.size(); ++j) {
+      const auto& d = op.states[j];
+      auto sb = states[j];
+      sb.setName(d.name);
+      sb.setKind(static_cast<schema::StateDescriptor::Kind>(static_cast<uint16_t>(d.kind)));
+      sb.setKeySerializer(d.keySerializer);
+      sb.setKeySerializerVersion(d.keySerializerVersion);
+      sb.setUserKeySerializer(d.userKeySerializer);
+      sb.setUserKeySerializerVersion(d.userKeySerializerVersion);
+      sb.setValueSerializer(d.valueSerializer);
+      sb.setValueSerializerVersion(d.valueSerializerVersion);
+    }
+    auto subs = ob.initSubtasks(static_cast<unsigned>(op.subtasks.size()));
+    for (unsigned j = 0; j < op.subtasks.size(); ++j) {
+      const auto& st = op.subtasks[j];
+      auto sb = subs[j];
+      sb.setIndex(static_cast<uint32_t>(st.index));
+      sb.setOperatorState(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(st.operatorState.data()),
+                                              st.operatorState.size()));
+      auto keyed = sb.initKeyed();
+      if (auto* kg = std::get_if<KeyGroupsStateHandle>(&st.keyed)) {
+        auto hb = keyed.initKeyGroups();
+        fillFileRef(hb.initFile(), kg->file, dir);
+        hb.setStartKeyGroup(static_cast<uint32_t>(kg->range.start));
+        hb.setEndKeyGroup(static_cast<uint32_t>(kg->range.end));
+        auto offs = hb.initOffsets(static_cast<unsigned>(kg->offsets.size()));
+        for (unsigned k = 0; k < kg->offsets.size(); ++k) offs.set(k, kg->offsets[k]);
+      } else if (auto* inc = std::get_if<IncrementalStateHandle>(&st.keyed)) {
+        auto hb = keyed.initIncremental();
+        hb.setBackendId(inc->backendId);
+        hb.setCheckpointId(inc->checkpointId);
+        hb.setStartKeyGroup(static_cast<uint32_t>(inc->range.start));
+        hb.setEndKeyGroup(static_cast<uint32_t>(inc->range.end));
+        fillShared(hb.initSharedFiles(static_cast<unsigned>(inc->sharedFiles.size())), inc->sharedFiles, dir);
+        fillShared(hb.initPrivateFiles(static_cast<unsigned>(inc->privateFiles.size())), inc->privateFiles, dir);
+        auto cfs = hb.initColumnFamilies(static_cast<unsigned>(inc->columnFamilies.size()));
+        for (unsigned k = 0; k < inc->columnFamilies.size(); ++k) cfs.set(k, inc->columnFamilies[k]);
+      } else {
+        keyed.setNone();
+      }
+    }
+  }
+  kj::Array<capnp::word> words = capnp::messageToFlatArray(message);
+  auto bytes = words.asBytes();
+  std::string out(kMagic, sizeof kMagic);
+  uint32_t v = m.formatVersion;
+  char vb[4] = {static_cast<char>(v & 0xff), static_cast<char>((v >> 8) & 0xff), static_cast<char>((v >> 16) & 0xff),
+                static_cast<char>((v >> 24) & 0xff)};
+  out.append(vb, 4);
+  out.append(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
+  return out;
+}
+
+Result<CheckpointMetadata> parseMetadata(std::string_view bytes, const std::string& dir, const std::string& where) {
+  if (bytes.size() < kHeaderSize || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) {
+    return Status::Corruption(where + " is not a jobhost checkpoint or savepoint metadata file (bad magic" +
+                              std::string(bytes.size() < kHeaderSize ? ", file too short" : "") + ")");
+  }
+  uint32_t version = 0;
+  for (int i = 0; i < 4; ++i) version |= uint32_t(static_cast<uint8_t>(bytes[8 + i])) << (8 * i);
+  if (version > kMetadataFormatVersion || version == 0) {
+    return Status::Incompatible(where + " has metadata format version " + std::to_string(version) +
+                                "; this jobhost reads versions 1 to " + std::to_string(kMetadataFormatVersion) +
+                                ". Restore it with the jobhost release that wrote it, or a newer one");
+  }
+  std::string_view body = bytes.substr(kHeaderSize);
+  if (body.size() % sizeof(capnp::word) != 0)
+    return Status::Corruption(where + " is truncated or corrupt (message size is not a multiple of 8 bytes)");
+  // Copy into aligned words: the input may not be 8-byte aligned.
+  kj::Array<capnp::word> words = kj::heapArray<capnp::word>(body.size() / sizeof(capnp::word));
+  std::memcpy(words.begin(), body.data(), body.size());
+  CheckpointMetadata m;
+  Status err;
+  try {
+    capnp::ReaderOptions opts;
+    opts.traversalLimitInWords = 64 * 1024 * 1024;
+    capnp::FlatArrayMessageReader reader(words.asPtr(), opts);
+    auto root = reader.getRoot<schema::CheckpointMetadata>();
+    m.formatVersion = root.getFormatVersion();
+    m.jobId = root.getJobId();
+    m.checkpointId = root.getCheckpointId();
+    m.kind = root.getKind() == schema::CheckpointMetadata::Kind::SAVEPOINT ? SnapshotKind::kSavepoint
+                                                                           : SnapshotKind::kCheckpoint;
+    m.format = root.getFormat() == schema::CheckpointMetadata::Format::CANONICAL ? SnapshotFormat::kCanonical
+                                                                                : SnapshotFormat::kNative;
+    m.timestampMs = root.getTimestampMs();
+    auto w = root.getWriter();
+    m.jobClass = w.getJobClass();
+    m.pluginFile = w.getPluginFile();
+    m.pluginDigest = w.getPluginDigest();
+    m.sdkVersion = w.getSdkVersion();
+    m.parallelism = static_cast<int>(w.getParallelism());
+    m.backend = root.getBackend();
+    m.incremental = root.getIncremental();
+    m.maxParallelism = static_cast<int>(root.getMaxParallelism());
+    if (m.maxParallelism <= 0 || m.maxParallelism > 32768)
+      return Status::Corruption(where + ": implausible max parallelism " + std::to_string(m.maxParallelism));
+    auto stats = root.getStats();
+    m.stats = {stats.getSyncMicros(), stats.getAsyncMicros(), stats.getNewBytes(), stats.getTotalBytes()};
+    for (auto ob : root.getOperators()) {
+      OperatorSnapshot op;
+      op.uid = ob.getUid();
+      op.name = ob.getName();
+      op.parallelism = static_cast<int>(ob.getParallelism());
+      op.keyed = ob.getKeyed();
+      for (auto sb : ob.getStates()) {
+        StateDescriptorInfo d;
+        d.name = sb.getName();
+        auto k = static_cast<uint16_t>(sb.getKind());
+        if (k > 2) return Status::Corruption(where + ": unknown state kind " + std::to_string(k));
+        d.kind = static_cast<StateKind>(k);
+        d.keySerializer = sb.getKeySerializer();
+        d.keySerializerVersion = sb.getKeySerializerVersion();
+        d.userKeySerializer = sb.getUserKeySerializer();
+        d.userKeySerializerVersion = sb.getUserKeySerializerVersion();
+        d.valueSerializer = sb.getValueSerializer();
+        d.valueSerializerVersion = sb.getValueSerializerVersion();
+        op.states.push_back(std::move(d));
+      }
+      for (auto sb : ob.getSubtasks()) {
+        SubtaskSnapshot st;
+        st.index = static_cast<int>(sb.getIndex());
+        auto data = sb.getOperatorState();
+        st.operatorState.assign(reinterpret_cast<const char*>(data.begin()), data.size());
+        auto keyed = sb.getKeyed();
+        switch (keyed.which()) {
+          case schema::SubtaskSnapshot::Keyed::NONE:
+            break;
+          case schema::SubtaskSnapshot::Keyed::KEY_GROUPS: {
+            auto hb = keyed.getKeyGroups();
+            KeyGroupsStateHandle h;
+            h.file = readFileRef(hb.getFile(), dir, &err);
+            h.range = {static_cast<int>(hb.getStartKeyGroup()), static_cast<int>(hb.getEndKeyGroup())};
+            for (auto o : hb.getOffsets()) h.offsets.push_back(o);
+            if (h.range.end >= m.maxParallelism || static_cast<int>(h.offsets.size()) != h.range.size())
+              err = Status::Corruption(where + ": key-group handle of '" + op.uid + "' has an inconsistent range");
+            st.keyed = std::move(h);
+            break;
+          }
+          case schema::SubtaskSnapshot::Keyed::INCREMENTAL: {
+            auto hb = keyed.getIncremental();
+            IncrementalStateHandle h;
+            h.backendId = hb.getBackendId();
+            h.checkpointId = hb.getCheckpointId();
+            h.range = {static_cast<int>(hb.getStartKeyGroup()), static_cast<int>(hb.getEndKeyGroup())};
+            h.sharedFiles = readShared(hb.getSharedFiles(), dir, &err);
+            h.privateFiles = readShared(hb.getPrivateFiles(), dir, &err);
+            for (auto cf : hb.getColumnFamilies()) h.columnFamilies.emplace_back(cf);
+            if (h.range.end >= m.maxParallelism)
+              err = Status::Corruption(where + ": incremental handle of '" + op.uid + "' has an inconsistent range");
+            st.keyed = std::move(h);
+            break;
+          }
+          default:
+            return Status::Incompatible(where + " uses a state handle type this jobhost does not know; "
+                                        "restore it with a newer jobhost");
+        }
+        op.subtasks.push_back(std::move(st));
+      }
+      m.operators.push_back(std::move(op));
+    }
+  } catch (const kj::Exception& e) {
+    return Status::Corruption(where + " is truncated or corrupt: " + std::string(e.getDescription().cStr()));
+  }
+  if (!err.ok()) return Status::Corruption(where + ": " + err.message());
+  return m;
+}
+
+}  // namespace jobhost::state

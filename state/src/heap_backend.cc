@@ -1,0 +1,254 @@
+// The hashmap (heap) keyed state backend.
+//
+// State lives in hash tables, one per (state, key group). Snapshots are copy-on-write
+// at key-group granularity: snapshotSync() only copies the shared pointers to the
+// current tables (O(states × key groups), no entry is copied under the pause); the
+// first write to a table that a running snapshot still holds copies that one table.
+// The AsyncSnapshot then serialises its frozen tables into a key-group file on a
+// background thread while records keep flowing.
+//
+// Thread-safety: see keyed_backend.h. The shared_ptr use count is the only state shared
+// with the async thread; a writer that sees use_count() > 1 copies before writing.
+#include <unordered_map>
+
+#include "jobhost/state/key_group_format.h"
+#include "jobhost/state/keyed_backend.h"
+
+namespace jobhost::state {
+namespace {
+
+struct KgTable {
+  std::unordered_map<std::string, std::string> values;                                     // Value/List
+  std::unordered_map<std::string, std::unordered_map<std::string, std::string>> maps;   // MapState
+  bool empty() const { return values.empty() && maps.empty(); }
+};
+using TablePtr = std::shared_ptr<KgTable>;
+
+struct HeapState {
+  StateDescriptorInfo descriptor;
+  std::vector<TablePtr> tables;  // index: key group - range.start
+};
+
+class HeapSnapshot : public AsyncSnapshot {
+ public:
+  HeapSnapshot(SnapshotRequest req, KeyGroupRange range, std::vector<StateDescriptorInfo> states,
+               std::vector<std::vector<TablePtr>> frozen)
+      : req_(std::move(req)), range_(range), states_(std::move(states)), frozen_(std::move(frozen)) {}
+
+  Result<KeyedStateHandle> run() override {
+    std::string path = (req_.exclusiveDir.empty() ? "" : req_.exclusiveDir + "/") + req_.filePrefix + ".kg";
+    auto writer = KeyGroupWriter::create(*req_.storage, path, states_, range_);
+    if (!writer.ok()) return writer.status();
+    for (int kg = range_.start; kg <= range_.end; ++kg) {
+      if (Status s = (*writer)->beginKeyGroup(kg); !s.ok()) return s;
+      size_t slot = static_cast<size_t>(kg - range_.start);
+      for (size_t si = 0; si < frozen_.size(); ++si) {
+        const TablePtr& t = frozen_[si][slot];
+        if (!t) continue;
+        for (const auto& [k, v] : t->values)
+          if (Status s = (*writer)->add(static_cast<int>(si), k, {}, v); !s.ok()) return s;
+        for (const auto& [k, m] : t->maps)
+          for (const auto& [uk, v] : m)
+            if (Status s = (*writer)->add(static_cast<int>(si), k, uk, v); !s.ok()) return s;
+      }
+    }
+    auto handle = (*writer)->finish();
+    frozen_.clear();  // release the tables: writers stop copying
+    if (!handle.ok()) return handle.status();
+    return KeyedStateHandle(std::move(*handle));
+  }
+
+ private:
+  SnapshotRequest req_;
+  KeyGroupRange range_;
+  std::vector<StateDescriptorInfo> states_;
+  std::vector<std::vector<TablePtr>> frozen_;
+};
+
+class HeapBackend : public KeyedStateBackend {
+ public:
+  explicit HeapBackend(const BackendOptions& o) : options_(o) {}
+
+  int registerState(const StateDescriptorInfo& d) override {
+    for (size_t i = 0; i < states_.size(); ++i) {
+      if (states_[i].descriptor.name != d.name) continue;
+      checkCompatible(states_[i].descriptor, d);
+      states_[i].descriptor = d;
+      return static_cast<int>(i);
+    }
+    HeapState s;
+    s.descriptor = d;
+    s.tables.resize(static_cast<size_t>(options_.range.size()));
+    states_.push_back(std::move(s));
+    return static_cast<int>(states_.size() - 1);
+  }
+
+  void setCurrentKey(int keyGroup, std::string_view key) override {
+    slot_ = static_cast<size_t>(keyGroup - options_.range.start);
+    key_.assign(key);
+    hasKey_ = true;
+  }
+  const KeyGroupRange& range() const override { return options_.range; }
+  BackendType type() const override { return BackendType::kHashMap; }
+  std::vector<StateDescriptorInfo> states() const override {
+    std::vector<StateDescriptorInfo> out;
+    for (const auto& s : states_) out.push_back(s.descriptor);
+    return out;
+  }
+
+  bool get(int state, std::string& out) override {
+    const KgTable* t = readTable(state);
+    if (!t) return false;
+    auto it = t->values.find(key_);
+    if (it == t->values.end()) return false;
+    out = it->second;
+    return true;
+  }
+  void put(int state, std::string_view value) override {
+    KgTable& t = writeTable(state);
+    auto it = t.values.find(key_);
+    if (it == t.values.end()) t.values.emplace(key_, value);
+    else it->second.assign(value);
+  }
+  void append(int state, std::string_view element) override { writeTable(state).values[key_].append(element); }
+  void clear(int state) override {
+    const KgTable* r = readTable(state);
+    if (!r || (!r->values.count(key_) && !r->maps.count(key_))) return;
+    KgTable& t = writeTable(state);
+    t.values.erase(key_);
+    t.maps.erase(key_);
+  }
+  bool mapGet(int state, std::string_view userKey, std::string& out) override {
+    const KgTable* t = readTable(state);
+    if (!t) return false;
+    auto it = t->maps.find(key_);
+    if (it == t->maps.end()) return false;
+    auto jt = it->second.find(std::string(userKey));
+    if (jt == it->second.end()) return false;
+    out = jt->second;
+    return true;
+  }
+  void mapPut(int state, std::string_view userKey, std::string_view value) override {
+    writeTable(state).maps[key_][std::string(userKey)].assign(value);
+  }
+  void mapRemove(int state, std::string_view userKey) override {
+    const KgTable* r = readTable(state);
+    if (!r) return;
+    auto it = r->maps.find(key_);
+    if (it == r->maps.end() || !it->second.count(std::string(userKey))) return;
+    KgTable& t = writeTable(state);
+    auto& m = t.maps[key_];
+    m.erase(std::string(userKey));
+    if (m.empty()) t.maps.erase(key_);
+  }
+  void mapForEach(int state, const std::function<bool(std::string_view, std::string_view)>& fn) override {
+    const KgTable* t = readTable(state);
+    if (!t) return;
+    auto it = t->maps.find(key_);
+    if (it == t->maps.end()) return;
+    for (const auto& [k, v] : it->second)
+      if (!fn(k, v)) return;
+  }
+
+  Status restore(const RestoreInput& input) override {
+    for (const auto& d : input.states) registerState(d);
+    for (const auto& h : input.handles) {
+      const auto* kgh = std::get_if<KeyGroupsStateHandle>(&h);
+      if (!kgh) {
+        return Status::Incompatible(std::string("the hashmap backend cannot restore a ") + handleTypeName(h) +
+                                    "; restore with state.backend.type=rocksdb, or convert the snapshot "
+                                    "with `jobhost convert`");
+      }
+      std::vector<std::string> names;
+      std::vector<int> map;  // file state index -> our state index
+      Status s = readKeyGroups(*input.storage, *kgh, options_.range, &names, [&](const KeyGroupEntry& e) {
+        if (map.empty()) {
+          for (const auto& n : names) {
+            int idx = -1;
+            for (size_t i = 0; i < states_.size(); ++i)
+              if (states_[i].descriptor.name == n) idx = static_cast<int>(i);
+            if (idx < 0) {
+              StateDescriptorInfo d;
+              d.name = n;
+              idx = registerState(d);
+            }
+            map.push_back(idx);
+          }
+        }
+        HeapState& st = states_[static_cast<size_t>(map[static_cast<size_t>(e.stateIndex)])];
+        TablePtr& t = st.tables[static_cast<size_t>(e.keyGroup - options_.range.start)];
+        if (!t) t = std::make_shared<KgTable>();
+        if (st.descriptor.kind == StateKind::kMap) t->maps[std::string(e.key)][std::string(e.userKey)] = e.value;
+        else t->values[std::string(e.key)] = e.value;
+        return Status::OK();
+      });
+      if (!s.ok()) return s;
+    }
+    return Status::OK();
+  }
+
+  Result<std::unique_ptr<AsyncSnapshot>> snapshotSync(const SnapshotRequest& request) override {
+    std::vector<std::vector<TablePtr>> frozen;
+    std::vector<StateDescriptorInfo> descriptors;
+    frozen.reserve(states_.size());
+    for (const auto& s : states_) {
+      frozen.push_back(s.tables);  // copies pointers only
+      descriptors.push_back(s.descriptor);
+    }
+    return std::unique_ptr<AsyncSnapshot>(
+        new HeapSnapshot(request, options_.range, std::move(descriptors), std::move(frozen)));
+  }
+
+  uint64_t approximateEntries() const override {
+    uint64_t n = 0;
+    for (const auto& s : states_)
+      for (const auto& t : s.tables)
+        if (t) n += t->values.size() + t->maps.size();
+    return n;
+  }
+
+ private:
+  static void checkCompatible(const StateDescriptorInfo& have, const StateDescriptorInfo& want) {
+    // A state restored from a snapshot whose descriptor only carries a name (older
+    // files) takes the job's declaration.
+    if (have.valueSerializer.empty()) return;
+    if (have.kind != want.kind)
+      throw StateError("state '" + want.name + "' is a " + stateKindName(have.kind) + " in the snapshot, but the job declares a " +
+                       stateKindName(want.kind));
+    if (have.valueSerializer != want.valueSerializer || have.valueSerializerVersion != want.valueSerializerVersion)
+      throw StateError("state '" + want.name + "' was written with value serializer " + have.valueSerializer + " v" +
+                       std::to_string(have.valueSerializerVersion) + ", the job declares " + want.valueSerializer +
+                       " v" + std::to_string(want.valueSerializerVersion));
+  }
+  void requireKey(int state) const {
+    if (!hasKey_) throw StateError("keyed state accessed outside a keyed context");
+    if (state < 0 || static_cast<size_t>(state) >= states_.size()) throw StateError("unknown state handle");
+  }
+  const KgTable* readTable(int state) const {
+    requireKey(state);
+    return states_[static_cast<size_t>(state)].tables[slot_].get();
+  }
+  KgTable& writeTable(int state) {
+    requireKey(state);
+    TablePtr& t = states_[static_cast<size_t>(state)].tables[slot_];
+    if (!t) t = std::make_shared<KgTable>();
+    else if (t.use_count() > 1) t = std::make_shared<KgTable>(*t);  // copy-on-write
+    return *t;
+  }
+
+  BackendOptions options_;
+  std::vector<HeapState> states_;
+  size_t slot_ = 0;
+  std::string key_;
+  bool hasKey_ = false;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<KeyedStateBackend>> createHeapBackend(const BackendOptions& options) {
+  if (options.range.empty() && options.maxParallelism > 0 && options.range.start != 0)
+    return Status::InvalidArgument("empty key-group range");
+  return std::unique_ptr<KeyedStateBackend>(new HeapBackend(options));
+}
+
+}  // namespace jobhost::state

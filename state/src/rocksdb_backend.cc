@@ -1,0 +1,1062 @@
+// state/src/rocksdb_backend.cc — the RocksDB keyed state backend (createRocksDbBackend).
+//
+// One RocksDB instance per backend, in <localDir>/db; one column family per declared
+// state; key layout in rocksdb_backend.h. Writes never go to the WAL: as in Flink,
+// durability comes only from checkpoints, so the local directory is scratch space
+// (wiped on open and when the backend goes away).
+//
+// Snapshots:
+//  - full (kCanonical, or kNative without incremental): the sync phase takes a RocksDB
+//    snapshot; the async phase scans every column family under it, key group by key
+//    group, into one key-group file (KeyGroupsStateHandle).
+//  - incremental (kNative with incremental): the sync phase flushes the memtables and
+//    hard-links a native RocksDB checkpoint into <localDir>/chk-*; the async phase
+//    uploads the SSTs not already uploaded by a *completed* checkpoint to the shared
+//    directory (never overwriting: a name taken by an aborted upload gets a unique
+//    suffix) and the MANIFEST/CURRENT/OPTIONS files to the exclusive directory
+//    (IncrementalStateHandle).
+//
+// Restore reads both handle types; a single incremental handle covering the whole range
+// becomes the live instance (keys outside the range are removed with DeleteRange),
+// anything else is copied key group by key group into the live instance.
+//
+// Thread-safety: as KeyedStateBackend (keyed_backend.h): every backend method runs on
+// the task thread; AsyncSnapshot::run() may run on another thread concurrently with
+// record processing. The DB and column-family handles live in a shared DbInstance that
+// AsyncSnapshots keep alive; the incremental bookkeeping (confirmed/pending SSTs) is
+// guarded by DbInstance::mu.
+#include "rocksdb_backend.h"
+
+#include <rocksdb/cache.h>
+#include <rocksdb/db.h>
+#include <rocksdb/filter_policy.h>
+#include <rocksdb/merge_operator.h>
+#include <rocksdb/options.h>
+#include <rocksdb/table.h>
+#include <rocksdb/utilities/checkpoint.h>
+#include <rocksdb/write_batch.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <random>
+#include <set>
+#include <stdexcept>
+#include <unordered_map>
+#include <utility>
+
+#include "jobhost/errors.h"
+#include "jobhost/state/key_group_format.h"
+#include "jobhost/state/keyed_backend.h"
+
+namespace jobhost::state {
+
+namespace fs = std::filesystem;
+namespace layout = rocksdb_layout;
+
+namespace {
+
+constexpr size_t kWriteBufferSize = 16u << 20;   // per column family
+constexpr size_t kBlockCacheSize = 128u << 20;   // process-wide, shared
+constexpr size_t kRestoreBatchBytes = 4u << 20;  // WriteBatch size during restore
+
+// ----------------------------------------------------------------------------------
+// Helpers
+
+Status fromRocks(const rocksdb::Status& s, const std::string& context) {
+  std::string msg = context + ": rocksdb: " + s.ToString();
+  if (s.IsCorruption()) return Status::Corruption(msg);
+  if (s.IsNotFound()) return Status::NotFound(msg);
+  if (s.IsNoSpace()) return Status::NoSpace(msg);
+  if (s.IsInvalidArgument()) return Status::InvalidArgument(msg);
+  return Status::IOError(msg);
+}
+
+Status fromErrorCode(const std::string& context, const std::error_code& ec) {
+  return fromErrno(context, ec.value());
+}
+
+/// The same code as s with `context: ` in front of the message.
+Status withContext(const Status& s, const std::string& context) {
+  std::string msg = context + ": " + s.message();
+  switch (s.code()) {
+    case Status::Code::kOk:
+      return Status::OK();
+    case Status::Code::kNotFound:
+      return Status::NotFound(msg);
+    case Status::Code::kCorruption:
+      return Status::Corruption(msg);
+    case Status::Code::kInvalidArgument:
+      return Status::InvalidArgument(msg);
+    case Status::Code::kNoSpace:
+      return Status::NoSpace(msg);
+    case Status::Code::kPermissionDenied:
+      return Status::PermissionDenied(msg);
+    case Status::Code::kIncompatible:
+      return Status::Incompatible(msg);
+    case Status::Code::kIOError:
+      break;
+  }
+  return Status::IOError(msg);
+}
+
+std::string joinPath(const std::string& dir, const std::string& name) {
+  if (dir.empty()) return name;
+  if (dir.back() == '/') return dir + name;
+  return dir + "/" + name;
+}
+
+std::string randomBackendId() {
+  std::random_device rd;
+  std::mt19937_64 gen((static_cast<uint64_t>(rd()) << 32) ^ rd());
+  char buf[33];
+  std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(gen()),
+                static_cast<unsigned long long>(gen()));
+  return buf;
+}
+
+bool isSst(const std::string& name) {
+  return name.size() > 4 && name.compare(name.size() - 4, 4, ".sst") == 0;
+}
+
+/// A file name usable inside a local directory (no separators, not . or ..).
+bool isPlainFileName(const std::string& name) {
+  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
+         name.find('\0') == std::string::npos;
+}
+
+/// ListState append: concatenation, no delimiter (elements carry their own length).
+class ConcatMergeOperator : public rocksdb::AssociativeMergeOperator {
+ public:
+  bool Merge(const rocksdb::Slice& /*key*/, const rocksdb::Slice* existing,
+             const rocksdb::Slice& value, std::string* newValue,
+             rocksdb::Logger* /*logger*/) const override {
+    newValue->clear();
+    if (existing != nullptr) {
+      newValue->reserve(existing->size() + value.size());
+      newValue->append(existing->data(), existing->size());
+    }
+    newValue->append(value.data(), value.size());
+    return true;
+  }
+  const char* Name() const override { return "jobhost.ConcatMergeOperator"; }
+};
+
+std::shared_ptr<rocksdb::Cache> sharedBlockCache() {
+  static std::shared_ptr<rocksdb::Cache> cache = rocksdb::NewLRUCache(kBlockCacheSize);
+  return cache;
+}
+
+rocksdb::DBOptions makeDbOptions() {
+  rocksdb::DBOptions o;
+  o.create_if_missing = true;
+  o.create_missing_column_families = true;
+  o.max_background_jobs = 2;
+  o.avoid_flush_during_shutdown = true;  // the directory is wiped anyway
+  o.keep_log_file_num = 2;
+  o.max_log_file_size = 4u << 20;
+  return o;
+}
+
+rocksdb::ColumnFamilyOptions makeCfOptions() {
+  static std::shared_ptr<rocksdb::MergeOperator> merge = std::make_shared<ConcatMergeOperator>();
+  static std::shared_ptr<const rocksdb::FilterPolicy> bloom(
+      rocksdb::NewBloomFilterPolicy(10, false));
+  rocksdb::ColumnFamilyOptions o;
+  o.write_buffer_size = kWriteBufferSize;
+  o.merge_operator = merge;
+  rocksdb::BlockBasedTableOptions t;
+  t.block_cache = sharedBlockCache();
+  t.filter_policy = bloom;
+  o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
+  return o;
+}
+
+/// Opens the DB in `dir` with the default column family plus `cfNames` (column family
+/// names, not state names). handles->at(0) is the default column family.
+Status openDb(const std::string& dir, const std::vector<std::string>& cfNames, bool readOnly,
+              rocksdb::DB** db, std::vector<rocksdb::ColumnFamilyHandle*>* handles) {
+  rocksdb::ColumnFamilyOptions cfo = makeCfOptions();
+  std::vector<rocksdb::ColumnFamilyDescriptor> descs;
+  descs.emplace_back(rocksdb::kDefaultColumnFamilyName, cfo);
+  for (const auto& n : cfNames) descs.emplace_back(n, cfo);
+  rocksdb::DBOptions dbo = makeDbOptions();
+  rocksdb::Status s;
+  if (readOnly) {
+    dbo.create_if_missing = false;
+    dbo.create_missing_column_families = false;
+    s = rocksdb::DB::OpenForReadOnly(dbo, dir, descs, handles, db);
+  } else {
+    s = rocksdb::DB::Open(dbo, dir, descs, handles, db);
+  }
+  if (!s.ok()) {
+    *db = nullptr;
+    handles->clear();
+    return fromRocks(s, "cannot open RocksDB instance in " + dir);
+  }
+  return Status::OK();
+}
+
+void closeDb(rocksdb::DB* db, std::vector<rocksdb::ColumnFamilyHandle*>* handles) {
+  if (db == nullptr) return;
+  for (auto* h : *handles) {
+    if (h != nullptr) db->DestroyColumnFamilyHandle(h).PermitUncheckedError();
+  }
+  handles->clear();
+  db->Close().PermitUncheckedError();
+  delete db;
+}
+
+// ----------------------------------------------------------------------------------
+// DbInstance: the live RocksDB and its column families, shared with AsyncSnapshots.
+
+struct DbInstance {
+  std::string localDir;
+  std::string dbDir;
+  rocksdb::DB* db = nullptr;
+  rocksdb::ColumnFamilyHandle* defaultCf = nullptr;
+  std::vector<rocksdb::ColumnFamilyHandle*> cfs;  // index = state id
+
+  // Incremental bookkeeping, guarded by mu (AsyncSnapshot::run records pending files
+  // on its thread; notifications arrive on the task thread).
+  std::mutex mu;
+  std::map<std::string, SharedFileRef>
+      confirmed;  // SST name -> ref of the last completed checkpoint
+  std::map<uint64_t, std::map<std::string, SharedFileRef>> pending;  // checkpoint -> all its SSTs
+  uint64_t lastCompleted = 0;
+
+  ~DbInstance() {
+    close();
+    if (!localDir.empty()) {
+      std::error_code ec;
+      fs::remove_all(localDir, ec);
+    }
+  }
+
+  void close() {
+    if (db == nullptr) return;
+    std::vector<rocksdb::ColumnFamilyHandle*> all;
+    all.push_back(defaultCf);
+    all.insert(all.end(), cfs.begin(), cfs.end());
+    closeDb(db, &all);
+    db = nullptr;
+    defaultCf = nullptr;
+    std::fill(cfs.begin(), cfs.end(), nullptr);
+  }
+};
+
+// ----------------------------------------------------------------------------------
+// Full snapshot: scan all column families under a RocksDB snapshot into a key-group file.
+
+class FullAsyncSnapshot : public AsyncSnapshot {
+ public:
+  FullAsyncSnapshot(std::shared_ptr<DbInstance> inst, const rocksdb::Snapshot* snap,
+                    std::vector<rocksdb::ColumnFamilyHandle*> cfs,
+                    std::vector<StateDescriptorInfo> states, KeyGroupRange range,
+                    SnapshotRequest request)
+      : inst_(std::move(inst)),
+        snap_(snap),
+        cfs_(std::move(cfs)),
+        states_(std::move(states)),
+        range_(range),
+        request_(std::move(request)) {}
+
+  ~FullAsyncSnapshot() override { release(); }
+
+  Result<KeyedStateHandle> run() override {
+    if (snap_ == nullptr)
+      return Status::InvalidArgument("rocksdb full snapshot: run() called twice");
+    Result<KeyedStateHandle> r = write();
+    release();
+    return r;
+  }
+
+ private:
+  void release() {
+    if (snap_ != nullptr) {
+      inst_->db->ReleaseSnapshot(snap_);
+      snap_ = nullptr;
+    }
+  }
+
+  Result<KeyedStateHandle> write() {
+    const std::string path = joinPath(request_.exclusiveDir, request_.filePrefix + ".kg");
+    auto writer = KeyGroupWriter::create(*request_.storage, path, states_, range_);
+    if (!writer.ok()) return writer.status();
+    KeyGroupWriter& w = **writer;
+
+    rocksdb::ReadOptions ro;
+    ro.snapshot = snap_;
+    ro.fill_cache = false;
+    std::string lower;
+    layout::appendKeyGroup(&lower, std::max(range_.start, 0));
+    // Iterators advance monotonically: every column family is sorted by key group, so
+    // one seek per column family and then a merge over the key groups in order.
+    std::vector<std::unique_ptr<rocksdb::Iterator>> its;
+    for (auto* cf : cfs_) {
+      its.emplace_back(inst_->db->NewIterator(ro, cf));
+      its.back()->Seek(lower);
+    }
+    Status s;
+    for (int kg = range_.start; kg <= range_.end && s.ok(); ++kg) {
+      s = w.beginKeyGroup(kg);
+      for (size_t i = 0; i < its.size() && s.ok(); ++i) {
+        rocksdb::Iterator* it = its[i].get();
+        const bool isMap = states_[i].kind == StateKind::kMap;
+        for (; it->Valid(); it->Next()) {
+          rocksdb::Slice k = it->key();
+          std::string_view kv(k.data(), k.size());
+          if (kv.size() < 2) {
+            s = Status::Corruption("rocksdb state '" + states_[i].name + "' holds a key of " +
+                                   std::to_string(kv.size()) + " bytes (no key group)");
+            break;
+          }
+          int entryKg = layout::decodeKeyGroup(kv);
+          if (entryKg < kg) continue;  // below the range: skip (not expected)
+          if (entryKg > kg) break;
+          rocksdb::Slice v = it->value();
+          std::string_view value(v.data(), v.size());
+          if (isMap) {
+            std::string_view key, userKey;
+            if (!layout::decodeMapKey(kv, &key, &userKey)) {
+              s = Status::Corruption("rocksdb state '" + states_[i].name +
+                                     "' holds a malformed map key");
+              break;
+            }
+            s = w.add(static_cast<int>(i), key, userKey, value);
+          } else {
+            s = w.add(static_cast<int>(i), kv.substr(2), {}, value);
+          }
+          if (!s.ok()) break;
+        }
+        if (s.ok() && !it->status().ok()) {
+          s = fromRocks(it->status(), "rocksdb snapshot scan of state '" + states_[i].name + "'");
+        }
+      }
+    }
+    its.clear();
+    if (!s.ok()) return s;
+    auto handle = w.finish();
+    if (!handle.ok()) return handle.status();
+    return KeyedStateHandle(std::move(handle).value());
+  }
+
+  std::shared_ptr<DbInstance> inst_;
+  const rocksdb::Snapshot* snap_;
+  std::vector<rocksdb::ColumnFamilyHandle*> cfs_;
+  std::vector<StateDescriptorInfo> states_;
+  KeyGroupRange range_;
+  SnapshotRequest request_;
+};
+
+// ----------------------------------------------------------------------------------
+// Incremental snapshot: upload a native RocksDB checkpoint, reusing confirmed SSTs.
+
+class IncrementalAsyncSnapshot : public AsyncSnapshot {
+ public:
+  IncrementalAsyncSnapshot(std::shared_ptr<DbInstance> inst, std::string localCheckpointDir,
+                           std::map<std::string, SharedFileRef> base, std::string backendId,
+                           std::vector<std::string> columnFamilies, KeyGroupRange range,
+                           SnapshotRequest request)
+      : inst_(std::move(inst)),
+        dir_(std::move(localCheckpointDir)),
+        base_(std::move(base)),
+        backendId_(std::move(backendId)),
+        columnFamilies_(std::move(columnFamilies)),
+        range_(range),
+        request_(std::move(request)) {}
+
+  ~IncrementalAsyncSnapshot() override { removeLocal(); }
+
+  Result<KeyedStateHandle> run() override {
+    if (done_) return Status::InvalidArgument("rocksdb incremental snapshot: run() called twice");
+    done_ = true;
+    Result<KeyedStateHandle> r = upload();
+    removeLocal();
+    return r;
+  }
+
+ private:
+  void removeLocal() {
+    if (dir_.empty()) return;
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+    dir_.clear();
+  }
+
+  /// Uploads an SST to the shared directory under <backendId>-<name>, or, when that
+  /// name is taken (an upload of an aborted checkpoint), under a unique variant of it.
+  Status uploadShared(const std::string& local, const std::string& name, std::string* path) {
+    CheckpointStorage& st = *request_.storage;
+    const std::string base = joinPath(request_.sharedDir, backendId_ + "-" + name);
+    const std::string withId = base + "-" + std::to_string(request_.checkpointId);
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      std::string candidate = attempt == 0   ? base
+                              : attempt == 1 ? withId
+                                             : withId + "-" + std::to_string(attempt);
+      if (st.exists(candidate)) continue;
+      Status s = st.putFile(candidate, local);
+      if (s.ok()) {
+        *path = std::move(candidate);
+        return s;
+      }
+      // Lost a race with another creator of the same path: try the next name.
+      if (s.isInvalidArgument() && st.exists(candidate)) continue;
+      return s;
+    }
+    return Status::IOError("cannot find a free shared file name for " + st.describe(base));
+  }
+
+  Result<KeyedStateHandle> upload() {
+    CheckpointStorage& st = *request_.storage;
+    const bool selfContained = request_.sharedDir.empty();
+    std::vector<std::pair<std::string, uint64_t>> files;  // name, size
+    std::error_code ec;
+    for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
+      if (!it->is_regular_file(ec)) continue;
+      uint64_t size = it->file_size(ec);
+      if (ec) break;
+      files.emplace_back(it->path().filename().string(), size);
+    }
+    if (ec) return fromErrorCode("cannot list local RocksDB checkpoint " + dir_, ec);
+    std::sort(files.begin(), files.end());
+
+    IncrementalStateHandle h;
+    h.backendId = backendId_;
+    h.checkpointId = request_.checkpointId;
+    h.range = range_;
+    h.columnFamilies = columnFamilies_;
+    std::map<std::string, SharedFileRef> all;
+    for (const auto& [name, size] : files) {
+      const std::string local = dir_ + "/" + name;
+      SharedFileRef ref;
+      ref.localName = name;
+      ref.file.size = size;
+      ref.createdByCheckpoint = request_.checkpointId;
+      if (isSst(name)) {
+        auto b = base_.find(name);
+        if (!selfContained && b != base_.end() && b->second.file.size == size) {
+          ref = b->second;  // uploaded by a completed checkpoint: reference it unchanged
+        } else if (selfContained) {
+          ref.file.path = joinPath(request_.exclusiveDir, request_.filePrefix + "-" + name);
+          if (Status s = st.putFile(ref.file.path, local); !s.ok()) return s;
+        } else {
+          if (Status s = uploadShared(local, name, &ref.file.path); !s.ok()) return s;
+        }
+        all[name] = ref;
+        h.sharedFiles.push_back(std::move(ref));
+      } else {
+        ref.file.path = joinPath(request_.exclusiveDir, request_.filePrefix + "-" + name);
+        if (Status s = st.putFile(ref.file.path, local); !s.ok()) return s;
+        h.privateFiles.push_back(std::move(ref));
+      }
+    }
+    if (!selfContained) {
+      std::lock_guard<std::mutex> lock(inst_->mu);
+      inst_->pending[request_.checkpointId] = std::move(all);
+    }
+    return KeyedStateHandle(std::move(h));
+  }
+
+  std::shared_ptr<DbInstance> inst_;
+  std::string dir_;
+  std::map<std::string, SharedFileRef> base_;
+  std::string backendId_;
+  std::vector<std::string> columnFamilies_;
+  KeyGroupRange range_;
+  SnapshotRequest request_;
+  bool done_ = false;
+};
+
+// ----------------------------------------------------------------------------------
+// The backend.
+
+class RocksDbBackend final : public KeyedStateBackend {
+ public:
+  explicit RocksDbBackend(const BackendOptions& options)
+      : options_(options), inst_(std::make_shared<DbInstance>()), backendId_(randomBackendId()) {
+    writeOptions_.disableWAL = true;
+  }
+
+  Status open() {
+    const std::string& dir = options_.localDir;
+    if (dir.empty())
+      return Status::InvalidArgument("rocksdb backend: no local directory configured");
+    std::error_code ec;
+    fs::path abs = fs::absolute(dir, ec);
+    if (ec || abs.lexically_normal() == abs.root_path()) {
+      return Status::InvalidArgument("rocksdb backend: refusing to use '" + dir +
+                                     "' as local directory");
+    }
+    fs::remove_all(dir, ec);
+    if (ec) return fromErrorCode("cannot wipe rocksdb local directory " + dir, ec);
+    fs::create_directories(dir, ec);
+    if (ec) return fromErrorCode("cannot create rocksdb local directory " + dir, ec);
+    inst_->localDir = dir;
+    inst_->dbDir = joinPath(dir, "db");
+    return openLive({});
+  }
+
+  // --- KeyedStateAccess -------------------------------------------------------------
+
+  int registerState(const StateDescriptorInfo& d) override {
+    auto it = byName_.find(d.name);
+    if (it != byName_.end()) {
+      StateDescriptorInfo& existing = states_[it->second];
+      if (existing.kind != d.kind) {
+        throw StateError("state '" + d.name + "' is already registered as " +
+                         stateKindName(existing.kind) + "; cannot register it as " +
+                         stateKindName(d.kind));
+      }
+      existing = d;  // same kind: the latest declaration wins (e.g. after restore)
+      return it->second;
+    }
+    rocksdb::ColumnFamilyHandle* h = nullptr;
+    rocksdb::Status s =
+        inst_->db->CreateColumnFamily(makeCfOptions(), layout::columnFamilyName(d.name), &h);
+    if (!s.ok()) {
+      throw StateError("cannot create RocksDB column family for state '" + d.name +
+                       "': " + s.ToString());
+    }
+    int id = static_cast<int>(states_.size());
+    states_.push_back(d);
+    inst_->cfs.push_back(h);
+    byName_.emplace(d.name, id);
+    return id;
+  }
+
+  bool get(int state, std::string& out) override {
+    auto* cf = valueCf(state, "get");
+    rocksdb::Status s = inst_->db->Get(readOptions_, cf, valueKey_, &out);
+    if (s.IsNotFound()) return false;
+    check(s, state, "get");
+    return true;
+  }
+
+  void put(int state, std::string_view value) override {
+    auto* cf = valueCf(state, "put");
+    check(inst_->db->Put(writeOptions_, cf, valueKey_, rocksdb::Slice(value.data(), value.size())),
+          state, "put");
+  }
+
+  void append(int state, std::string_view element) override {
+    auto* cf = cfFor(state, "append");
+    if (states_[state].kind != StateKind::kList) kindError(state, "append", "ListState");
+    check(inst_->db->Merge(writeOptions_, cf, valueKey_,
+                           rocksdb::Slice(element.data(), element.size())),
+          state, "append");
+  }
+
+  void clear(int state) override {
+    auto* cf = cfFor(state, "clear");
+    if (states_[state].kind != StateKind::kMap) {
+      check(inst_->db->Delete(writeOptions_, cf, valueKey_), state, "clear");
+      return;
+    }
+    // Point deletes of the key's entries (no range tombstone per clear()).
+    std::string upper;
+    bool bounded = layout::prefixSuccessor(mapPrefix_, &upper);
+    rocksdb::Slice upperSlice(upper);
+    rocksdb::ReadOptions ro;
+    if (bounded) ro.iterate_upper_bound = &upperSlice;
+    std::unique_ptr<rocksdb::Iterator> it(inst_->db->NewIterator(ro, cf));
+    batch_.Clear();
+    for (it->Seek(mapPrefix_); it->Valid() && it->key().starts_with(mapPrefix_); it->Next()) {
+      batch_.Delete(cf, it->key()).PermitUncheckedError();
+    }
+    check(it->status(), state, "clear");
+    it.reset();
+    if (batch_.Count() > 0) check(inst_->db->Write(writeOptions_, &batch_), state, "clear");
+    batch_.Clear();
+  }
+
+  bool mapGet(int state, std::string_view userKey, std::string& out) override {
+    auto* cf = mapCf(state, "mapGet");
+    mapKey_.assign(mapPrefix_).append(userKey);
+    rocksdb::Status s = inst_->db->Get(readOptions_, cf, mapKey_, &out);
+    if (s.IsNotFound()) return false;
+    check(s, state, "mapGet");
+    return true;
+  }
+
+  void mapPut(int state, std::string_view userKey, std::string_view value) override {
+    auto* cf = mapCf(state, "mapPut");
+    mapKey_.assign(mapPrefix_).append(userKey);
+    check(inst_->db->Put(writeOptions_, cf, mapKey_, rocksdb::Slice(value.data(), value.size())),
+          state, "mapPut");
+  }
+
+  void mapRemove(int state, std::string_view userKey) override {
+    auto* cf = mapCf(state, "mapRemove");
+    mapKey_.assign(mapPrefix_).append(userKey);
+    check(inst_->db->Delete(writeOptions_, cf, mapKey_), state, "mapRemove");
+  }
+
+  void mapForEach(int state,
+                  const std::function<bool(std::string_view, std::string_view)>& fn) override {
+    auto* cf = mapCf(state, "mapForEach");
+    // Locals, not members: fn may call back into this backend (even mapForEach).
+    const std::string prefix = mapPrefix_;
+    std::string upper;
+    bool bounded = layout::prefixSuccessor(prefix, &upper);
+    rocksdb::Slice upperSlice(upper);
+    rocksdb::ReadOptions ro;
+    if (bounded) ro.iterate_upper_bound = &upperSlice;
+    std::unique_ptr<rocksdb::Iterator> it(inst_->db->NewIterator(ro, cf));
+    for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+      rocksdb::Slice k = it->key();
+      rocksdb::Slice v = it->value();
+      if (!fn(std::string_view(k.data() + prefix.size(), k.size() - prefix.size()),
+              std::string_view(v.data(), v.size()))) {
+        return;
+      }
+    }
+    check(it->status(), state, "mapForEach");
+  }
+
+  // --- KeyedStateBackend ------------------------------------------------------------
+
+  void setCurrentKey(int keyGroup, std::string_view key) override {
+    if (!options_.range.contains(keyGroup)) {
+      throw StateError("key group " + std::to_string(keyGroup) +
+                       " is outside this backend's range [" + std::to_string(options_.range.start) +
+                       ", " + std::to_string(options_.range.end) + "]");
+    }
+    layout::encodeValueKey(&valueKey_, keyGroup, key);
+    layout::encodeMapPrefix(&mapPrefix_, keyGroup, key);
+    hasKey_ = true;
+  }
+
+  const KeyGroupRange& range() const override { return options_.range; }
+  BackendType type() const override { return BackendType::kRocksDb; }
+  std::vector<StateDescriptorInfo> states() const override { return states_; }
+
+  uint64_t approximateEntries() const override {
+    uint64_t total = 0;
+    for (auto* cf : inst_->cfs) {
+      uint64_t n = 0;
+      if (cf != nullptr && inst_->db->GetIntProperty(cf, "rocksdb.estimate-num-keys", &n))
+        total += n;
+    }
+    return total;
+  }
+
+  Result<std::unique_ptr<AsyncSnapshot>> snapshotSync(const SnapshotRequest& request) override {
+    if (request.storage == nullptr)
+      return Status::InvalidArgument("rocksdb snapshot: no checkpoint storage");
+    const bool incremental = request.format == SnapshotFormat::kNative && options_.incremental;
+    if (!incremental) {
+      const rocksdb::Snapshot* snap = inst_->db->GetSnapshot();
+      return std::unique_ptr<AsyncSnapshot>(
+          new FullAsyncSnapshot(inst_, snap, inst_->cfs, states_, options_.range, request));
+    }
+
+    // Sync phase of an incremental checkpoint: flush, then hard-link a native checkpoint.
+    std::vector<rocksdb::ColumnFamilyHandle*> all{inst_->defaultCf};
+    all.insert(all.end(), inst_->cfs.begin(), inst_->cfs.end());
+    rocksdb::FlushOptions fo;
+    fo.wait = true;
+    rocksdb::Status rs = inst_->db->Flush(fo, all);
+    if (!rs.ok())
+      return fromRocks(
+          rs, "rocksdb checkpoint " + std::to_string(request.checkpointId) + ": flush failed");
+
+    const std::string dir =
+        joinPath(inst_->localDir,
+                 "chk-" + std::to_string(request.checkpointId) + "-" + std::to_string(++tempSeq_));
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+    rocksdb::Checkpoint* cp = nullptr;
+    rs = rocksdb::Checkpoint::Create(inst_->db, &cp);
+    std::unique_ptr<rocksdb::Checkpoint> cpOwner(cp);
+    if (rs.ok()) rs = cp->CreateCheckpoint(dir);
+    if (!rs.ok()) {
+      fs::remove_all(dir, ec);
+      return fromRocks(rs, "cannot create local RocksDB checkpoint in " + dir);
+    }
+
+    std::map<std::string, SharedFileRef> base;
+    if (!request.sharedDir.empty()) {
+      std::lock_guard<std::mutex> lock(inst_->mu);
+      base = inst_->confirmed;
+    }
+    std::vector<std::string> names;
+    names.reserve(states_.size());
+    for (const auto& s : states_) names.push_back(s.name);
+    return std::unique_ptr<AsyncSnapshot>(new IncrementalAsyncSnapshot(
+        inst_, dir, std::move(base), backendId_, std::move(names), options_.range, request));
+  }
+
+  void notifyCheckpointComplete(uint64_t checkpointId) override {
+    std::lock_guard<std::mutex> lock(inst_->mu);
+    auto it = inst_->pending.find(checkpointId);
+    if (it == inst_->pending.end() || checkpointId <= inst_->lastCompleted) return;
+    // The completed checkpoint's SST set becomes the base: its new uploads are confirmed,
+    // and confirmed SSTs it no longer contains (compacted away) are dropped.
+    inst_->confirmed = std::move(it->second);
+    inst_->lastCompleted = checkpointId;
+    // Older pending checkpoints can no longer become the base.
+    inst_->pending.erase(inst_->pending.begin(), std::next(it));
+  }
+
+  void notifyCheckpointAborted(uint64_t checkpointId) override {
+    std::lock_guard<std::mutex> lock(inst_->mu);
+    inst_->pending.erase(checkpointId);
+  }
+
+  Status restore(const RestoreInput& input) override;
+
+ private:
+  // --- state access helpers ---------------------------------------------------------
+
+  rocksdb::ColumnFamilyHandle* cfFor(int state, const char* op) {
+    if (state < 0 || state >= static_cast<int>(states_.size())) {
+      throw StateError(std::string("rocksdb backend: ") + op + " on unknown state handle " +
+                       std::to_string(state));
+    }
+    if (!hasKey_) {
+      throw StateError(std::string("state '") + states_[state].name + "' accessed (" + op +
+                       ") outside a keyed context: no current key");
+    }
+    return inst_->cfs[state];
+  }
+
+  rocksdb::ColumnFamilyHandle* valueCf(int state, const char* op) {
+    auto* cf = cfFor(state, op);
+    if (states_[state].kind == StateKind::kMap) kindError(state, op, "ValueState or ListState");
+    return cf;
+  }
+
+  rocksdb::ColumnFamilyHandle* mapCf(int state, const char* op) {
+    auto* cf = cfFor(state, op);
+    if (states_[state].kind != StateKind::kMap) kindError(state, op, "MapState");
+    return cf;
+  }
+
+  [[noreturn]] void kindError(int state, const char* op, const char* wanted) {
+    throw StateError(std::string(op) + " on state '" + states_[state].name + "' (a " +
+                     stateKindName(states_[state].kind) + "); it needs a " + wanted);
+  }
+
+  void check(const rocksdb::Status& s, int state, const char* op) {
+    if (!s.ok()) {
+      throw std::runtime_error(std::string("rocksdb state backend: ") + op + " on state '" +
+                               states_[state].name + "' failed: " + s.ToString());
+    }
+  }
+
+  // --- DB lifecycle -------------------------------------------------------------------
+
+  /// Opens inst_->dbDir with column families for `existing` (state names present in the
+  /// directory), binds every registered state (creating missing column families).
+  Status openLive(const std::vector<std::string>& existing) {
+    std::vector<std::string> cfNames;
+    for (const auto& n : existing) cfNames.push_back(layout::columnFamilyName(n));
+    rocksdb::DB* db = nullptr;
+    std::vector<rocksdb::ColumnFamilyHandle*> handles;
+    Status s = openDb(inst_->dbDir, cfNames, false, &db, &handles);
+    if (!s.ok()) return s;
+    inst_->db = db;
+    inst_->defaultCf = handles[0];
+    inst_->cfs.assign(states_.size(), nullptr);
+    std::vector<rocksdb::ColumnFamilyHandle*> unused;
+    for (size_t i = 0; i < existing.size(); ++i) {
+      auto it = byName_.find(existing[i]);
+      if (it != byName_.end())
+        inst_->cfs[it->second] = handles[i + 1];
+      else
+        unused.push_back(handles[i + 1]);
+    }
+    for (auto* h : unused) db->DestroyColumnFamilyHandle(h).PermitUncheckedError();
+    for (size_t i = 0; i < states_.size(); ++i) {
+      if (inst_->cfs[i] != nullptr) continue;
+      rocksdb::Status rs = db->CreateColumnFamily(
+          makeCfOptions(), layout::columnFamilyName(states_[i].name), &inst_->cfs[i]);
+      if (!rs.ok())
+        return fromRocks(rs, "cannot create column family for state '" + states_[i].name + "'");
+    }
+    return Status::OK();
+  }
+
+  /// Registers a restored descriptor; a kind conflict is an error, not an exception.
+  Status registerRestored(const StateDescriptorInfo& d) {
+    auto it = byName_.find(d.name);
+    if (it != byName_.end() && states_[it->second].kind != d.kind) {
+      return Status::Incompatible("restore: state '" + d.name + "' is a " + stateKindName(d.kind) +
+                                  " in the snapshot but registered as a " +
+                                  stateKindName(states_[it->second].kind));
+    }
+    if (it != byName_.end()) return Status::OK();  // keep the job's own declaration
+    try {
+      registerState(d);
+    } catch (const std::exception& e) {
+      return Status::IOError(std::string("restore: ") + e.what());
+    }
+    return Status::OK();
+  }
+
+  int stateIdFor(const std::string& name) const {
+    auto it = byName_.find(name);
+    return it == byName_.end() ? -1 : it->second;
+  }
+
+  Status downloadIncremental(CheckpointStorage& st, const IncrementalStateHandle& h,
+                             const std::string& dir);
+  Status restoreInPlace(CheckpointStorage& st, const IncrementalStateHandle& h);
+  Status restoreByCopy(CheckpointStorage& st, const IncrementalStateHandle& h);
+  Status restoreKeyGroups(CheckpointStorage& st, const KeyGroupsStateHandle& h);
+  Status writeBatchIfLarge(rocksdb::WriteBatch* batch, bool force, const std::string& what);
+
+  std::string freshLocalDir(const char* what) {
+    return joinPath(inst_->localDir, std::string(what) + "-" + std::to_string(++tempSeq_));
+  }
+
+  BackendOptions options_;
+  std::shared_ptr<DbInstance> inst_;
+  std::vector<StateDescriptorInfo> states_;
+  std::unordered_map<std::string, int> byName_;
+  std::string backendId_;
+  uint64_t tempSeq_ = 0;
+
+  // Current key and reused scratch buffers (no allocation per access once warm).
+  bool hasKey_ = false;
+  std::string valueKey_;   // kg | key
+  std::string mapPrefix_;  // kg | varint(len) | key
+  std::string mapKey_;     // mapPrefix_ | userKey
+  rocksdb::WriteBatch batch_;
+  rocksdb::WriteOptions writeOptions_;
+  rocksdb::ReadOptions readOptions_;
+};
+
+// ----------------------------------------------------------------------------------
+// Restore
+
+Status RocksDbBackend::restore(const RestoreInput& input) {
+  if (input.storage == nullptr)
+    return Status::InvalidArgument("rocksdb restore: no checkpoint storage");
+  CheckpointStorage& st = *input.storage;
+  for (const auto& d : input.states) {
+    if (Status s = registerRestored(d); !s.ok()) return s;
+  }
+  std::vector<const KeyedStateHandle*> handles;
+  for (const auto& h : input.handles) {
+    if (!std::holds_alternative<std::monostate>(h)) handles.push_back(&h);
+  }
+  const KeyGroupRange& range = options_.range;
+  Status s;
+  if (handles.size() == 1 && std::holds_alternative<IncrementalStateHandle>(*handles[0]) &&
+      std::get<IncrementalStateHandle>(*handles[0]).range.intersect(range) == range &&
+      !range.empty()) {
+    s = restoreInPlace(st, std::get<IncrementalStateHandle>(*handles[0]));
+  } else {
+    for (const KeyedStateHandle* h : handles) {
+      if (const auto* kg = std::get_if<KeyGroupsStateHandle>(h)) {
+        s = restoreKeyGroups(st, *kg);
+      } else if (const auto* inc = std::get_if<IncrementalStateHandle>(h)) {
+        if (inc->range.intersect(range).empty()) continue;
+        s = restoreByCopy(st, *inc);
+      }
+      if (!s.ok()) break;
+    }
+  }
+  // A restored backend is a new lineage that depends on none of the restored files.
+  backendId_ = randomBackendId();
+  {
+    std::lock_guard<std::mutex> lock(inst_->mu);
+    inst_->confirmed.clear();
+    inst_->pending.clear();
+    inst_->lastCompleted = 0;
+  }
+  return s;
+}
+
+Status RocksDbBackend::downloadIncremental(CheckpointStorage& st, const IncrementalStateHandle& h,
+                                           const std::string& dir) {
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  fs::create_directories(dir, ec);
+  if (ec) return fromErrorCode("cannot create restore directory " + dir, ec);
+  const std::string what = "restore of rocksdb checkpoint " + std::to_string(h.checkpointId) +
+                           " (backend " + h.backendId + ")";
+  std::set<std::string> seen;
+  for (const auto* list : {&h.sharedFiles, &h.privateFiles}) {
+    for (const SharedFileRef& f : *list) {
+      if (!isPlainFileName(f.localName) || !seen.insert(f.localName).second) {
+        return Status::Corruption(what + ": invalid or duplicate local file name '" + f.localName +
+                                  "' for " + st.describe(f.file.path));
+      }
+      const std::string dest = dir + "/" + f.localName;
+      Status s = st.getToLocalFile(f.file.path, dest);
+      if (!s.ok()) return withContext(s, what + ": cannot download " + f.localName);
+      uint64_t size = fs::file_size(dest, ec);
+      if (ec) return fromErrorCode(what + ": cannot stat downloaded " + dest, ec);
+      if (size != f.file.size) {
+        return Status::Corruption(what + ": file " + st.describe(f.file.path) + " has " +
+                                  std::to_string(size) + " bytes, the checkpoint recorded " +
+                                  std::to_string(f.file.size) + " (truncated or replaced)");
+      }
+    }
+  }
+  return Status::OK();
+}
+
+Status RocksDbBackend::restoreInPlace(CheckpointStorage& st, const IncrementalStateHandle& h) {
+  for (const auto& name : h.columnFamilies) {
+    if (stateIdFor(name) < 0) {
+      return Status::Corruption("restore: rocksdb checkpoint " + std::to_string(h.checkpointId) +
+                                " has column family '" + name +
+                                "' with no state descriptor in the metadata");
+    }
+  }
+  const std::string dir = freshLocalDir("restore");
+  Status s = downloadIncremental(st, h, dir);
+  std::error_code ec;
+  if (!s.ok()) {
+    fs::remove_all(dir, ec);
+    return s;
+  }
+  // Swap the (empty) live instance for the downloaded one.
+  inst_->close();
+  fs::remove_all(inst_->dbDir, ec);
+  fs::rename(dir, inst_->dbDir, ec);
+  if (ec) {
+    s = fromErrorCode("cannot move restored RocksDB " + dir + " to " + inst_->dbDir, ec);
+  } else {
+    s = openLive(h.columnFamilies);
+  }
+  if (!s.ok()) {
+    // Leave a usable (empty) instance behind; the restore itself failed.
+    inst_->close();
+    fs::remove_all(inst_->dbDir, ec);
+    fs::remove_all(dir, ec);
+    openLive({}).ignoreError();
+    return s;
+  }
+  // Drop key groups outside this backend's range (rescaling up).
+  const KeyGroupRange& range = options_.range;
+  std::string lo, loEnd, hi, hiEnd;
+  layout::appendKeyGroup(&lo, 0);
+  layout::appendKeyGroup(&loEnd, range.start);
+  layout::appendKeyGroup(&hi, range.end + 1);
+  hiEnd.assign(3, '\xff');
+  for (size_t i = 0; i < states_.size(); ++i) {
+    rocksdb::ColumnFamilyHandle* cf = inst_->cfs[i];
+    rocksdb::Status rs;
+    if (h.range.start < range.start) rs = inst_->db->DeleteRange(writeOptions_, cf, lo, loEnd);
+    if (rs.ok() && h.range.end > range.end && range.end + 1 <= 0xffff) {
+      rs = inst_->db->DeleteRange(writeOptions_, cf, hi, hiEnd);
+    }
+    if (!rs.ok())
+      return fromRocks(rs, "restore: cannot delete key groups outside the range in state '" +
+                               states_[i].name + "'");
+  }
+  return Status::OK();
+}
+
+Status RocksDbBackend::writeBatchIfLarge(rocksdb::WriteBatch* batch, bool force,
+                                         const std::string& what) {
+  if (batch->Count() == 0 || (!force && batch->GetDataSize() < kRestoreBatchBytes))
+    return Status::OK();
+  rocksdb::Status rs = inst_->db->Write(writeOptions_, batch);
+  batch->Clear();
+  if (!rs.ok()) return fromRocks(rs, what + ": write failed");
+  return Status::OK();
+}
+
+Status RocksDbBackend::restoreByCopy(CheckpointStorage& st, const IncrementalStateHandle& h) {
+  const std::string what = "restore of rocksdb checkpoint " + std::to_string(h.checkpointId);
+  std::vector<int> target;
+  std::vector<std::string> cfNames;
+  for (const auto& name : h.columnFamilies) {
+    int id = stateIdFor(name);
+    if (id < 0) {
+      return Status::Corruption(what + " has column family '" + name +
+                                "' with no state descriptor in the metadata");
+    }
+    target.push_back(id);
+    cfNames.push_back(layout::columnFamilyName(name));
+  }
+  const std::string dir = freshLocalDir("restore");
+  Status s = downloadIncremental(st, h, dir);
+  rocksdb::DB* db = nullptr;
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  if (s.ok()) s = openDb(dir, cfNames, true, &db, &handles);
+  if (s.ok()) {
+    KeyGroupRange r = h.range.intersect(options_.range);
+    std::string lower, upper;
+    layout::appendKeyGroup(&lower, r.start);
+    layout::appendKeyGroup(&upper, r.end + 1);
+    rocksdb::Slice lowerSlice(lower), upperSlice(upper);
+    rocksdb::ReadOptions ro;
+    ro.fill_cache = false;
+    ro.iterate_lower_bound = &lowerSlice;
+    if (r.end + 1 <= 0xffff) ro.iterate_upper_bound = &upperSlice;
+    rocksdb::WriteBatch batch;
+    for (size_t i = 0; i < target.size() && s.ok(); ++i) {
+      rocksdb::ColumnFamilyHandle* dst = inst_->cfs[target[i]];
+      std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(ro, handles[i + 1]));
+      for (it->Seek(lower); it->Valid() && s.ok(); it->Next()) {
+        rocksdb::Status bs = batch.Put(dst, it->key(), it->value());
+        if (!bs.ok()) s = fromRocks(bs, what);
+        if (s.ok()) s = writeBatchIfLarge(&batch, false, what);
+      }
+      if (s.ok() && !it->status().ok())
+        s = fromRocks(it->status(), what + ": scan of state '" + h.columnFamilies[i] + "'");
+    }
+    if (s.ok()) s = writeBatchIfLarge(&batch, true, what);
+  }
+  closeDb(db, &handles);
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  return s;
+}
+
+Status RocksDbBackend::restoreKeyGroups(CheckpointStorage& st, const KeyGroupsStateHandle& h) {
+  const std::string what = "restore of key-group file " + st.describe(h.file.path);
+  std::vector<std::string> names;
+  std::vector<int> target;  // file state index -> state id
+  rocksdb::WriteBatch batch;
+  std::string key;
+  Status s = readKeyGroups(st, h, options_.range, &names, [&](const KeyGroupEntry& e) -> Status {
+    if (target.size() != names.size()) {
+      target.clear();
+      for (const auto& n : names) {
+        int id = stateIdFor(n);
+        if (id < 0)
+          return Status::Corruption(what + ": state '" + n +
+                                    "' has no state descriptor in the metadata");
+        target.push_back(id);
+      }
+    }
+    if (e.stateIndex < 0 || e.stateIndex >= static_cast<int>(target.size())) {
+      return Status::Corruption(what + ": entry refers to state index " +
+                                std::to_string(e.stateIndex));
+    }
+    if (!options_.range.contains(e.keyGroup)) return Status::OK();
+    int id = target[e.stateIndex];
+    if (states_[id].kind == StateKind::kMap) {
+      layout::encodeMapPrefix(&key, e.keyGroup, e.key);
+      key.append(e.userKey);
+    } else {
+      layout::encodeValueKey(&key, e.keyGroup, e.key);
+    }
+    rocksdb::Status bs =
+        batch.Put(inst_->cfs[id], key, rocksdb::Slice(e.value.data(), e.value.size()));
+    if (!bs.ok()) return fromRocks(bs, what);
+    return writeBatchIfLarge(&batch, false, what);
+  });
+  if (!s.ok()) return s;
+  return writeBatchIfLarge(&batch, true, what);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<KeyedStateBackend>> createRocksDbBackend(const BackendOptions& options) {
+  auto backend = std::make_unique<RocksDbBackend>(options);
+  if (Status s = backend->open(); !s.ok()) return s;
+  return std::unique_ptr<KeyedStateBackend>(std::move(backend));
+}
+
+}  // namespace jobhost::state

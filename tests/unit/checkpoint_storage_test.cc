@@ -1,0 +1,720 @@
+// Unit tests for jobhost::state::Status/Result and the local CheckpointStorage.
+//
+// Every test runs against a fresh directory under $TMPDIR (or /tmp).
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "jobhost/state/checkpoint_storage.h"
+#include "jobhost/state/status.h"
+
+namespace jobhost::state {
+namespace {
+
+namespace fs = std::filesystem;
+
+#define ASSERT_OK(expr)                                   \
+  do {                                                    \
+    const ::jobhost::state::Status s_ = (expr);           \
+    ASSERT_TRUE(s_.ok()) << #expr << ": " << s_.toString(); \
+  } while (0)
+
+#define EXPECT_OK(expr)                                   \
+  do {                                                    \
+    const ::jobhost::state::Status s_ = (expr);           \
+    EXPECT_TRUE(s_.ok()) << #expr << ": " << s_.toString(); \
+  } while (0)
+
+std::string randomBytes(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::string out(n, '\0');
+  for (char& c : out) c = static_cast<char>(rng() & 0xff);
+  return out;
+}
+
+std::string readLocal(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void writeLocal(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// Every non-directory entry under dir, relative, including hidden temporary files.
+std::set<std::string> rawFiles(const std::string& dir) {
+  std::set<std::string> out;
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (!it->is_directory()) out.insert(fs::relative(it->path(), dir).string());
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------
+// Status and Result
+
+TEST(StatusTest, OkIsOkAndPrintsOk) {
+  Status s = Status::OK();
+  EXPECT_TRUE(s.ok());
+  EXPECT_EQ(s.code(), Status::Code::kOk);
+  EXPECT_EQ(s.toString(), "OK");
+  EXPECT_EQ(s.message(), "");
+  EXPECT_TRUE(Status().ok());
+}
+
+TEST(StatusTest, EachFactoryProducesItsCodeAndPrefix) {
+  struct Case {
+    Status status;
+    Status::Code code;
+    std::string text;
+  };
+  const std::vector<Case> cases = {
+      {Status::NotFound("m"), Status::Code::kNotFound, "Not found: m"},
+      {Status::Corruption("m"), Status::Code::kCorruption, "Corruption: m"},
+      {Status::InvalidArgument("m"), Status::Code::kInvalidArgument, "Invalid argument: m"},
+      {Status::IOError("m"), Status::Code::kIOError, "IO error: m"},
+      {Status::NoSpace("m"), Status::Code::kNoSpace, "No space: m"},
+      {Status::PermissionDenied("m"), Status::Code::kPermissionDenied, "Permission denied: m"},
+      {Status::Incompatible("m"), Status::Code::kIncompatible, "Incompatible: m"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.text);
+    EXPECT_FALSE(c.status.ok());
+    EXPECT_EQ(c.status.code(), c.code);
+    EXPECT_EQ(c.status.message(), "m");
+    EXPECT_EQ(c.status.toString(), c.text);
+  }
+  EXPECT_TRUE(Status::NotFound("x").isNotFound());
+  EXPECT_TRUE(Status::Corruption("x").isCorruption());
+  EXPECT_TRUE(Status::InvalidArgument("x").isInvalidArgument());
+  EXPECT_TRUE(Status::IOError("x").isIOError());
+  EXPECT_TRUE(Status::NoSpace("x").isNoSpace());
+  EXPECT_TRUE(Status::PermissionDenied("x").isPermissionDenied());
+  EXPECT_TRUE(Status::Incompatible("x").isIncompatible());
+  EXPECT_FALSE(Status::IOError("x").isNotFound());
+}
+
+TEST(StatusTest, CopiesAreIndependentAndMovesLeaveValues) {
+  Status a = Status::IOError("disk");
+  Status b = a;
+  EXPECT_EQ(b.toString(), "IO error: disk");
+  a = Status::OK();
+  EXPECT_TRUE(a.ok());
+  EXPECT_EQ(b.toString(), "IO error: disk");
+  Status c = std::move(b);
+  EXPECT_EQ(c.toString(), "IO error: disk");
+  Status& self = c;
+  c = self;
+  EXPECT_EQ(c.toString(), "IO error: disk");
+}
+
+TEST(StatusTest, FromErrnoMapsErrnoToCodesAndAppendsStrerror) {
+  struct Case {
+    int err;
+    Status::Code code;
+  };
+  const std::vector<Case> cases = {
+      {ENOENT, Status::Code::kNotFound},         {ENOSPC, Status::Code::kNoSpace},
+      {EDQUOT, Status::Code::kNoSpace},          {EACCES, Status::Code::kPermissionDenied},
+      {EPERM, Status::Code::kPermissionDenied},  {EROFS, Status::Code::kPermissionDenied},
+      {EIO, Status::Code::kIOError},             {EBADF, Status::Code::kIOError},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.err);
+    Status s = fromErrno("cannot write /x", c.err);
+    EXPECT_EQ(s.code(), c.code);
+    EXPECT_EQ(s.message(), std::string("cannot write /x: ") + std::strerror(c.err));
+  }
+  EXPECT_EQ(fromErrno("cannot write /x/_metadata", ENOSPC).toString(),
+            "No space: cannot write /x/_metadata: No space left on device");
+}
+
+TEST(ResultTest, HoldsAValueOrAnError) {
+  Result<std::unique_ptr<int>> good(std::make_unique<int>(7));
+  ASSERT_TRUE(good.ok());
+  EXPECT_TRUE(good.status().ok());
+  EXPECT_EQ(**good, 7);
+  std::unique_ptr<int> taken = std::move(good).value();
+  EXPECT_EQ(*taken, 7);
+
+  Result<std::string> bad(Status::NotFound("nope"));
+  EXPECT_FALSE(bad.ok());
+  EXPECT_TRUE(bad.status().isNotFound());
+  EXPECT_EQ(bad.status().message(), "nope");
+
+  Result<std::string> str(std::string("abc"));
+  EXPECT_EQ(str->size(), 3u);
+}
+
+TEST(ResultTest, ConstructingFromOkStatusBecomesAnError) {
+  Result<int> r(Status::OK());
+  EXPECT_FALSE(r.ok());
+  EXPECT_TRUE(r.status().isInvalidArgument());
+}
+
+TEST(ResultDeathTest, AccessingTheValueOfAnErrorAborts) {
+  Result<int> r(Status::Corruption("bad bytes"));
+  EXPECT_DEATH((void)r.value(), "bad bytes");
+}
+
+// ---------------------------------------------------------------------------------------
+// openStorage
+
+TEST(OpenStorageTest, AcceptsLocalPathsAndFileUrisAndNormalizesTheRoot) {
+  const std::string cwd = fs::current_path().string();
+  struct Case {
+    std::string input;
+    std::string expectedUri;
+  };
+  const std::vector<Case> cases = {
+      {"/var/ckpt", "file:///var/ckpt"},
+      {"/var/ckpt/", "file:///var/ckpt"},
+      {"/var/./a/../ckpt", "file:///var/ckpt"},
+      {"file:///var/ckpt", "file:///var/ckpt"},
+      {"FILE:///var/ckpt", "file:///var/ckpt"},
+      {"rel/dir", "file://" + cwd + "/rel/dir"},
+      {"./rel", "file://" + cwd + "/rel"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.input);
+    auto storage = openStorage(c.input);
+    ASSERT_TRUE(storage.ok()) << storage.status();
+    EXPECT_EQ((*storage)->rootUri(), c.expectedUri);
+  }
+}
+
+TEST(OpenStorageTest, RejectsOtherSchemesEmptyInputAndNonAbsoluteFileUris) {
+  struct Case {
+    std::string input;
+    std::string messagePart;
+  };
+  const std::vector<Case> cases = {
+      {"s3://bucket/ckpt", "unsupported storage scheme 's3'; use a local path or file:///"},
+      {"hdfs://nn:8020/ckpt", "unsupported storage scheme 'hdfs'"},
+      {"file://host/ckpt", "file:///"},
+      {"file://", "file:///"},
+      {"", "empty"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.input);
+    auto storage = openStorage(c.input);
+    ASSERT_FALSE(storage.ok());
+    EXPECT_TRUE(storage.status().isInvalidArgument()) << storage.status();
+    EXPECT_NE(storage.status().message().find(c.messagePart), std::string::npos)
+        << storage.status();
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// LocalFileStorage
+
+class LocalStorageTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string tmpl = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") +
+                       "/jobhost-storage-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr) << std::strerror(errno);
+    base_ = tmpl;
+    root_ = base_ + "/root";  // does not exist yet: created on first write
+    auto opened = openStorage(root_);
+    ASSERT_TRUE(opened.ok()) << opened.status();
+    storage_ = std::move(opened).value();
+  }
+
+  void TearDown() override {
+    storage_.reset();
+    // Undo any chmod from permission tests so the tree can be removed.
+    std::error_code ec;
+    for (fs::recursive_directory_iterator it(base_, ec), end; !ec && it != end;
+         it.increment(ec)) {
+      if (it->is_directory()) ::chmod(it->path().c_str(), 0755);
+    }
+    ::chmod(base_.c_str(), 0755);
+    fs::remove_all(base_, ec);
+  }
+
+  std::string getOrDie(const std::string& path) {
+    std::string out;
+    Status s = storage_->get(path, &out);
+    EXPECT_TRUE(s.ok()) << s;
+    return out;
+  }
+
+  std::vector<FileEntry> listOrDie(const std::string& prefix) {
+    std::vector<FileEntry> out;
+    Status s = storage_->list(prefix, &out);
+    EXPECT_TRUE(s.ok()) << s;
+    return out;
+  }
+
+  std::string base_;
+  std::string root_;
+  std::unique_ptr<CheckpointStorage> storage_;
+};
+
+TEST_F(LocalStorageTest, OpeningDoesNotCreateTheRootButTheFirstWriteDoes) {
+  EXPECT_FALSE(fs::exists(root_));
+  EXPECT_TRUE(listOrDie("").empty());
+  EXPECT_FALSE(storage_->exists("a"));
+  ASSERT_OK(storage_->put("job/chk-1/_metadata", "m"));
+  EXPECT_TRUE(fs::is_directory(root_ + "/job/chk-1"));
+  EXPECT_EQ(readLocal(root_ + "/job/chk-1/_metadata"), "m");
+}
+
+TEST_F(LocalStorageTest, PutThenGetReturnsTheSameBytes) {
+  struct Case {
+    std::string path;
+    std::string bytes;
+  };
+  const std::vector<Case> cases = {
+      {"empty", ""},
+      {"small", "hello"},
+      {"binary", std::string("a\0b\xff\n\0", 6)},
+      {"deep/er/and/deeper/file.sst", "nested"},
+      {"big", randomBytes(3 * 1024 * 1024 + 17, 1)},  // well past the write buffer
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.path);
+    ASSERT_OK(storage_->put(c.path, c.bytes));
+    EXPECT_EQ(getOrDie(c.path), c.bytes);
+    auto size = storage_->fileSize(c.path);
+    ASSERT_TRUE(size.ok()) << size.status();
+    EXPECT_EQ(*size, c.bytes.size());
+    EXPECT_TRUE(storage_->exists(c.path));
+  }
+}
+
+TEST_F(LocalStorageTest, AWriterIsInvisibleUntilCloseAndThenHoldsEveryAppendInOrder) {
+  auto writer = storage_->create("chk-1/state.bin");
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  std::string expected;
+  const std::vector<std::string> pieces = {"x", std::string(1000, 'y'), "",
+                                           randomBytes(70 * 1024, 2), "z",
+                                           randomBytes(200 * 1024, 3)};
+  for (int round = 0; round < 50; ++round) {
+    for (const std::string& piece : pieces) {
+      if (round > 0 && piece.size() > 1000) continue;  // keep the test fast
+      ASSERT_OK((*writer)->append(piece));
+      expected += piece;
+      EXPECT_EQ((*writer)->size(), expected.size());
+    }
+  }
+  EXPECT_FALSE(storage_->exists("chk-1/state.bin"));
+  EXPECT_TRUE(listOrDie("").empty());
+  ASSERT_OK((*writer)->close());
+  EXPECT_TRUE(storage_->exists("chk-1/state.bin"));
+  EXPECT_EQ(getOrDie("chk-1/state.bin"), expected);
+  EXPECT_EQ(rawFiles(root_), std::set<std::string>{"chk-1/state.bin"});
+}
+
+TEST_F(LocalStorageTest, AWriterDestroyedWithoutCloseLeavesNothingBehind) {
+  {
+    auto writer = storage_->create("chk-2/_metadata");
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    ASSERT_OK((*writer)->append(randomBytes(300 * 1024, 4)));
+    EXPECT_EQ(rawFiles(root_).size(), 1u);  // the temporary file exists meanwhile
+  }
+  EXPECT_FALSE(storage_->exists("chk-2/_metadata"));
+  EXPECT_TRUE(listOrDie("").empty());
+  EXPECT_TRUE(rawFiles(root_).empty());
+  // The name is still free.
+  ASSERT_OK(storage_->put("chk-2/_metadata", "ok"));
+  EXPECT_EQ(getOrDie("chk-2/_metadata"), "ok");
+}
+
+TEST_F(LocalStorageTest, AppendOrCloseAfterCloseIsRejected) {
+  auto writer = storage_->create("f");
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  ASSERT_OK((*writer)->append("abc"));
+  ASSERT_OK((*writer)->close());
+  EXPECT_TRUE((*writer)->append("more").isInvalidArgument());
+  EXPECT_TRUE((*writer)->close().isInvalidArgument());
+  EXPECT_EQ(getOrDie("f"), "abc");
+}
+
+TEST_F(LocalStorageTest, CreatingAnExistingFileFailsAndKeepsTheOriginal) {
+  ASSERT_OK(storage_->put("chk-1/_metadata", "original"));
+  const std::string local = base_ + "/src";
+  writeLocal(local, "replacement");
+
+  Status viaPut = storage_->put("chk-1/_metadata", "replacement");
+  auto viaCreate = storage_->create("chk-1/_metadata");
+  Status viaPutFile = storage_->putFile("chk-1/_metadata", local);
+  Status viaDirectory = storage_->put("chk-1", "x");  // a directory is in the way
+  ASSERT_FALSE(viaCreate.ok());
+  for (const Status& s : {viaPut, viaCreate.status(), viaPutFile, viaDirectory}) {
+    SCOPED_TRACE(s.toString());
+    EXPECT_TRUE(s.isInvalidArgument());
+    EXPECT_NE(s.message().find("already exists"), std::string::npos);
+    EXPECT_NE(s.message().find(root_ + "/chk-1"), std::string::npos);
+  }
+  EXPECT_EQ(getOrDie("chk-1/_metadata"), "original");
+  EXPECT_EQ(rawFiles(root_), std::set<std::string>{"chk-1/_metadata"});
+}
+
+TEST_F(LocalStorageTest, OfTwoWritersOfOnePathOnlyTheFirstToCloseWins) {
+  auto first = storage_->create("race");
+  auto second = storage_->create("race");
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(second.ok()) << second.status();
+  ASSERT_OK((*second)->append("second"));
+  ASSERT_OK((*first)->append("first"));
+  ASSERT_OK((*second)->close());
+  Status lost = (*first)->close();
+  EXPECT_TRUE(lost.isInvalidArgument()) << lost;
+  EXPECT_NE(lost.message().find("already exists"), std::string::npos) << lost;
+  EXPECT_EQ(getOrDie("race"), "second");
+  EXPECT_EQ(rawFiles(root_), std::set<std::string>{"race"});  // loser's temp is gone
+}
+
+TEST_F(LocalStorageTest, ConcurrentPutsOfOnePathHaveExactlyOneWinner) {
+  constexpr int kThreads = 8;
+  std::vector<Status> results(kThreads);
+  std::vector<std::thread> threads;
+  std::atomic<bool> go{false};
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      while (!go.load()) std::this_thread::yield();
+      results[i] = storage_->put("shared/_metadata", "writer-" + std::to_string(i));
+    });
+  }
+  go = true;
+  for (auto& t : threads) t.join();
+  int winner = -1;
+  for (int i = 0; i < kThreads; ++i) {
+    if (results[i].ok()) {
+      EXPECT_EQ(winner, -1) << "two writers succeeded";
+      winner = i;
+    } else {
+      EXPECT_TRUE(results[i].isInvalidArgument()) << results[i];
+    }
+  }
+  ASSERT_NE(winner, -1);
+  EXPECT_EQ(getOrDie("shared/_metadata"), "writer-" + std::to_string(winner));
+  EXPECT_EQ(rawFiles(root_), std::set<std::string>{"shared/_metadata"});
+}
+
+TEST_F(LocalStorageTest, InvalidPathsAreRejectedByEveryOperation) {
+  const std::vector<std::string> badPaths = {
+      "",
+      "/abs",
+      "/",
+      "a//b",
+      "a/",
+      "./a",
+      "a/./b",
+      "..",
+      "../escape",
+      "a/../../escape",
+      ".",
+      std::string("a\0b", 3),
+      ".f.tmp.123",        // reserved for temporary files
+      "dir/.x.tmp.abc",
+  };
+  const std::string local = base_ + "/src";
+  writeLocal(local, "data");
+  for (const std::string& path : badPaths) {
+    SCOPED_TRACE("path '" + path + "'");
+    std::string out;
+    auto writer = storage_->create(path);
+    auto reader = storage_->open(path);
+    auto size = storage_->fileSize(path);
+    ASSERT_FALSE(writer.ok());
+    ASSERT_FALSE(reader.ok());
+    ASSERT_FALSE(size.ok());
+    for (const Status& s :
+         {storage_->put(path, "x"), storage_->putFile(path, local), storage_->get(path, &out),
+          storage_->getToLocalFile(path, base_ + "/dest"), storage_->remove(path),
+          writer.status(), reader.status(), size.status()}) {
+      EXPECT_TRUE(s.isInvalidArgument()) << s;
+      EXPECT_NE(s.message().find("invalid storage path"), std::string::npos) << s;
+    }
+    EXPECT_FALSE(storage_->exists(path));
+  }
+  EXPECT_FALSE(fs::exists(root_)) << "nothing may be written for an invalid path";
+  EXPECT_FALSE(fs::exists(base_ + "/dest"));
+  EXPECT_FALSE(fs::exists(base_ + "/escape"));
+}
+
+TEST_F(LocalStorageTest, InvalidDirectoryPrefixesAreRejectedAndValidOnesAccepted) {
+  const std::vector<std::string> badPrefixes = {"/", "/abs", "a//b", "a//", "../x", "a/..",
+                                                "./", ".d.tmp.1/"};
+  for (const std::string& prefix : badPrefixes) {
+    SCOPED_TRACE("prefix '" + prefix + "'");
+    std::vector<FileEntry> out;
+    EXPECT_TRUE(storage_->list(prefix, &out).isInvalidArgument());
+    EXPECT_TRUE(storage_->removeAll(prefix).isInvalidArgument());
+  }
+  for (const char* prefix : {"", "a", "a/", "a/b", "a/b/"}) {
+    SCOPED_TRACE("prefix '" + std::string(prefix) + "'");
+    std::vector<FileEntry> out;
+    EXPECT_OK(storage_->list(prefix, &out));
+    EXPECT_OK(storage_->removeAll(prefix));
+  }
+}
+
+TEST_F(LocalStorageTest, ListIsRecursiveSortedByPathAndReportsSizes) {
+  ASSERT_OK(storage_->put("b/2", "22"));
+  ASSERT_OK(storage_->put("a/sub/x", "xxx"));
+  ASSERT_OK(storage_->put("a/1", "1"));
+  ASSERT_OK(storage_->put("a.txt", ""));
+  ASSERT_OK(storage_->put("ab/z", "zzzz"));
+  ASSERT_OK(storage_->put("c", "c"));
+
+  const std::vector<FileEntry> all = {{"a.txt", 0}, {"a/1", 1}, {"a/sub/x", 3},
+                                      {"ab/z", 4},  {"b/2", 2}, {"c", 1}};
+  EXPECT_EQ(listOrDie(""), all);
+
+  struct Case {
+    std::string prefix;
+    std::vector<FileEntry> expected;
+  };
+  const std::vector<Case> cases = {
+      {"a", {{"a/1", 1}, {"a/sub/x", 3}}},  // not "a.txt" or "ab/z"
+      {"a/", {{"a/1", 1}, {"a/sub/x", 3}}},
+      {"a/sub", {{"a/sub/x", 3}}},
+      {"missing", {}},
+      {"missing/deeper", {}},
+      {"c", {}},    // a file, not a directory: nothing under it
+      {"c/d", {}},  // below a file
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE("prefix '" + c.prefix + "'");
+    std::vector<FileEntry> out = {{"stale", 9}};  // list replaces, not appends
+    ASSERT_OK(storage_->list(c.prefix, &out));
+    EXPECT_EQ(out, c.expected);
+  }
+}
+
+TEST_F(LocalStorageTest, ListSkipsInFlightAndLeftoverTemporaryFiles) {
+  ASSERT_OK(storage_->put("chk-1/done", "d"));
+  auto writer = storage_->create("chk-1/pending");
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  ASSERT_OK((*writer)->append("p"));
+  writeLocal(root_ + "/chk-1/.crashed.tmp.0123456789abcdef", "left by a crash");
+  writeLocal(root_ + "/.top.tmp.x", "left by a crash");
+
+  EXPECT_EQ(listOrDie(""), (std::vector<FileEntry>{{"chk-1/done", 1}}));
+  EXPECT_EQ(listOrDie("chk-1"), (std::vector<FileEntry>{{"chk-1/done", 1}}));
+
+  ASSERT_OK((*writer)->close());
+  EXPECT_EQ(listOrDie("chk-1"),
+            (std::vector<FileEntry>{{"chk-1/done", 1}, {"chk-1/pending", 1}}));
+}
+
+TEST_F(LocalStorageTest, RemoveDeletesOneFileAndReportsMissingOnes) {
+  ASSERT_OK(storage_->put("d/f", "x"));
+  ASSERT_OK(storage_->put("d/g", "y"));
+  ASSERT_OK(storage_->remove("d/f"));
+  EXPECT_FALSE(storage_->exists("d/f"));
+  EXPECT_EQ(listOrDie(""), (std::vector<FileEntry>{{"d/g", 1}}));
+
+  struct Case {
+    std::string path;
+    std::string why;
+  };
+  const std::vector<Case> cases = {
+      {"d/f", "already removed"}, {"never", "never existed"},
+      {"d", "a directory, not a file"}, {"d/g/below", "below a file"}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.why);
+    Status s = storage_->remove(c.path);
+    EXPECT_TRUE(s.isNotFound()) << s;
+    EXPECT_NE(s.message().find(root_ + "/" + c.path), std::string::npos) << s;
+  }
+  EXPECT_EQ(getOrDie("d/g"), "y");
+}
+
+TEST_F(LocalStorageTest, RemoveAllDeletesExactlyTheSubtreeUnderThePrefix) {
+  ASSERT_OK(storage_->put("job/chk-1/_metadata", "m"));
+  ASSERT_OK(storage_->put("job/chk-1/shared/1.sst", "s"));
+  ASSERT_OK(storage_->put("job/chk-10/_metadata", "m"));
+  ASSERT_OK(storage_->put("job/chk-1.txt", "t"));
+  auto pending = storage_->create("job/chk-1/in-flight");
+  ASSERT_TRUE(pending.ok()) << pending.status();
+
+  ASSERT_OK(storage_->removeAll("job/chk-1"));
+  EXPECT_EQ(listOrDie(""),
+            (std::vector<FileEntry>{{"job/chk-1.txt", 1}, {"job/chk-10/_metadata", 1}}));
+  EXPECT_FALSE(fs::exists(root_ + "/job/chk-1"));
+  // The writer lost its directory; it must fail rather than resurrect anything.
+  EXPECT_FALSE((*pending)->close().ok());
+  EXPECT_FALSE(fs::exists(root_ + "/job/chk-1"));
+
+  EXPECT_OK(storage_->removeAll("job/chk-1"));        // already gone
+  EXPECT_OK(storage_->removeAll("nothing/here"));     // never existed
+  EXPECT_OK(storage_->removeAll("job/chk-1.txt"));    // a file: nothing under it
+  EXPECT_TRUE(storage_->exists("job/chk-1.txt"));
+
+  ASSERT_OK(storage_->removeAll(""));
+  EXPECT_TRUE(listOrDie("").empty());
+  EXPECT_TRUE(fs::is_directory(root_)) << "the root itself is kept";
+  EXPECT_TRUE(fs::is_empty(root_));
+}
+
+TEST_F(LocalStorageTest, PutFileAndGetToLocalFileCopyWholeFiles) {
+  const std::string bytes = randomBytes(5 * 1024 * 1024 + 3, 5);  // several copy chunks
+  const std::string src = base_ + "/000042.sst";
+  writeLocal(src, bytes);
+  ASSERT_OK(storage_->putFile("job/shared/000042.sst", src));
+  EXPECT_EQ(getOrDie("job/shared/000042.sst"), bytes);
+  auto size = storage_->fileSize("job/shared/000042.sst");
+  ASSERT_TRUE(size.ok()) << size.status();
+  EXPECT_EQ(*size, bytes.size());
+
+  const std::string dest = base_ + "/restored.sst";
+  writeLocal(dest, std::string(10 * 1024 * 1024, 'o'));  // longer: must be truncated
+  ASSERT_OK(storage_->getToLocalFile("job/shared/000042.sst", dest));
+  EXPECT_EQ(readLocal(dest), bytes);
+
+  writeLocal(base_ + "/empty", "");
+  ASSERT_OK(storage_->putFile("empty.sst", base_ + "/empty"));
+  EXPECT_EQ(getOrDie("empty.sst"), "");
+}
+
+TEST_F(LocalStorageTest, CopyingFromMissingFilesIsNotFoundAndNamesThePath) {
+  const std::string missingSrc = base_ + "/no-such.sst";
+  Status up = storage_->putFile("x.sst", missingSrc);
+  EXPECT_TRUE(up.isNotFound()) << up;
+  EXPECT_NE(up.message().find(missingSrc), std::string::npos) << up;
+  EXPECT_FALSE(storage_->exists("x.sst"));
+
+  Status upDir = storage_->putFile("y.sst", base_);
+  EXPECT_TRUE(upDir.isInvalidArgument()) << upDir;
+  EXPECT_FALSE(storage_->exists("y.sst"));
+
+  const std::string dest = base_ + "/dest.sst";
+  Status down = storage_->getToLocalFile("no/such.sst", dest);
+  EXPECT_TRUE(down.isNotFound()) << down;
+  EXPECT_NE(down.message().find(root_ + "/no/such.sst"), std::string::npos) << down;
+  EXPECT_FALSE(fs::exists(dest));
+}
+
+TEST_F(LocalStorageTest, ReadingMissingFilesIsNotFoundAndNamesTheFullPath) {
+  ASSERT_OK(storage_->put("dir/file", "x"));
+  for (const std::string path : {"chk-9/_metadata", "dir", "dir/file/below"}) {
+    SCOPED_TRACE(path);
+    const std::string full = root_ + "/" + path;
+    std::string out;
+    Status viaGet = storage_->get(path, &out);
+    auto viaOpen = storage_->open(path);
+    auto viaSize = storage_->fileSize(path);
+    ASSERT_FALSE(viaOpen.ok());
+    ASSERT_FALSE(viaSize.ok());
+    for (const Status& s : {viaGet, viaOpen.status(), viaSize.status()}) {
+      EXPECT_TRUE(s.isNotFound()) << s;
+      EXPECT_NE(s.message().find(full), std::string::npos) << s;
+    }
+    EXPECT_FALSE(storage_->exists(path));
+  }
+}
+
+TEST_F(LocalStorageTest, ReadsReturnExactRangesAndShortReadsAreCorruption) {
+  ASSERT_OK(storage_->put("f", "0123456789"));
+  auto file = storage_->open("f");
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ((*file)->size(), 10u);
+
+  struct Case {
+    uint64_t offset;
+    size_t n;
+    std::string expected;  // empty with ok=false means Corruption
+    bool ok;
+  };
+  const std::vector<Case> cases = {
+      {0, 10, "0123456789", true}, {3, 4, "3456", true},  {9, 1, "9", true},
+      {10, 0, "", true},           {0, 11, "", false},    {5, 6, "", false},
+      {10, 1, "", false},          {11, 0, "", false},    {UINT64_MAX, 2, "", false},
+      {2, SIZE_MAX, "", false},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::to_string(c.offset) + "+" + std::to_string(c.n));
+    std::string out = "garbage";
+    Status s = (*file)->read(c.offset, c.n, &out);
+    if (c.ok) {
+      ASSERT_TRUE(s.ok()) << s;
+      EXPECT_EQ(out, c.expected);
+    } else {
+      EXPECT_TRUE(s.isCorruption()) << s;
+      EXPECT_NE(s.message().find("truncated"), std::string::npos) << s;
+      EXPECT_NE(s.message().find(root_ + "/f"), std::string::npos) << s;
+    }
+  }
+}
+
+TEST_F(LocalStorageTest, AFileTruncatedAfterOpenGivesCorruptionNotShortData) {
+  ASSERT_OK(storage_->put("chk/_metadata", "0123456789"));
+  auto file = storage_->open("chk/_metadata");
+  ASSERT_TRUE(file.ok()) << file.status();
+  ASSERT_EQ(::truncate((root_ + "/chk/_metadata").c_str(), 4), 0);
+  std::string out;
+  Status s = (*file)->read(2, 6, &out);
+  EXPECT_TRUE(s.isCorruption()) << s;
+  EXPECT_NE(s.message().find("truncated"), std::string::npos) << s;
+  ASSERT_OK((*file)->read(0, 4, &out));
+  EXPECT_EQ(out, "0123");
+}
+
+TEST_F(LocalStorageTest, DescribeGivesTheAbsoluteLocalPath) {
+  EXPECT_EQ(storage_->describe("job/chk-3/_metadata"), root_ + "/job/chk-3/_metadata");
+  EXPECT_EQ(storage_->describe(""), root_);
+  EXPECT_EQ(storage_->rootUri(), "file://" + root_);
+}
+
+TEST_F(LocalStorageTest, AFileWhereTheRootShouldBeFailsWritesWithThePath) {
+  writeLocal(root_, "not a directory");
+  Status s = storage_->put("chk-1/_metadata", "x");
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find(root_), std::string::npos) << s;
+  EXPECT_EQ(readLocal(root_), "not a directory");
+}
+
+TEST_F(LocalStorageTest, WritingIntoAReadOnlyDirectoryIsPermissionDenied) {
+  if (::geteuid() == 0) GTEST_SKIP() << "root ignores directory permissions";
+  ASSERT_OK(storage_->put("ro/existing", "e"));
+  ASSERT_EQ(::chmod((root_ + "/ro").c_str(), 0555), 0);
+
+  struct Case {
+    std::string path;
+    std::string messagePart;
+  };
+  const std::vector<Case> cases = {
+      {"ro/new", "cannot create " + root_ + "/ro/new: Permission denied"},
+      {"ro/sub/new", "cannot create directory " + root_ + "/ro/sub: Permission denied"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.path);
+    Status s = storage_->put(c.path, "x");
+    EXPECT_TRUE(s.isPermissionDenied()) << s;
+    EXPECT_NE(s.message().find(c.messagePart), std::string::npos) << s;
+    EXPECT_FALSE(storage_->exists(c.path));
+  }
+  Status removal = storage_->remove("ro/existing");
+  EXPECT_TRUE(removal.isPermissionDenied()) << removal;
+  Status removalAll = storage_->removeAll("ro");
+  EXPECT_TRUE(removalAll.isPermissionDenied()) << removalAll;
+  EXPECT_EQ(getOrDie("ro/existing"), "e");
+}
+
+}  // namespace
+}  // namespace jobhost::state

@@ -4,6 +4,9 @@
 #include <spdlog/spdlog.h>
 
 #include <iostream>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "job_runner.h"
@@ -25,7 +28,9 @@ void addRunOptions(CLI::App* cmd, RunOptions& o) {
   cmd->add_option("-c,--class", o.jobClass, "Job class to run (optional if the plugin has one class)");
   cmd->add_option("-p,--parallelism", o.parallelism, "Subtasks per keyed operator (parallelism.default)")
       ->check(CLI::Range(1, 32768));
-  cmd->add_option("-D", o.defines, "Configuration override key=value (repeatable)")->take_all();
+  cmd->add_option("-D", o.defines, "Configuration override key=value (repeatable)")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("--config", o.configFile, "YAML configuration file (default: $JOBHOST_CONF_DIR/config.yaml)")
       ->check(CLI::ExistingFile);
   cmd->add_option("-s,--from-snapshot", o.fromSnapshot,
@@ -34,7 +39,33 @@ void addRunOptions(CLI::App* cmd, RunOptions& o) {
   cmd->add_flag("-n,--allow-non-restored-state", o.allowNonRestoredState,
                 "Skip snapshot state of operators the job no longer has");
   cmd->add_option("plugin", o.pluginPath, "The plugin library (.so)")->required();
-  cmd->add_option("args", o.jobArgs, "Arguments passed to the job (after the plugin)");
+  cmd->add_option("args", o.jobArgs, "Arguments for the job: everything after the plugin path");
+}
+
+/// For `run` and `check`: moves everything after the plugin path into *jobArgs.
+void splitJobArguments(std::vector<std::string>& args, std::vector<std::string>* jobArgs) {
+  static const std::set<std::string> withValue = {"-c", "--class", "-p", "--parallelism", "-D", "--config",
+                                                  "-s", "--from-snapshot"};
+  size_t i = 0;
+  while (i < args.size() && args[i].rfind("-", 0) == 0) ++i;  // global flags
+  if (i >= args.size() || (args[i] != "run" && args[i] != "check")) return;
+  for (++i; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--") {
+      args.erase(args.begin() + static_cast<long>(i));
+      --i;
+      continue;
+    }
+    if (a.rfind("-", 0) == 0) {
+      bool attached = a.find('=') != std::string::npos || (a.size() > 2 && a[1] != '-' && withValue.count(a.substr(0, 2)));
+      if (withValue.count(a) && !attached) ++i;
+      continue;
+    }
+    // The plugin path.
+    jobArgs->assign(args.begin() + static_cast<long>(i) + 1, args.end());
+    args.resize(i + 1);
+    return;
+  }
 }
 
 }  // namespace
@@ -67,14 +98,12 @@ int main(int argc, char** argv) {
       "  jobhost run -c WordCount build/plugins/libwordcount_jobs.so --input words.txt\n"
       "  jobhost run -s ~/.jobhost/checkpoints/<jobId> -c WordCount build/plugins/libwordcount_jobs.so\n\n" +
       std::string(kExitCodes));
-  run->positionals_at_end();
 
   RunOptions checkOpts;
   auto* check = app.add_subcommand("check", "Check that a snapshot can be restored into a job class; restores nothing");
   addRunOptions(check, checkOpts);
   check->footer("Example:\n  jobhost check -s /ckpt/<jobId>/chk-22 -c WordCount libwordcount_jobs.so\n\n" +
                 std::string(kExitCodes));
-  check->positionals_at_end();
 
   std::string inspectPath;
   bool inspectJson = false;
@@ -88,8 +117,14 @@ int main(int argc, char** argv) {
   checkpoints->add_option("job-dir", checkpointsDir, "<state.checkpoints.dir>/<jobId>")->required();
   checkpoints->footer("Example:\n  jobhost checkpoints ~/.jobhost/checkpoints/<jobId>\n\n" + std::string(kExitCodes));
 
+  // Everything after the plugin path belongs to the job, even words that look like our
+  // options (`--input`, `-p`): hand CLI11 only the part up to the plugin path.
+  std::vector<std::string> args(argv + 1, argv + argc);
+  std::vector<std::string> jobArgs;
+  splitJobArguments(args, &jobArgs);
   try {
-    app.parse(argc, argv);
+    std::vector<std::string> reversed(args.rbegin(), args.rend());
+    app.parse(reversed);
   } catch (const CLI::ParseError& e) {
     int rc = app.exit(e);
     return rc == 0 ? 0 : kExitUsage;
@@ -99,6 +134,8 @@ int main(int argc, char** argv) {
   if (*info) return infoCommand(infoPlugin);
   if (*inspect) return inspectCommand(inspectPath, inspectJson);
   if (*checkpoints) return checkpointsCommand(checkpointsDir);
+  runOpts.jobArgs = jobArgs;
+  checkOpts.jobArgs = jobArgs;
   if (*check) {
     if (!checkOpts.fromSnapshot) {
       std::cerr << "error: check needs -s <snapshot>\n";

@@ -125,11 +125,15 @@ std::unique_ptr<PluginLibrary> PluginLibrary::open(const std::string& path, Plug
   std::string reason;
   try {
     boost::dll::fs::error_code ec;
-    library->load(boost::dll::fs::path(path),
-                  boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local, ec);
+    // RTLD_NODELETE (passed through Boost, which hands the mode to dlopen() as is):
+    // dlclose() never unmaps the plugin; see "Lifetime" in the header.
+    const auto mode = boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local |
+                      static_cast<boost::dll::load_mode::type>(RTLD_NODELETE);
+    library->load(boost::dll::fs::path(path), mode, ec);
     if (ec || !library->is_loaded()) {
       const char* dl = ::dlerror();
       reason = dl != nullptr ? withoutPathPrefix(dl, path) : ec.message();
+      if (reason.empty()) reason = "dlopen() failed";
     }
   } catch (const std::exception& e) {
     reason = e.what();

@@ -6,16 +6,19 @@
 //      reported without dlopen();
 //   2. checks every record's SDK version and ABI tag against this host's
 //      (checkPluginCompatibility()) — still before any plugin code runs;
-//   3. dlopen()s it with RTLD_NOW | RTLD_LOCAL through Boost.DLL, so a missing
-//      dependency or undefined symbol fails here rather than in the middle of a job.
+//   3. dlopen()s it with RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE through Boost.DLL, so a
+//      missing dependency or undefined symbol fails here rather than in the middle of
+//      a job.
 // selectClass() then resolves the class named by `-c` through its Boost.DLL alias
 // `jhjob_<Class>`, checking the descriptor's magic and ABI tag before any other field.
 //
-// Lifetime: the shared library stays loaded for the life of the PluginLibrary and is
-// dlclose()d by its destructor. Every object, function pointer, vtable, exception or
-// std::function that came from the plugin must be gone by then. The host therefore
-// keeps its PluginLibrary for the whole process lifetime (it never destroys it before
-// exit); only tests open and close plugins repeatedly.
+// Lifetime: the host keeps a plugin loaded for the whole process lifetime. The library
+// is opened with RTLD_NODELETE, so it stays mapped even after its PluginLibrary is
+// destroyed: objects, vtables, function pointers, exceptions, std::functions,
+// thread_locals and threads that came from plugin code can never point into unmapped
+// memory (unloading such plugins is unsafe in general; boostorg/dll#68). The contract
+// is still the narrower one: use descriptors from selectClass() and objects they
+// create only while the PluginLibrary lives, so that a future host may unload.
 //
 // Thread-safety: a PluginLibrary is immutable after open(); its const methods may be
 // called concurrently.
@@ -65,7 +68,7 @@ class PluginLibrary {
   PluginLibrary(const PluginLibrary&) = delete;
   PluginLibrary& operator=(const PluginLibrary&) = delete;
 
-  /// Unloads the library; see "Lifetime" above.
+  /// Releases the handle; the code stays mapped until exit (see "Lifetime" above).
   ~PluginLibrary();
 
   /// The path as given to open().

@@ -336,6 +336,24 @@ TEST_F(PluginTest, SelectsClassByName) {
   EXPECT_EQ(config.get("state.backend.incremental"), "true");
 }
 
+TEST_F(PluginTest, LibraryStaysLoadedAfterPluginLibraryIsDestroyed) {
+  const std::string original = testPlugin();
+  ASSERT_FALSE(original.empty());
+  const std::string plugin = copy(original, "libkeep.so");  // a path no other test loads
+  PluginError error;
+  auto lib = PluginLibrary::open(plugin, &error);
+  ASSERT_NE(lib, nullptr) << error.message;
+  const JobClassInfo* info = lib->selectClass("WordCount", &error);
+  ASSERT_NE(info, nullptr) << error.message;
+  lib.reset();
+  // RTLD_NODELETE: still mapped, so plugin code (here the factory) stays callable.
+  void* handle = ::dlopen(plugin.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  EXPECT_NE(handle, nullptr);
+  if (handle != nullptr) ::dlclose(handle);
+  std::unique_ptr<Job> job(info->create());
+  EXPECT_NE(job, nullptr);
+}
+
 TEST_F(PluginTest, SelectsTheOnlyClassWithoutName) {
   const std::string plugin =
       requireFixture("JOBHOST_TEST_SINGLE_PLUGIN", JOBHOST_TEST_SINGLE_PLUGIN);

@@ -1,0 +1,261 @@
+// End-to-end tests: the real jobhost binary, the real example plugin, real files and
+// processes. Each test reads like a user session.
+#include <gtest/gtest.h>
+
+#include "process.h"
+
+using namespace e2e;
+
+namespace {
+
+const std::string kJobhost = JOBHOST_BIN;
+const std::string kPlugin = JOBHOST_PLUGIN;
+const std::string kWords = JOBHOST_WORDS;
+
+class Cli : public ::testing::Test {
+ protected:
+  TempDir tmp;
+  fs::path ckdir() const { return tmp / "checkpoints"; }
+
+  std::vector<std::string> jobhost(std::vector<std::string> args) const {
+    args.insert(args.begin(), kJobhost);
+    return args;
+  }
+  Result cli(std::vector<std::string> args, std::chrono::milliseconds timeout = std::chrono::seconds(120)) {
+    return run(jobhost(std::move(args)), tmp.path, timeout);
+  }
+  /// The bundled input repeated `times` times.
+  fs::path input(int times) {
+    fs::path p = tmp / ("input-" + std::to_string(times) + ".txt");
+    std::string words = readFile(kWords), all;
+    for (int i = 0; i < times; ++i) all += words;
+    writeFile(p, all);
+    return p;
+  }
+  std::vector<fs::path> jobDirs() const {
+    std::vector<fs::path> out;
+    if (!fs::exists(ckdir())) return out;
+    for (const auto& e : fs::directory_iterator(ckdir())) out.push_back(e.path());
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+  static std::vector<fs::path> completed(const fs::path& jobDir) {
+    std::vector<fs::path> out;
+    for (const auto& e : fs::directory_iterator(jobDir))
+      if (e.path().filename().string().rfind("chk-", 0) == 0 && fs::exists(e.path() / "_metadata")) out.push_back(e.path());
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+  /// Waits until some job directory has a completed checkpoint.
+  bool waitForCheckpoint(Process& p, int minCount = 1, std::chrono::seconds timeout = std::chrono::seconds(30)) {
+    auto until = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < until && p.running()) {
+      for (const auto& d : jobDirs()) {
+        int n = 0;
+        for (const auto& e : fs::directory_iterator(d))
+          if (e.path().filename().string().rfind("chk-", 0) == 0 && fs::exists(e.path() / "_metadata")) {
+            std::string name = e.path().filename().string();
+            n = std::max(n, std::stoi(name.substr(4)));
+          }
+        if (n >= minCount) return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
+  std::vector<std::string> ckFlags(const std::string& interval = "200ms") const {
+    return {"-D", "state.checkpoints.dir=" + ckdir().string(), "-D", "execution.checkpointing.interval=" + interval};
+  }
+  /// Runs `cls` on `in` slowly, kills it with SIGKILL after `killAfterCheckpoints`
+  /// checkpoints (plus a random delay), then restores from its job directory and runs to
+  /// the end. Returns both outputs concatenated.
+  std::string killAndRestore(const std::string& cls, const fs::path& in, int parallelism, int killAfterCheckpoints,
+                             int extraDelayMs, std::vector<std::string> restoreFlags = {}) {
+    std::vector<std::string> args = {"run", "-c", cls, "-p", std::to_string(parallelism)};
+    for (auto& f : ckFlags()) args.push_back(f);
+    args.insert(args.end(), {kPlugin, "--input", in.string(), "--rate", "2000"});
+    std::string out1;
+    {
+      Process p(jobhost(args), tmp / "kill-out.txt", tmp / "kill-err.txt");
+      EXPECT_TRUE(waitForCheckpoint(p, killAfterCheckpoints)) << readFile(tmp / "kill-err.txt");
+      std::this_thread::sleep_for(std::chrono::milliseconds(extraDelayMs));
+      p.signal(SIGKILL);
+      Result r = p.wait();
+      EXPECT_EQ(r.exitCode, 128 + SIGKILL) << "the job ended before it could be killed: " << r.err;
+      out1 = r.out;
+    }
+    auto dirs = jobDirs();
+    EXPECT_EQ(dirs.size(), 1u);
+    std::vector<std::string> restore = {"run", "-s", dirs.at(0).string(), "-c", cls, "-p", std::to_string(parallelism)};
+    for (auto& f : ckFlags()) restore.push_back(f);
+    restore.insert(restore.end(), restoreFlags.begin(), restoreFlags.end());
+    restore.insert(restore.end(), {kPlugin, "--input", in.string()});
+    Result r2 = cli(restore);
+    EXPECT_EQ(r2.exitCode, 0) << r2.err;
+    EXPECT_NE(r2.err.find("using the latest complete checkpoint"), std::string::npos) << r2.err;
+    return out1 + r2.out;
+  }
+};
+
+TEST_F(Cli, InfoListsEveryJobClassWithItsBackend) {
+  Result r = cli({"info", kPlugin});
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  for (const char* cls : {"WordCount", "WordCountIncremental", "RunningAverage", "DistinctWords", "SequenceChecker"})
+    EXPECT_NE(r.out.find(cls), std::string::npos) << cls;
+  EXPECT_NE(r.out.find("rocksdb (incremental)"), std::string::npos);
+}
+
+TEST_F(Cli, WordCountOnTheBundledInputCountsEveryWord) {
+  Result r = cli({"run", "-c", "WordCount", kPlugin, "--input", kWords});
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_EQ(finalCounts(r.out), expectedCounts(readFile(kWords)));
+  EXPECT_NE(r.out.find("(to,1)\n"), std::string::npos);
+}
+
+TEST_F(Cli, ParallelismOneAndTwoGiveTheSameFinalCountsAndTwoPrefixesSubtasks) {
+  fs::path in = input(20);
+  Result p1 = cli({"run", "-c", "WordCount", "-p", "1", kPlugin, "--input", in.string()});
+  Result p2 = cli({"run", "-c", "WordCount", "-p", "2", kPlugin, "--input", in.string()});
+  ASSERT_EQ(p1.exitCode, 0) << p1.err;
+  ASSERT_EQ(p2.exitCode, 0) << p2.err;
+  EXPECT_EQ(finalCounts(p1.out), expectedCounts(readFile(in)));
+  EXPECT_EQ(finalCounts(p2.out), finalCounts(p1.out));
+  EXPECT_EQ(p1.out.find("> ("), std::string::npos);
+  EXPECT_NE(p2.out.find("1> ("), std::string::npos);
+  EXPECT_NE(p2.out.find("2> ("), std::string::npos);
+}
+
+TEST_F(Cli, RocksDbIncrementalCountsLikeTheHeap) {
+  fs::path in = input(10);
+  std::vector<std::string> args = {"run", "-c", "WordCountIncremental", "-p", "2"};
+  for (auto& f : ckFlags()) args.push_back(f);
+  args.insert(args.end(), {kPlugin, "--input", in.string()});
+  Result r = cli(args);
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_EQ(finalCounts(r.out), expectedCounts(readFile(in)));
+}
+
+struct BadPluginCase {
+  const char* name;
+  std::function<std::vector<std::string>(const fs::path&)> args;
+  const char* expected;
+};
+
+TEST_F(Cli, EveryBadClassOrPluginGivesOneClearLineAndExitCodeTwo) {
+  writeFile(tmp / "notes.txt", "not a library");
+  std::vector<BadPluginCase> cases = {
+      {"misspelt class", [](const fs::path&) { return std::vector<std::string>{"run", "-c", "WordCont", kPlugin}; },
+       "did you mean 'WordCount'?"},
+      {"no class, several in plugin", [](const fs::path&) { return std::vector<std::string>{"run", kPlugin}; },
+       "choose one with -c"},
+      {"missing file",
+       [](const fs::path& d) { return std::vector<std::string>{"run", "-c", "WordCount", (d / "nope.so").string()}; },
+       "no such file"},
+      {"not a shared library",
+       [](const fs::path& d) { return std::vector<std::string>{"run", "-c", "X", (d / "notes.txt").string()}; },
+       "not a shared library"},
+      {"an executable", [](const fs::path&) { return std::vector<std::string>{"info", kJobhost}; }, "not a shared library"},
+      {"bad config value",
+       [](const fs::path&) {
+         return std::vector<std::string>{"run", "-c", "WordCount", "-D", "restart-strategy.type=sometimes", kPlugin,
+                                         "--input", kWords};
+       },
+       "restart-strategy.type"},
+      {"job argument the job rejects",
+       [](const fs::path&) {
+         return std::vector<std::string>{"run", "-c", "WordCount", kPlugin, "--input", "/no/such/input.txt"};
+       },
+       "cannot read input file '/no/such/input.txt'"},
+  };
+  for (const auto& c : cases) {
+    Result r = cli(c.args(tmp.path));
+    EXPECT_EQ(r.exitCode, 2) << c.name << ": " << r.err;
+    EXPECT_NE(r.err.find(c.expected), std::string::npos) << c.name << ": " << r.err;
+    EXPECT_EQ(r.err.find("terminate called"), std::string::npos) << c.name;
+  }
+}
+
+TEST_F(Cli, TheWordErrorExhaustsFixedDelayRestartsAndKeepsTheCheckpoints) {
+  fs::path in = tmp / "in.txt";
+  std::string text;
+  for (int i = 0; i < 300; ++i) text += "hello world\n";
+  text += "error\n";
+  writeFile(in, text);
+  std::vector<std::string> args = {"run", "-c", "WordCount", "-D", "restart-strategy.fixed-delay.delay=50ms"};
+  for (auto& f : ckFlags("100ms")) args.push_back(f);
+  args.insert(args.end(), {kPlugin, "--input", in.string(), "--rate", "1000"});
+  Result r = cli(args);
+  EXPECT_EQ(r.exitCode, 1) << r.err;
+  EXPECT_NE(r.err.find("Recovery is suppressed by FixedDelayRestartStrategy(maxAttempts=3, delay=50 ms)"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("operator 'Tokenizer' (1/1): the input contained the word 'error'"), std::string::npos) << r.err;
+  auto dirs = jobDirs();
+  ASSERT_EQ(dirs.size(), 1u);
+  EXPECT_FALSE(completed(dirs[0]).empty()) << "the retained checkpoint must survive a failed job";
+  // Three restarts: the log shows attempts 1..3 failing before the final failure.
+  EXPECT_NE(r.err.find("attempt 3 failed"), std::string::npos) << r.err;
+}
+
+TEST_F(Cli, KilledHeapWordCountRestoresToExactlyTheUninterruptedCounts) {
+  fs::path in = input(150);
+  std::string out = killAndRestore("WordCount", in, 1, 2, 137);
+  EXPECT_EQ(finalCounts(out), expectedCounts(readFile(in)));
+}
+
+TEST_F(Cli, KilledHeapWordCountAtParallelismTwoRestoresExactly) {
+  fs::path in = input(150);
+  std::string out = killAndRestore("WordCount", in, 2, 2, 61);
+  EXPECT_EQ(finalCounts(out), expectedCounts(readFile(in)));
+}
+
+TEST_F(Cli, KilledRocksDbIncrementalWordCountRestoresExactly) {
+  fs::path in = input(150);
+  std::string out = killAndRestore("WordCountIncremental", in, 1, 3, 29);
+  EXPECT_EQ(finalCounts(out), expectedCounts(readFile(in)));
+}
+
+TEST_F(Cli, KilledRocksDbIncrementalWordCountAtParallelismTwoRestoresExactly) {
+  fs::path in = input(150);
+  std::string out = killAndRestore("WordCountIncremental", in, 2, 2, 83);
+  EXPECT_EQ(finalCounts(out), expectedCounts(readFile(in)));
+}
+
+TEST_F(Cli, SequenceCheckerSeesNoGapOrRepeatAcrossAnInjectedFailure) {
+  std::vector<std::string> args = {"run", "-c", "SequenceChecker", "-p", "2"};
+  for (auto& f : ckFlags("100ms")) args.push_back(f);
+  args.insert(args.end(), {kPlugin, "--keys", "8", "--per-key", "400", "--rate", "4000", "--fail-after", "1500",
+                           "--fail-marker", (tmp / "failed-once").string()});
+  Result r = cli(args);
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_TRUE(fs::exists(tmp / "failed-once")) << "the failure was not injected";
+  EXPECT_NE(r.err.find("injected failure after 1500 records"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("restoring from checkpoint"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("ALERT"), std::string::npos) << r.out.substr(r.out.find("ALERT"), 200);
+  for (int k = 0; k < 8; ++k) EXPECT_NE(r.out.find("DONE key " + std::to_string(k) + " 400"), std::string::npos) << k;
+}
+
+TEST_F(Cli, APlainMemberVariableStartsOverAfterARestoreWhileDeclaredStateContinues) {
+  fs::path in = tmp / "in.txt";
+  std::string text;
+  for (int i = 0; i < 400; ++i) text += "apple\n";
+  writeFile(in, text);
+  std::vector<std::string> args = {"run", "-c", "MemberVariableDemo"};
+  for (auto& f : ckFlags("100ms")) args.push_back(f);
+  args.insert(args.end(), {kPlugin, "--input", in.string(), "--rate", "1000"});
+  {
+    Process p(jobhost(args), tmp / "m-out.txt", tmp / "m-err.txt");
+    ASSERT_TRUE(waitForCheckpoint(p, 2));
+    p.signal(SIGKILL);
+    p.wait();
+  }
+  Result r = cli({"run", "-s", jobDirs().at(0).string(), "-c", "MemberVariableDemo", kPlugin, "--input", in.string()});
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  // The first record after the restore: declared state continues, the member is back at 1.
+  std::string first = r.out.substr(0, r.out.find('\n'));
+  EXPECT_NE(first.find(",member=1)"), std::string::npos) << first;
+  EXPECT_EQ(first.find("(apple,state=1,"), std::string::npos) << "declared state was not restored: " << first;
+  EXPECT_NE(r.out.find("(apple,state=400,"), std::string::npos);
+}
+
+}  // namespace

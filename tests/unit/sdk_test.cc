@@ -1,0 +1,629 @@
+// Unit tests for the header-only SDK: serializers (serializer.h), record text (format.h),
+// job arguments and plan building (stream.h), and declared keyed state (state.h).
+//
+// Plan tests build plans only; nothing here runs a job.
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "jobhost/errors.h"
+#include "jobhost/format.h"
+#include "jobhost/serializer.h"
+#include "jobhost/state.h"
+#include "jobhost/stream.h"
+
+namespace jobhost {
+namespace {
+
+namespace fs = std::filesystem;
+
+using WordCountRecord = std::pair<std::string, int64_t>;
+
+template <class T>
+std::string encode(const T& v) {
+  std::string out;
+  serializeInto(out, v);
+  return out;
+}
+
+// Asserts that `v` survives encode/decode, and that every strict prefix of its encoding is
+// rejected with SerializationError (the encodings are self-delimiting, so a prefix can
+// never decode as a complete value).
+template <class T>
+void expectRoundTrip(const T& v) {
+  SCOPED_TRACE("type " + Serializer<T>::id());
+  const std::string bytes = encode(v);
+  EXPECT_EQ(deserialize<T>(bytes), v);
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    EXPECT_THROW(deserialize<T>(std::string_view(bytes).substr(0, n)), SerializationError)
+        << "prefix of " << n << " of " << bytes.size() << " bytes";
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Serializer: round trips
+
+TEST(SerializerTest, IntegersRoundTripAtTheirLimits) {
+  expectRoundTrip<int8_t>(std::numeric_limits<int8_t>::min());
+  expectRoundTrip<int8_t>(std::numeric_limits<int8_t>::max());
+  expectRoundTrip<int16_t>(-12345);
+  expectRoundTrip<int32_t>(std::numeric_limits<int32_t>::min());
+  expectRoundTrip<int64_t>(std::numeric_limits<int64_t>::min());
+  expectRoundTrip<int64_t>(std::numeric_limits<int64_t>::max());
+  expectRoundTrip<long long>(-7);
+  expectRoundTrip<uint8_t>(255);
+  expectRoundTrip<uint16_t>(65535);
+  expectRoundTrip<uint32_t>(0xdeadbeefu);
+  expectRoundTrip<uint64_t>(std::numeric_limits<uint64_t>::max());
+}
+
+TEST(SerializerTest, IntegersAreEncodedLittleEndianWithFixedWidth) {
+  EXPECT_EQ(encode<int32_t>(0x01020304), std::string("\x04\x03\x02\x01", 4));
+  EXPECT_EQ(encode<int64_t>(1).size(), 8u);
+  EXPECT_EQ(encode<uint16_t>(0xabcd), std::string("\xcd\xab", 2));
+}
+
+TEST(SerializerTest, BoolCharAndFloatingPointRoundTrip) {
+  expectRoundTrip(true);
+  expectRoundTrip(false);
+  expectRoundTrip('x');
+  expectRoundTrip('\0');
+  expectRoundTrip(3.25f);
+  expectRoundTrip(-0.0);
+  expectRoundTrip(std::numeric_limits<double>::infinity());
+  expectRoundTrip(std::numeric_limits<double>::denorm_min());
+  // -0.0 == 0.0, so check the sign bit survives too.
+  EXPECT_TRUE(std::signbit(deserialize<double>(encode(-0.0))));
+}
+
+TEST(SerializerTest, StringsRoundTripIncludingEmptyBinaryAndLong) {
+  expectRoundTrip(std::string());
+  expectRoundTrip(std::string("hello"));
+  expectRoundTrip(std::string("a\0b\xff", 4));
+  expectRoundTrip(std::string(300, 'z'));  // a two-byte varint length
+  EXPECT_EQ(encode(std::string("hi")), std::string("\x02hi", 3));
+  EXPECT_EQ(encode(std::string(300, 'z')).substr(0, 2), std::string("\xac\x02", 2));
+}
+
+TEST(SerializerTest, ContainersRoundTrip) {
+  expectRoundTrip(std::vector<int32_t>{});
+  expectRoundTrip(std::vector<int32_t>{1, -2, 3});
+  expectRoundTrip(std::vector<std::string>{"", "a", "bc"});
+  expectRoundTrip(WordCountRecord{"hello", 3});
+  expectRoundTrip(std::tuple<int32_t, std::string, bool>{7, "seven", true});
+  expectRoundTrip(std::tuple<>{});
+  expectRoundTrip(std::map<std::string, int64_t>{});
+  expectRoundTrip(std::map<std::string, int64_t>{{"a", 1}, {"b", -2}, {"c", 3}});
+  expectRoundTrip(std::optional<std::string>{});
+  expectRoundTrip(std::optional<std::string>{"present"});
+  expectRoundTrip(std::optional<std::string>{""});
+}
+
+TEST(SerializerTest, NestedContainersRoundTrip) {
+  expectRoundTrip(std::vector<WordCountRecord>{{"to", 2}, {"be", 2}, {"or", 1}, {"", 0}});
+  expectRoundTrip(std::map<std::string, std::vector<std::optional<int64_t>>>{
+      {"k1", {1, std::nullopt, 3}}, {"k2", {}}});
+  expectRoundTrip(std::tuple<WordCountRecord, std::vector<double>, std::optional<bool>>{
+      {"x", -1}, {0.5, 1.5}, false});
+  expectRoundTrip(std::optional<std::vector<std::pair<int32_t, std::string>>>{{{1, "one"}, {2, "two"}}});
+}
+
+// ---------------------------------------------------------------------------------------
+// Serializer: ids and versions (recorded in checkpoint metadata, so they are a contract)
+
+struct IdCase {
+  std::string actual;
+  std::string expected;
+};
+
+TEST(SerializerTest, IdsNameEveryBuiltInType) {
+  const std::vector<IdCase> cases = {
+      {Serializer<int8_t>::id(), "i8"},
+      {Serializer<int16_t>::id(), "i16"},
+      {Serializer<int32_t>::id(), "i32"},
+      {Serializer<int64_t>::id(), "i64"},
+      {Serializer<long long>::id(), "i64"},
+      {Serializer<uint8_t>::id(), "u8"},
+      {Serializer<uint16_t>::id(), "u16"},
+      {Serializer<uint32_t>::id(), "u32"},
+      {Serializer<uint64_t>::id(), "u64"},
+      {Serializer<bool>::id(), "bool"},
+      {Serializer<char>::id(), "char"},
+      {Serializer<float>::id(), "f32"},
+      {Serializer<double>::id(), "f64"},
+      {Serializer<std::string>::id(), "string"},
+      {Serializer<std::vector<int32_t>>::id(), "vector<i32>"},
+      {Serializer<WordCountRecord>::id(), "pair<string,i64>"},
+      {Serializer<std::tuple<int32_t, std::string, bool>>::id(), "tuple<i32,string,bool>"},
+      {Serializer<std::tuple<>>::id(), "tuple<>"},
+      {Serializer<std::map<std::string, int64_t>>::id(), "map<string,i64>"},
+      {Serializer<std::optional<std::string>>::id(), "optional<string>"},
+      {Serializer<std::vector<WordCountRecord>>::id(), "vector<pair<string,i64>>"},
+  };
+  for (const auto& c : cases) EXPECT_EQ(c.actual, c.expected);
+}
+
+struct VersionCase {
+  std::string what;
+  uint32_t actual;
+  uint32_t expected;
+};
+
+TEST(SerializerTest, VersionsCombineTheElementVersions) {
+  const std::vector<VersionCase> cases = {
+      {"i64", Serializer<int64_t>::version(), 1},
+      {"string", Serializer<std::string>::version(), 1},
+      {"vector<i32>", Serializer<std::vector<int32_t>>::version(), 1},
+      {"pair<string,i64>", Serializer<WordCountRecord>::version(), 1001},
+      {"map<string,i64>", Serializer<std::map<std::string, int64_t>>::version(), 1001},
+      {"tuple<i32,string,bool>", Serializer<std::tuple<int32_t, std::string, bool>>::version(),
+       (1 * 31 + 1) * 31 + 1},
+      {"optional<string>", Serializer<std::optional<std::string>>::version(), 1},
+      {"vector<pair<string,i64>>", Serializer<std::vector<WordCountRecord>>::version(), 1001},
+  };
+  for (const auto& c : cases) EXPECT_EQ(c.actual, c.expected) << c.what;
+}
+
+// ---------------------------------------------------------------------------------------
+// Serializer: bad input
+
+TEST(SerializerTest, TruncatedInputThrowsSerializationErrorNamingTheShortfall) {
+  std::string bytes = encode(WordCountRecord{"hello", 3});
+  bytes.resize(bytes.size() - 1);
+  try {
+    deserialize<WordCountRecord>(bytes);
+    FAIL() << "expected SerializationError";
+  } catch (const SerializationError& e) {
+    EXPECT_NE(std::string(e.what()).find("truncated"), std::string::npos) << e.what();
+  }
+}
+
+TEST(SerializerTest, TrailingBytesAreRejectedNamingTheType) {
+  std::string bytes = encode(WordCountRecord{"hello", 3}) + "x";
+  try {
+    deserialize<WordCountRecord>(bytes);
+    FAIL() << "expected SerializationError";
+  } catch (const SerializationError& e) {
+    EXPECT_NE(std::string(e.what()).find("pair<string,i64>"), std::string::npos) << e.what();
+  }
+}
+
+// A varint claiming 2^62 elements / bytes, followed by a few real bytes.
+std::string hugeLengthPrefix() {
+  std::string out;
+  ByteWriter w(out);
+  w.writeVarint(uint64_t{1} << 62);
+  w.writeRaw("abcdefgh", 8);
+  return out;
+}
+
+TEST(SerializerTest, ACorruptHugeLengthThrowsInsteadOfAllocating) {
+  const std::string bytes = hugeLengthPrefix();
+  EXPECT_THROW(deserialize<std::string>(bytes), SerializationError);
+  EXPECT_THROW(deserialize<std::vector<int64_t>>(bytes), SerializationError);
+  EXPECT_THROW(deserialize<std::vector<std::string>>(bytes), SerializationError);
+  EXPECT_THROW((deserialize<std::map<std::string, int64_t>>(bytes)), SerializationError);
+  EXPECT_THROW(deserialize<std::vector<WordCountRecord>>(bytes), SerializationError);
+}
+
+TEST(SerializerTest, CheckedLengthMessageNamesTheLengthAndWhatIsLeft) {
+  std::string bytes;
+  ByteWriter w(bytes);
+  w.writeVarint(1000);
+  w.writeRaw("abc", 3);
+  try {
+    deserialize<std::string>(bytes);
+    FAIL() << "expected SerializationError";
+  } catch (const SerializationError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("1000"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("3 bytes left"), std::string::npos) << msg;
+  }
+}
+
+TEST(SerializerTest, AnOverlongVarintIsMalformed) {
+  const std::string bytes(11, '\xff');
+  try {
+    ByteReader r(bytes);
+    r.readVarint();
+    FAIL() << "expected SerializationError";
+  } catch (const SerializationError& e) {
+    EXPECT_NE(std::string(e.what()).find("malformed varint"), std::string::npos) << e.what();
+  }
+}
+
+TEST(SerializerTest, VarintsRoundTripAcrossByteBoundaries) {
+  for (uint64_t v : {uint64_t{0}, uint64_t{127}, uint64_t{128}, uint64_t{16383}, uint64_t{16384},
+                     uint64_t{1} << 35, std::numeric_limits<uint64_t>::max()}) {
+    std::string bytes;
+    ByteWriter w(bytes);
+    w.writeVarint(v);
+    ByteReader r(bytes);
+    EXPECT_EQ(r.readVarint(), v);
+    EXPECT_TRUE(r.atEnd()) << v;
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// format.h
+
+struct TextCase {
+  std::string actual;
+  std::string expected;
+};
+
+TEST(FormatTest, RecordsPrintAsFlinkPrintsScalaValues) {
+  const std::vector<TextCase> cases = {
+      {toText(WordCountRecord{"hello", 3}), "(hello,3)"},
+      {toText(std::tuple<int32_t, std::string, bool>{1, "a", true}), "(1,a,true)"},
+      {toText(std::tuple<>{}), "()"},
+      {toText(std::vector<int32_t>{1, 2}), "[1, 2]"},
+      {toText(std::vector<int32_t>{}), "[]"},
+      {toText(std::map<std::string, int64_t>{{"a", 1}, {"b", 2}}), "{a=1, b=2}"},
+      {toText(std::map<std::string, int64_t>{}), "{}"},
+      {toText(std::optional<int64_t>{}), "null"},
+      {toText(std::optional<int64_t>{5}), "5"},
+      {toText(std::vector<WordCountRecord>{{"a", 1}, {"b", 2}}), "[(a,1), (b,2)]"},
+      {toText(std::string("plain")), "plain"},
+      {toText(false), "false"},
+      {toText(int8_t{-5}), "-5"},  // a number, not a character
+      {toText(uint8_t{200}), "200"},
+      {toText('c'), "c"},
+      {toText(2.5), "2.5"},
+  };
+  for (const auto& c : cases) EXPECT_EQ(c.actual, c.expected);
+}
+
+// ---------------------------------------------------------------------------------------
+// JobArgs
+
+struct GetCase {
+  std::vector<std::string> args;
+  std::optional<std::string> expected;
+};
+
+TEST(JobArgsTest, GetReadsSpaceAndEqualsFormsAndNothingElse) {
+  const std::vector<GetCase> cases = {
+      {{"--input", "in.txt"}, "in.txt"},
+      {{"--input=in.txt"}, "in.txt"},
+      {{"--input="}, ""},
+      {{"--rate", "5", "--input", "a=b"}, "a=b"},
+      {{"--input=x=y"}, "x=y"},
+      {{}, std::nullopt},
+      {{"--inputs=x"}, std::nullopt},
+      {{"--in", "x"}, std::nullopt},
+      {{"input", "x"}, std::nullopt},
+  };
+  for (const auto& c : cases) {
+    JobArgs a(c.args);
+    EXPECT_EQ(a.get("--input"), c.expected) << ::testing::PrintToString(c.args);
+  }
+}
+
+TEST(JobArgsTest, GetWithFallbackUsesTheFallbackOnlyWhenAbsent) {
+  EXPECT_EQ(JobArgs({}).get("--host", "localhost"), "localhost");
+  EXPECT_EQ(JobArgs({"--host", "example.org"}).get("--host", "localhost"), "example.org");
+}
+
+TEST(JobArgsTest, AFlagWithoutAValueThrowsNamingTheOption) {
+  JobArgs a({"--rate", "3", "--input"});
+  try {
+    a.get("--input");
+    FAIL() << "expected JobArgumentError";
+  } catch (const JobArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("--input"), std::string::npos) << e.what();
+  }
+}
+
+struct IntCase {
+  std::vector<std::string> args;
+  int64_t expected;
+};
+
+TEST(JobArgsTest, GetIntParsesIntegersAndFallsBack) {
+  const std::vector<IntCase> cases = {
+      {{"--port", "9999"}, 9999},
+      {{"--port=-1"}, -1},
+      {{"--port", "9223372036854775807"}, std::numeric_limits<int64_t>::max()},
+      {{}, 42},
+  };
+  for (const auto& c : cases)
+    EXPECT_EQ(JobArgs(c.args).getInt("--port", 42), c.expected) << ::testing::PrintToString(c.args);
+}
+
+TEST(JobArgsTest, GetIntRejectsNonIntegersNamingTheOptionAndTheValue) {
+  for (const std::string bad : {"abc", "12x", "1.5", "", "99999999999999999999"}) {
+    JobArgs a({"--port=" + bad});
+    try {
+      a.getInt("--port", 0);
+      ADD_FAILURE() << "expected JobArgumentError for '" << bad << "'";
+    } catch (const JobArgumentError& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("--port"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("'" + bad + "'"), std::string::npos) << msg;
+    }
+  }
+}
+
+TEST(JobArgsTest, HasMatchesWholeArgumentsOnly) {
+  JobArgs a({"--verbose", "--level=3"});
+  EXPECT_TRUE(a.has("--verbose"));
+  EXPECT_FALSE(a.has("--verb"));
+  EXPECT_FALSE(a.has("--level"));
+  EXPECT_EQ(a.all().size(), 2u);
+}
+
+// ---------------------------------------------------------------------------------------
+// StreamEnvironment: plan building
+
+class TempFile {
+ public:
+  TempFile() {
+    path_ = (fs::temp_directory_path() /
+             ("jobhost-sdk-test-" + std::to_string(::getpid()) + "-" +
+              ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".txt"))
+                .string();
+    std::ofstream(path_) << "to be or not to be\n";
+  }
+  ~TempFile() { std::remove(path_.c_str()); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+void tokenize(const std::string& line, Collector<WordCountRecord>& out) {
+  out.collect({line, 1});
+}
+
+// The plan of the example WordCount job.
+void buildWordCount(StreamEnvironment& env, const std::string& input) {
+  auto counts = env.readTextFile(input)
+                    .flatMap<WordCountRecord>(tokenize)
+                    .keyBy([](const WordCountRecord& r) { return r.first; })
+                    .sum<1>();
+  counts.uid("counts");
+  counts.print();
+}
+
+TEST(StreamPlanTest, WordCountBuildsSourceFlatMapKeyByAggregationAndSinkInOrder) {
+  TempFile input;
+  StreamEnvironment env;
+  buildWordCount(env, input.path());
+  const auto& nodes = env.plan().nodes;
+  ASSERT_EQ(nodes.size(), 5u);
+
+  struct Expected {
+    NodeKind kind;
+    std::string name;
+    std::string uid;
+    bool uidExplicit;
+    int input;
+    bool keyed;
+  };
+  const std::vector<Expected> expected = {
+      {NodeKind::kSource, "Text File Source", "auto-0-text-file-source", false, -1, false},
+      {NodeKind::kOperator, "Flat Map", "auto-1-flat-map", false, 0, false},
+      {NodeKind::kExchange, "Key By", "auto-2-key-by", false, 1, false},
+      {NodeKind::kOperator, "Keyed Aggregation", "counts", true, 2, true},
+      {NodeKind::kSink, "Print to Std. Out", "auto-4-print-to-std.-out", false, 3, false},
+  };
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    SCOPED_TRACE("node " + std::to_string(i));
+    EXPECT_EQ(nodes[i].id, static_cast<int>(i));
+    EXPECT_EQ(nodes[i].kind, expected[i].kind);
+    EXPECT_EQ(nodes[i].name, expected[i].name);
+    EXPECT_EQ(nodes[i].uid, expected[i].uid);
+    EXPECT_EQ(nodes[i].uidExplicit, expected[i].uidExplicit);
+    EXPECT_EQ(nodes[i].input, expected[i].input);
+    EXPECT_EQ(nodes[i].keyed, expected[i].keyed);
+    EXPECT_TRUE(static_cast<bool>(nodes[i].create));
+  }
+  EXPECT_EQ(nodes[2].keySerializer, "string");
+  EXPECT_TRUE(static_cast<bool>(nodes[2].createSender));
+}
+
+TEST(StreamPlanTest, KeyedAggregationDeclaresItsReduceState) {
+  TempFile input;
+  StreamEnvironment env;
+  buildWordCount(env, input.path());
+  const auto& states = env.plan().nodes.at(3).states;
+  ASSERT_EQ(states.size(), 1u);
+  EXPECT_EQ(states[0].name, "reduce");
+  EXPECT_EQ(states[0].kind, StateKind::kValue);
+  EXPECT_EQ(states[0].keySerializer, "string");
+  EXPECT_EQ(states[0].keySerializerVersion, 1u);
+  EXPECT_EQ(states[0].userKeySerializer, "");
+  EXPECT_EQ(states[0].valueSerializer, "pair<string,i64>");
+  EXPECT_EQ(states[0].valueSerializerVersion, 1001u);
+}
+
+TEST(StreamPlanTest, TakePlanMovesTheNodesOut) {
+  StreamEnvironment env;
+  env.fromGenerator<int64_t>(3, [](uint64_t i) { return static_cast<int64_t>(i); }).print();
+  Plan p = env.takePlan();
+  ASSERT_EQ(p.nodes.size(), 2u);
+  EXPECT_EQ(p.nodes[0].name, "Generator Source");
+  EXPECT_EQ(p.nodes[0].uid, "auto-0-generator-source");
+}
+
+TEST(StreamPlanTest, NameChangesTheDisplayNameButNotTheDefaultUid) {
+  StreamEnvironment env;
+  auto s = env.fromGenerator<int64_t>(1, [](uint64_t i) { return static_cast<int64_t>(i); })
+               .map([](int64_t v) { return v + 1; })
+               .name("Increment");
+  s.print();
+  EXPECT_EQ(env.plan().nodes.at(1).name, "Increment");
+  EXPECT_EQ(env.plan().nodes.at(1).uid, "auto-1-map");
+}
+
+TEST(StreamPlanTest, ADuplicateUidThrowsNamingTheUidAndBothOperators) {
+  StreamEnvironment env;
+  auto src = env.fromGenerator<int64_t>(1, [](uint64_t i) { return static_cast<int64_t>(i); });
+  src.uid("same");
+  auto mapped = src.map([](int64_t v) { return v; });
+  try {
+    mapped.uid("same");
+    FAIL() << "expected JobArgumentError";
+  } catch (const JobArgumentError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("'same'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("Generator Source"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("Map"), std::string::npos) << msg;
+  }
+  // Setting the same uid again on the same operator is not a duplicate.
+  EXPECT_NO_THROW(src.uid("same"));
+}
+
+TEST(StreamPlanTest, ConsumingAStreamTwiceThrowsNamingTheProducer) {
+  StreamEnvironment env;
+  auto src = env.fromGenerator<int64_t>(1, [](uint64_t i) { return static_cast<int64_t>(i); });
+  src.map([](int64_t v) { return v; });
+  try {
+    src.filter([](int64_t) { return true; });
+    FAIL() << "expected JobArgumentError";
+  } catch (const JobArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("'Generator Source'"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(src.print(), JobArgumentError);
+  EXPECT_THROW(src.keyBy([](int64_t v) { return v; }), JobArgumentError);
+}
+
+TEST(StreamPlanTest, ReadTextFileOfAMissingFileThrowsNamingTheFile) {
+  StreamEnvironment env;
+  const std::string missing = "/nonexistent-jobhost-dir/words-" + std::to_string(::getpid()) + ".txt";
+  try {
+    env.readTextFile(missing);
+    FAIL() << "expected JobArgumentError";
+  } catch (const JobArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find(missing), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(env.plan().nodes.empty());
+}
+
+TEST(StreamPlanTest, SocketTextStreamRejectsPortsOutsideTheValidRange) {
+  for (int port : {0, -1, 65536}) {
+    StreamEnvironment env;
+    try {
+      env.socketTextStream("localhost", port);
+      ADD_FAILURE() << "expected JobArgumentError for port " << port;
+    } catch (const JobArgumentError& e) {
+      EXPECT_NE(std::string(e.what()).find(std::to_string(port)), std::string::npos) << e.what();
+    }
+  }
+  StreamEnvironment env;
+  EXPECT_NO_THROW(env.socketTextStream("localhost", 65535));
+  EXPECT_EQ(env.plan().nodes.at(0).name, "Socket Stream");
+}
+
+TEST(StreamPlanTest, ArgsAreHandedToTheJob) {
+  StreamEnvironment env(JobArgs({"--input", "x.txt"}));
+  EXPECT_EQ(env.args().get("--input"), "x.txt");
+}
+
+// ---------------------------------------------------------------------------------------
+// state.h: states declared by a KeyedProcessFunction
+
+class Tracker : public KeyedProcessFunction<std::string, WordCountRecord, std::string> {
+ public:
+  void processElement(const WordCountRecord& v, Context& ctx, Collector<std::string>& out) override {}
+
+  ValueState<int64_t> count_{*this, "count"};
+  ListState<std::string> seen_{*this, "seen"};
+  MapState<std::string, double> scores_{*this, "scores"};
+};
+
+TEST(DeclaredStateTest, AFunctionListsItsStatesInDeclarationOrder) {
+  Tracker t;
+  ASSERT_EQ(t.declaredStates().size(), 3u);
+  EXPECT_EQ(t.declaredStates()[0]->name(), "count");
+  EXPECT_EQ(t.declaredStates()[1]->name(), "seen");
+  EXPECT_EQ(t.declaredStates()[2]->name(), "scores");
+}
+
+TEST(DeclaredStateTest, ProcessRecordsNamesKindsAndSerializersInThePlan) {
+  StreamEnvironment env;
+  env.fromGenerator<WordCountRecord>(1, [](uint64_t i) { return WordCountRecord{"w", static_cast<int64_t>(i)}; })
+      .keyBy([](const WordCountRecord& r) { return r.first; })
+      .process<Tracker>()
+      .uid("tracker")
+      .print();
+  const auto& node = env.plan().nodes.at(2);
+  EXPECT_EQ(node.name, "Keyed Process");
+  EXPECT_TRUE(node.keyed);
+  EXPECT_EQ(node.uid, "tracker");
+  ASSERT_EQ(node.states.size(), 3u);
+
+  struct Expected {
+    std::string name;
+    StateKind kind;
+    std::string userKey;
+    uint32_t userKeyVersion;
+    std::string value;
+    uint32_t valueVersion;
+  };
+  const std::vector<Expected> expected = {
+      {"count", StateKind::kValue, "", 0, "i64", 1},
+      {"seen", StateKind::kList, "", 0, "string", 1},
+      {"scores", StateKind::kMap, "string", 1, "f64", 1},
+  };
+  for (size_t i = 0; i < expected.size(); ++i) {
+    SCOPED_TRACE(expected[i].name);
+    const auto& d = node.states[i];
+    EXPECT_EQ(d.name, expected[i].name);
+    EXPECT_EQ(d.kind, expected[i].kind);
+    EXPECT_EQ(d.keySerializer, "string");  // the keyBy key type fills this in
+    EXPECT_EQ(d.keySerializerVersion, 1u);
+    EXPECT_EQ(d.userKeySerializer, expected[i].userKey);
+    EXPECT_EQ(d.userKeySerializerVersion, expected[i].userKeyVersion);
+    EXPECT_EQ(d.valueSerializer, expected[i].value);
+    EXPECT_EQ(d.valueSerializerVersion, expected[i].valueVersion);
+  }
+}
+
+TEST(DeclaredStateTest, DescriptorFillsInTheOperatorsKeySerializer) {
+  Tracker t;
+  StateDescriptorInfo d = t.declaredStates()[2]->descriptor("pair<string,i64>", 1001);
+  EXPECT_EQ(d.keySerializer, "pair<string,i64>");
+  EXPECT_EQ(d.keySerializerVersion, 1001u);
+  EXPECT_EQ(d.userKeySerializer, "string");
+}
+
+TEST(DeclaredStateTest, UsingStateBeforeOpenThrowsStateErrorNamingTheState) {
+  Tracker t;
+  try {
+    t.count_.value();
+    FAIL() << "expected StateError";
+  } catch (const StateError& e) {
+    EXPECT_NE(std::string(e.what()).find("'count'"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(t.seen_.add("x"), StateError);
+  EXPECT_THROW(t.scores_.put("k", 1.0), StateError);
+}
+
+TEST(CallUserTest, ExceptionsFromUserCodeNameTheOperator) {
+  try {
+    callUser("Tokenizer", []() -> int { throw std::runtime_error("boom"); });
+    FAIL() << "expected UserCodeError";
+  } catch (const UserCodeError& e) {
+    EXPECT_EQ(e.operatorName(), "Tokenizer");
+    EXPECT_STREQ(e.what(), "boom");
+  }
+  EXPECT_EQ(callUser("op", [] { return 7; }), 7);
+}
+
+}  // namespace
+}  // namespace jobhost

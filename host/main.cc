@@ -122,6 +122,14 @@ int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   std::vector<std::string> jobArgs;
   splitJobArguments(args, &jobArgs);
+  std::string convertFrom, convertTo;
+  auto* convert = app.add_subcommand(
+      "convert", "Rewrite any snapshot into the canonical format that both backends restore (the source is only read)");
+  convert->add_option("snapshot", convertFrom, "Snapshot to read (chk-<n>, savepoint or job directory)")->required();
+  convert->add_option("out-dir", convertTo, "New directory for the canonical savepoint")->required();
+  convert->footer("Example:\n  jobhost convert /ckpt/<jobId>/chk-22 /savepoints/wordcount-canonical\n\n" +
+                  std::string(kExitCodes));
+
   try {
     std::vector<std::string> reversed(args.rbegin(), args.rend());
     app.parse(reversed);
@@ -134,6 +142,7 @@ int main(int argc, char** argv) {
   if (*info) return infoCommand(infoPlugin);
   if (*inspect) return inspectCommand(inspectPath, inspectJson);
   if (*checkpoints) return checkpointsCommand(checkpointsDir);
+  if (*convert) return convertCommand(convertFrom, convertTo);
   runOpts.jobArgs = jobArgs;
   checkOpts.jobArgs = jobArgs;
   if (*check) {

@@ -12,4 +12,7 @@ int inspectCommand(const std::string& path, bool json);
 /// `jobhost checkpoints <checkpoint-dir>/<jobId>`: the checkpoint history.
 int checkpointsCommand(const std::string& jobDir);
 
+/// `jobhost convert <snapshot> <out-dir>`: canonical savepoint from any snapshot.
+int convertCommand(const std::string& from, const std::string& outDir);
+
 }  // namespace jobhost::host

@@ -22,10 +22,16 @@ namespace {
 
 jobhost::DataStream<std::string> lines(jobhost::StreamEnvironment& env) {
   const auto& args = env.args();
+  // One uid for either source: a file's read position restores into a file source; a
+  // socket source has no position and ignores it.
   if (auto input = args.get("--input")) {
-    return env.readTextFile(*input, static_cast<double>(args.getInt("--rate", 0)));
+    auto s = env.readTextFile(*input, static_cast<double>(args.getInt("--rate", 0)));
+    s.uid("lines");
+    return s;
   }
-  return env.socketTextStream(args.get("--host", "localhost"), static_cast<int>(args.getInt("--port", 9999)));
+  auto s = env.socketTextStream(args.get("--host", "localhost"), static_cast<int>(args.getInt("--port", 9999)));
+  s.uid("lines");
+  return s;
 }
 
 void tokenize(const std::string& line, Collector<WordCountRecord>& out) {

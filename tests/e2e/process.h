@@ -85,7 +85,7 @@ class Process {
   /// Waits up to `timeout`; kills the process if it is still running then.
   Result wait(std::chrono::milliseconds timeout = std::chrono::seconds(120)) {
     auto until = std::chrono::steady_clock::now() + timeout;
-    int status = 0;
+    int status = status_;
     while (!done_) {
       pid_t r = waitpid(pid_, &status, WNOHANG);
       if (r == pid_) {
@@ -110,8 +110,8 @@ class Process {
   }
   bool running() {
     if (done_) return false;
-    int status;
-    return waitpid(pid_, &status, WNOHANG) == 0;
+    if (waitpid(pid_, &status_, WNOHANG) == pid_) done_ = true;  // reaped here: keep the status
+    return !done_;
   }
 
  private:
@@ -119,6 +119,7 @@ class Process {
   fs::path out_, err_;
   bool done_ = false;
   bool timedOut_ = false;
+  int status_ = 0;
 };
 
 inline Result run(const std::vector<std::string>& args, const fs::path& dir,

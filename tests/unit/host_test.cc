@@ -1,0 +1,1077 @@
+// Unit tests for host/: layered configuration, restart strategies, key-group assignment,
+// the restore preflight and the bounded input channels.
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <future>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "checkpoint/preflight.h"
+#include "config/configuration.h"
+#include "jobhost/serializer.h"
+#include "jobhost/state/checkpoint_storage.h"
+#include "jobhost/state/state_handle.h"
+#include "runtime/channel.h"
+#include "runtime/job_execution.h"
+#include "runtime/restart_strategy.h"
+
+namespace jobhost::host {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using std::chrono::milliseconds;
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+// A fresh temp directory per test.
+class TempDirTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    root_ = fs::temp_directory_path() / ("jobhost-host-test-" + std::to_string(::getpid()) + "-" +
+                                         info->test_suite_name() + "-" + info->name());
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(root_, ec);
+  }
+  std::string writeFile(const std::string& name, const std::string& content) {
+    std::string path = (root_ / name).string();
+    std::ofstream(path, std::ios::binary) << content;
+    return path;
+  }
+  fs::path root_;
+};
+
+// ---------------------------------------------------------------------------------------
+// Configuration
+
+using Layer = Configuration::Layer;
+
+class ConfigurationTest : public TempDirTest {};
+
+TEST_F(ConfigurationTest, BuiltInDefaultsAreSetAndComeFromDefault) {
+  Configuration c;
+  EXPECT_EQ(c.get("state.backend.type"), "hashmap");
+  EXPECT_EQ(c.get("pipeline.max-parallelism"), "128");
+  EXPECT_EQ(c.get("restart-strategy.type"), "none");
+  EXPECT_EQ(c.origin("state.backend.type"), "default");
+  EXPECT_EQ(c.get("state.checkpoints.dir"), std::nullopt);  // no default
+  EXPECT_EQ(c.origin("state.checkpoints.dir"), "unset");
+  EXPECT_TRUE(c.suspiciousKeys().empty());
+}
+
+struct PrecedenceCase {
+  std::string what;
+  std::vector<std::pair<Layer, std::string>> sets;  // applied in this order
+  std::string value;
+  std::string origin;  // "<file>" stands for the YAML file's path
+};
+
+TEST_F(ConfigurationTest, PrecedenceIsDefaultThenFileThenJobThenCommandLineWhateverTheOrder) {
+  const std::vector<PrecedenceCase> cases = {
+      {"default only", {}, "hashmap", "default"},
+      {"file over default", {{Layer::kFile, "f"}}, "f", "<file>"},
+      {"job over file", {{Layer::kFile, "f"}, {Layer::kJob, "j"}}, "j", "the job's configure()"},
+      {"file after job loses", {{Layer::kJob, "j"}, {Layer::kFile, "f"}}, "j", "the job's configure()"},
+      {"command line over all", {{Layer::kCommandLine, "d"}, {Layer::kJob, "j"}, {Layer::kFile, "f"}}, "d", "-D"},
+      {"command line last", {{Layer::kFile, "f"}, {Layer::kJob, "j"}, {Layer::kCommandLine, "d"}}, "d", "-D"},
+      {"same layer: last wins", {{Layer::kJob, "j1"}, {Layer::kJob, "j2"}}, "j2", "the job's configure()"},
+      {"default layer cannot override", {{Layer::kJob, "j"}, {Layer::kDefault, "x"}}, "j", "the job's configure()"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.what);
+    Configuration cfg;
+    std::string file;
+    for (const auto& [layer, value] : c.sets) {
+      if (layer == Layer::kFile) {
+        file = writeFile("conf.yaml", "state.backend.type: " + value + "\n");
+        cfg.loadYamlFile(file);
+      } else {
+        cfg.set("state.backend.type", value, layer);
+      }
+    }
+    EXPECT_EQ(cfg.get("state.backend.type"), c.value);
+    EXPECT_EQ(cfg.origin("state.backend.type"), c.origin == "<file>" ? file : c.origin);
+  }
+}
+
+TEST_F(ConfigurationTest, YamlNestedMapsAreFlattenedWithDots) {
+  const std::string path = writeFile("config.yaml",
+                                     "state:\n"
+                                     "  backend:\n"
+                                     "    type: rocksdb\n"
+                                     "    incremental: true\n"
+                                     "  checkpoints.dir: /var/ckpt\n"
+                                     "parallelism.default: 4\n"
+                                     "execution:\n"
+                                     "  checkpointing:\n"
+                                     "    interval: 10 s\n"
+                                     "myplugin.empty:\n");
+  Configuration c;
+  c.loadYamlFile(path);
+  EXPECT_EQ(c.get("state.backend.type"), "rocksdb");
+  EXPECT_EQ(c.get("state.backend.incremental"), "true");
+  EXPECT_EQ(c.get("state.checkpoints.dir"), "/var/ckpt");
+  EXPECT_EQ(c.get("parallelism.default"), "4");
+  EXPECT_EQ(c.get("execution.checkpointing.interval"), "10 s");
+  EXPECT_EQ(c.get("myplugin.empty"), "");
+  EXPECT_EQ(c.get("state"), std::nullopt);
+  EXPECT_EQ(c.origin("state.backend.type"), path);
+  EXPECT_EQ(c.getDuration("execution.checkpointing.interval"), 10s);
+  EXPECT_TRUE(c.getBool("state.backend.incremental"));
+}
+
+TEST_F(ConfigurationTest, AnEmptyYamlFileSetsNothing) {
+  Configuration c;
+  c.loadYamlFile(writeFile("empty.yaml", ""));
+  EXPECT_EQ(c.get("state.backend.type"), "hashmap");
+  EXPECT_EQ(c.origin("state.backend.type"), "default");
+}
+
+TEST_F(ConfigurationTest, BadYamlThrowsConfigErrorWithTheFileAndLine) {
+  const std::string path = writeFile("bad.yaml",
+                                     "state.backend.type: rocksdb\n"
+                                     "parallelism.default: 2\n"
+                                     "restart-strategy.type: [fixed-delay\n");
+  Configuration c;
+  try {
+    c.loadYamlFile(path);
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    const std::string msg = e.what();
+    EXPECT_TRUE(contains(msg, path)) << msg;
+    EXPECT_TRUE(contains(msg, "line 4")) << msg;
+  }
+  // Nothing of a bad file is applied.
+  EXPECT_EQ(c.get("state.backend.type"), "hashmap");
+}
+
+TEST_F(ConfigurationTest, BadYamlOnTheFirstLineReportsLineOne) {
+  const std::string path = writeFile("bad1.yaml", "a: b: c\n");
+  Configuration c;
+  try {
+    c.loadYamlFile(path);
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_TRUE(contains(e.what(), "line 1,")) << e.what();
+  }
+}
+
+TEST_F(ConfigurationTest, AListValueOrANonMapFileIsRejected) {
+  Configuration c;
+  try {
+    c.loadYamlFile(writeFile("list.yaml", "state:\n  backend:\n    type: [a, b]\n"));
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_TRUE(contains(e.what(), "'state.backend.type'")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "list")) << e.what();
+  }
+  EXPECT_THROW(c.loadYamlFile(writeFile("scalar.yaml", "just a string\n")), ConfigError);
+}
+
+TEST_F(ConfigurationTest, AMissingFileThrowsConfigErrorNamingIt) {
+  Configuration c;
+  const std::string path = (root_ / "nope.yaml").string();
+  try {
+    c.loadYamlFile(path);
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_TRUE(contains(e.what(), path)) << e.what();
+  }
+}
+
+TEST_F(ConfigurationTest, SetFromArgumentSplitsAtTheFirstEqualsSign) {
+  Configuration c;
+  c.setFromArgument("state.backend.type=rocksdb");
+  c.setFromArgument("myjob.expr=a=b");
+  c.setFromArgument("myjob.empty=");
+  EXPECT_EQ(c.get("state.backend.type"), "rocksdb");
+  EXPECT_EQ(c.origin("state.backend.type"), "-D");
+  EXPECT_EQ(c.get("myjob.expr"), "a=b");
+  EXPECT_EQ(c.get("myjob.empty"), "");
+  for (const std::string bad : {"novalue", "=x", ""}) {
+    try {
+      c.setFromArgument(bad);
+      ADD_FAILURE() << "expected ConfigError for '" << bad << "'";
+    } catch (const ConfigError& e) {
+      EXPECT_TRUE(contains(e.what(), "'" + bad + "'")) << e.what();
+      EXPECT_TRUE(contains(e.what(), "key=value")) << e.what();
+    }
+  }
+}
+
+struct DurationCase {
+  std::string text;
+  milliseconds expected;
+};
+
+TEST_F(ConfigurationTest, GetDurationAcceptsFlinkStyleDurations) {
+  const std::vector<DurationCase> cases = {
+      {"500ms", 500ms},   {"2 s", 2s},          {"1min", 1min},   {"1h", 1h},        {"250", 250ms},
+      {"0", 0ms},         {"1.5s", 1500ms},     {"10 S", 10s},    {"3 minutes", 3min}, {"2 hours", 2h},
+      {"  7 sec ", 7s},   {"1 m", 1min},        {"5 millis", 5ms}, {"1 second", 1s},
+  };
+  for (const auto& c : cases) {
+    Configuration cfg;
+    cfg.set("x.duration", c.text, Layer::kJob);
+    EXPECT_EQ(cfg.getDuration("x.duration"), c.expected) << "'" << c.text << "'";
+  }
+}
+
+TEST_F(ConfigurationTest, GetDurationRejectsMalformedValuesNamingKeyValueAndOrigin) {
+  for (const std::string bad : {"", "abc", "ms", "5 parsecs", "-5s", "1.2.3s", "5s5", ".", "1 min 30 s"}) {
+    Configuration cfg;
+    cfg.set("execution.checkpointing.interval", bad, Layer::kCommandLine);
+    try {
+      auto d = cfg.getDuration("execution.checkpointing.interval");
+      ADD_FAILURE() << "'" << bad << "' was accepted as " << d.count() << " ms";
+    } catch (const ConfigError& e) {
+      const std::string msg = e.what();
+      EXPECT_TRUE(contains(msg, "execution.checkpointing.interval")) << msg;
+      EXPECT_TRUE(contains(msg, "'" + bad + "'")) << msg;
+      EXPECT_TRUE(contains(msg, "(from -D)")) << msg;
+    }
+  }
+}
+
+struct BoolCase {
+  std::string text;
+  bool expected;
+};
+
+TEST_F(ConfigurationTest, GetBoolAcceptsTheUsualSpellings) {
+  const std::vector<BoolCase> cases = {
+      {"true", true}, {"TRUE", true}, {"yes", true},  {"1", true},   {"True", true},
+      {"false", false}, {"No", false}, {"0", false}, {"", false},
+  };
+  for (const auto& c : cases) {
+    Configuration cfg;
+    cfg.set("state.backend.incremental", c.text, Layer::kJob);
+    EXPECT_EQ(cfg.getBool("state.backend.incremental"), c.expected) << "'" << c.text << "'";
+  }
+}
+
+TEST_F(ConfigurationTest, GetBoolRejectsOtherWordsNamingTheKeyAndOrigin) {
+  Configuration cfg;
+  cfg.set("state.backend.incremental", "maybe", Layer::kJob);
+  try {
+    cfg.getBool("state.backend.incremental");
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    const std::string msg = e.what();
+    EXPECT_TRUE(contains(msg, "state.backend.incremental")) << msg;
+    EXPECT_TRUE(contains(msg, "'maybe'")) << msg;
+    EXPECT_TRUE(contains(msg, "the job's configure()")) << msg;
+  }
+}
+
+TEST_F(ConfigurationTest, GetIntOutOfRangeNamesTheKeyTheOriginAndTheRange) {
+  const std::string path = writeFile("p.yaml", "parallelism.default: 0\n");
+  Configuration cfg;
+  cfg.loadYamlFile(path);
+  try {
+    cfg.getInt("parallelism.default", 1, 32768);
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    const std::string msg = e.what();
+    EXPECT_TRUE(contains(msg, "parallelism.default")) << msg;
+    EXPECT_TRUE(contains(msg, "(from " + path + ")")) << msg;
+    EXPECT_TRUE(contains(msg, "out of range [1, 32768]")) << msg;
+  }
+  cfg.set("parallelism.default", "32768", Layer::kCommandLine);
+  EXPECT_EQ(cfg.getInt("parallelism.default", 1, 32768), 32768);
+  cfg.set("parallelism.default", "32769", Layer::kCommandLine);
+  EXPECT_THROW(cfg.getInt("parallelism.default", 1, 32768), ConfigError);
+}
+
+TEST_F(ConfigurationTest, GetIntRejectsNonIntegersNamingTheKeyAndOrigin) {
+  for (const std::string bad : {"4x", "four", "", "2.5", "99999999999999999999"}) {
+    Configuration cfg;
+    cfg.set("parallelism.default", bad, Layer::kCommandLine);
+    try {
+      cfg.getInt("parallelism.default", 1, 100);
+      ADD_FAILURE() << "'" << bad << "' was accepted";
+    } catch (const ConfigError& e) {
+      const std::string msg = e.what();
+      EXPECT_TRUE(contains(msg, "parallelism.default")) << msg;
+      EXPECT_TRUE(contains(msg, "(from -D)")) << msg;
+    }
+  }
+}
+
+struct TypoCase {
+  std::string key;
+  std::string suggestion;  // empty: no warning expected
+};
+
+TEST_F(ConfigurationTest, SuspiciousKeysSuggestTheKnownKeyForATypo) {
+  const std::vector<TypoCase> cases = {
+      {"state.backend.typ", "state.backend.type"},
+      {"parallelism.defualt", "parallelism.default"},
+      {"state.backend.incremetal", "state.backend.incremental"},
+      {"state.backend.type", ""},  // known
+      {"myplugin.window.size", ""},  // unrelated plugin key
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.key);
+    Configuration cfg;
+    cfg.set(c.key, "x", Layer::kCommandLine);
+    auto warnings = cfg.suspiciousKeys();
+    if (c.suggestion.empty()) {
+      EXPECT_TRUE(warnings.empty()) << ::testing::PrintToString(warnings);
+      continue;
+    }
+    ASSERT_EQ(warnings.size(), 1u);
+    EXPECT_TRUE(contains(warnings[0], "'" + c.key + "'")) << warnings[0];
+    EXPECT_TRUE(contains(warnings[0], "did you mean '" + c.suggestion + "'")) << warnings[0];
+    EXPECT_TRUE(contains(warnings[0], "(from -D)")) << warnings[0];
+  }
+}
+
+TEST_F(ConfigurationTest, EffectiveListsEveryKeyWithItsWinningValue) {
+  Configuration cfg;
+  cfg.set("state.backend.type", "rocksdb", Layer::kJob);
+  cfg.set("myjob.x", "1", Layer::kCommandLine);
+  auto eff = cfg.effective();
+  EXPECT_EQ(eff.at("state.backend.type"), "rocksdb");
+  EXPECT_EQ(eff.at("myjob.x"), "1");
+  EXPECT_EQ(eff.at("pipeline.max-parallelism"), "128");
+}
+
+// ---------------------------------------------------------------------------------------
+// Restart strategies
+
+Configuration restartConfig(const std::map<std::string, std::string>& values) {
+  Configuration c;
+  for (const auto& [k, v] : values) c.set(k, v, Layer::kJob);
+  return c;
+}
+
+TEST(RestartStrategyTest, FixedDelayAllowsExactlyTheConfiguredRestarts) {
+  auto s = createRestartStrategy(restartConfig({{"restart-strategy.type", "fixed-delay"},
+                                                {"restart-strategy.fixed-delay.attempts", "3"},
+                                                {"restart-strategy.fixed-delay.delay", "2 s"}}));
+  EXPECT_EQ(s->describe(), "FixedDelayRestartStrategy(maxAttempts=3, delay=2 s)");
+  for (int i = 0; i < 3; ++i) {
+    milliseconds d{-1};
+    EXPECT_TRUE(s->onFailure(&d)) << "restart " << i + 1;
+    EXPECT_EQ(d, 2s);
+  }
+  milliseconds d{-1};
+  EXPECT_FALSE(s->onFailure(&d));
+  EXPECT_FALSE(s->onFailure(&d));
+}
+
+TEST(RestartStrategyTest, FixedDelayWithZeroAttemptsNeverRestarts) {
+  auto s = createRestartStrategy(restartConfig({{"restart-strategy.type", "fixed-delay"},
+                                                {"restart-strategy.fixed-delay.attempts", "0"}}));
+  milliseconds d{};
+  EXPECT_FALSE(s->onFailure(&d));
+}
+
+TEST(RestartStrategyTest, TheDefaultIsNoRestart) {
+  auto s = createRestartStrategy(Configuration());
+  EXPECT_EQ(s->describe(), "NoRestartStrategy");
+  milliseconds d{};
+  EXPECT_FALSE(s->onFailure(&d));
+}
+
+TEST(RestartStrategyTest, NoneAndItsAliasesNeverRestart) {
+  for (const std::string type : {"none", "off", "disable"}) {
+    auto s = createRestartStrategy(restartConfig({{"restart-strategy.type", type}}));
+    milliseconds d{};
+    EXPECT_FALSE(s->onFailure(&d)) << type;
+    EXPECT_EQ(s->describe(), "NoRestartStrategy") << type;
+  }
+}
+
+TEST(RestartStrategyTest, FailureRateAllowsMaxFailuresPerInterval) {
+  auto s = createRestartStrategy(restartConfig({{"restart-strategy.type", "failure-rate"},
+                                                {"restart-strategy.failure-rate.max-failures-per-interval", "2"},
+                                                {"restart-strategy.failure-rate.failure-rate-interval", "1 min"},
+                                                {"restart-strategy.failure-rate.delay", "500ms"}}));
+  EXPECT_EQ(s->describe(), "FailureRateRestartStrategy(maxFailuresPerInterval=2, interval=1 min, delay=500 ms)");
+  milliseconds d{-1};
+  EXPECT_TRUE(s->onFailure(&d));
+  EXPECT_EQ(d, 500ms);
+  EXPECT_TRUE(s->onFailure(&d));
+  EXPECT_FALSE(s->onFailure(&d));
+}
+
+TEST(RestartStrategyTest, FailureRateForgetsFailuresOlderThanTheInterval) {
+  auto s = createRestartStrategy(restartConfig({{"restart-strategy.type", "failure-rate"},
+                                                {"restart-strategy.failure-rate.max-failures-per-interval", "1"},
+                                                {"restart-strategy.failure-rate.failure-rate-interval", "30ms"},
+                                                {"restart-strategy.failure-rate.delay", "0"}}));
+  milliseconds d{-1};
+  EXPECT_TRUE(s->onFailure(&d));
+  std::this_thread::sleep_for(60ms);
+  EXPECT_TRUE(s->onFailure(&d));
+  EXPECT_FALSE(s->onFailure(&d));  // two within 30 ms
+}
+
+TEST(RestartStrategyTest, ExponentialDelayGrowsByTheMultiplierUpToTheMaximum) {
+  auto s = createRestartStrategy(restartConfig({{"restart-strategy.type", "exponential-delay"},
+                                                {"restart-strategy.exponential-delay.initial-backoff", "1 s"},
+                                                {"restart-strategy.exponential-delay.max-backoff", "5 s"},
+                                                {"restart-strategy.exponential-delay.backoff-multiplier", "2"},
+                                                {"restart-strategy.exponential-delay.attempts-before-reset-backoff", "6"}}));
+  const std::vector<milliseconds> expected = {1s, 2s, 4s, 5s, 5s, 5s};
+  for (size_t i = 0; i < expected.size(); ++i) {
+    milliseconds d{-1};
+    ASSERT_TRUE(s->onFailure(&d)) << "restart " << i + 1;
+    EXPECT_EQ(d, expected[i]) << "restart " << i + 1;
+  }
+  milliseconds d{-1};
+  EXPECT_FALSE(s->onFailure(&d));
+  EXPECT_TRUE(contains(s->describe(), "initialBackoff=1 s")) << s->describe();
+  EXPECT_TRUE(contains(s->describe(), "maxBackoff=5 s")) << s->describe();
+}
+
+TEST(RestartStrategyTest, ExponentialDelayDefaultsGrowByOneAndAHalf) {
+  auto s = createRestartStrategy(restartConfig({{"restart-strategy.type", "exponential-delay"}}));
+  const std::vector<milliseconds> expected = {1000ms, 1500ms, 2250ms, 3375ms};
+  for (auto e : expected) {
+    milliseconds d{-1};
+    ASSERT_TRUE(s->onFailure(&d));
+    EXPECT_EQ(d, e);
+  }
+}
+
+TEST(RestartStrategyTest, AnUnknownTypeIsAConfigErrorListingTheKnownTypes) {
+  Configuration c;
+  c.set("restart-strategy.type", "fixed-dealy", Layer::kCommandLine);
+  try {
+    createRestartStrategy(c);
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    const std::string msg = e.what();
+    EXPECT_TRUE(contains(msg, "'fixed-dealy'")) << msg;
+    EXPECT_TRUE(contains(msg, "(from -D)")) << msg;
+    EXPECT_TRUE(contains(msg, "fixed-delay, failure-rate or exponential-delay")) << msg;
+  }
+}
+
+struct BadRestartCase {
+  std::map<std::string, std::string> values;
+  std::string mentions;
+};
+
+TEST(RestartStrategyTest, BadValuesAreConfigErrorsNamingTheKey) {
+  const std::vector<BadRestartCase> cases = {
+      {{{"restart-strategy.type", "fixed-delay"}, {"restart-strategy.fixed-delay.attempts", "-1"}},
+       "restart-strategy.fixed-delay.attempts"},
+      {{{"restart-strategy.type", "fixed-delay"}, {"restart-strategy.fixed-delay.delay", "soon"}},
+       "restart-strategy.fixed-delay.delay"},
+      {{{"restart-strategy.type", "failure-rate"},
+        {"restart-strategy.failure-rate.max-failures-per-interval", "0"}},
+       "restart-strategy.failure-rate.max-failures-per-interval"},
+      {{{"restart-strategy.type", "exponential-delay"},
+        {"restart-strategy.exponential-delay.backoff-multiplier", "0.5"}},
+       "restart-strategy.exponential-delay.backoff-multiplier"},
+      {{{"restart-strategy.type", "exponential-delay"},
+        {"restart-strategy.exponential-delay.backoff-multiplier", "fast"}},
+       "restart-strategy.exponential-delay.backoff-multiplier"},
+  };
+  for (const auto& c : cases) {
+    try {
+      createRestartStrategy(restartConfig(c.values));
+      ADD_FAILURE() << "expected ConfigError mentioning " << c.mentions;
+    } catch (const ConfigError& e) {
+      EXPECT_TRUE(contains(e.what(), c.mentions)) << e.what();
+    }
+  }
+}
+
+struct FormatDurationCase {
+  milliseconds d;
+  std::string text;
+};
+
+TEST(RestartStrategyTest, FormatDurationUsesTheLargestExactUnit) {
+  const std::vector<FormatDurationCase> cases = {
+      {2000ms, "2 s"}, {500ms, "500 ms"}, {60000ms, "1 min"}, {90000ms, "90 s"}, {0ms, "0 s"}, {1500ms, "1500 ms"},
+      {3600000ms, "60 min"},
+  };
+  for (const auto& c : cases) EXPECT_EQ(formatDuration(c.d), c.text) << c.d.count();
+}
+
+// ---------------------------------------------------------------------------------------
+// Key-group assignment (part of the on-disk contract: a key must land in the same key
+// group in every release, or restored state is not found)
+
+std::string serialized(const std::string& key) {
+  std::string out;
+  serializeInto(out, key);
+  return out;
+}
+
+struct PinnedCase {
+  std::string keyBytes;
+  int maxParallelism;
+  int keyGroup;
+};
+
+TEST(KeyGroupAssignmentTest, KeyGroupForIsStableAcrossReleases) {
+  const std::vector<PinnedCase> cases = {
+      {"", 128, -1},
+      {"a", 128, -1},
+      {"hello", 128, -1},
+      {serialized("hello"), 128, -1},
+      {serialized("the"), 128, -1},
+      {serialized("to"), 4096, -1},
+      {serialized("hello"), 32768, -1},
+  };
+  for (const auto& c : cases)
+    EXPECT_EQ(keyGroupFor(c.keyBytes, c.maxParallelism), c.keyGroup)
+        << ::testing::PrintToString(c.keyBytes) << " of " << c.maxParallelism;
+}
+
+TEST(KeyGroupAssignmentTest, KeyGroupsOfTenThousandKeysAreRoughlyUniform) {
+  constexpr int kGroups = 128, kKeys = 10000;
+  std::vector<int> counts(kGroups);
+  for (int i = 0; i < kKeys; ++i) {
+    int kg = keyGroupFor(serialized("key-" + std::to_string(i)), kGroups);
+    ASSERT_GE(kg, 0);
+    ASSERT_LT(kg, kGroups);
+    ++counts[static_cast<size_t>(kg)];
+  }
+  const double expected = static_cast<double>(kKeys) / kGroups;  // 78.125
+  double chi2 = 0;
+  for (int n : counts) {
+    EXPECT_GT(n, expected / 2);
+    EXPECT_LT(n, expected * 1.5);
+    chi2 += (n - expected) * (n - expected) / expected;
+  }
+  // 127 degrees of freedom: mean 127, standard deviation ~16.
+  EXPECT_LT(chi2, 200) << "key groups are far from uniform";
+}
+
+TEST(KeyGroupAssignmentTest, SimilarKeysSpreadOverManyGroups) {
+  std::set<int> groups;
+  for (char c = 'a'; c <= 'z'; ++c) groups.insert(keyGroupFor(std::string("word") + c, 128));
+  EXPECT_GE(groups.size(), 18u);
+}
+
+struct RangeCase {
+  int maxParallelism;
+  int parallelism;
+};
+
+TEST(KeyGroupAssignmentTest, SubtaskRangesPartitionTheKeyGroups) {
+  const std::vector<RangeCase> cases = {{128, 1}, {128, 2},  {128, 3}, {128, 7},   {128, 128},
+                                        {10, 3},  {1, 1},    {7, 7},   {32768, 5}, {100, 99}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE("maxParallelism " + std::to_string(c.maxParallelism) + ", parallelism " +
+                 std::to_string(c.parallelism));
+    int next = 0, minSize = c.maxParallelism, maxSize = 0;
+    for (int i = 0; i < c.parallelism; ++i) {
+      state::KeyGroupRange r = state::keyGroupRangeFor(c.maxParallelism, c.parallelism, i);
+      EXPECT_EQ(r.start, next) << "subtask " << i;
+      EXPECT_FALSE(r.empty()) << "subtask " << i;
+      minSize = std::min(minSize, r.size());
+      maxSize = std::max(maxSize, r.size());
+      next = r.end + 1;
+    }
+    EXPECT_EQ(next, c.maxParallelism);
+    EXPECT_LE(maxSize - minSize, 1);
+  }
+}
+
+TEST(KeyGroupAssignmentTest, SubtaskForKeyGroupAgreesWithTheRanges) {
+  const std::vector<RangeCase> cases = {{128, 1}, {128, 2}, {128, 3},    {128, 7}, {128, 128},
+                                        {10, 3},  {7, 7},   {32768, 5}, {100, 99}};
+  for (const auto& c : cases) {
+    for (int i = 0; i < c.parallelism; ++i) {
+      state::KeyGroupRange r = state::keyGroupRangeFor(c.maxParallelism, c.parallelism, i);
+      for (int kg = r.start; kg <= r.end; ++kg)
+        ASSERT_EQ(state::subtaskForKeyGroup(c.maxParallelism, c.parallelism, kg), i)
+            << "key group " << kg << " of " << c.maxParallelism << " with parallelism " << c.parallelism;
+    }
+  }
+}
+
+TEST(KeyGroupAssignmentTest, RangesMatchFlinksAssignment) {
+  // Flink's KeyGroupRangeAssignment for 128 key groups and parallelism 3.
+  EXPECT_EQ(state::keyGroupRangeFor(128, 3, 0), (state::KeyGroupRange{0, 42}));
+  EXPECT_EQ(state::keyGroupRangeFor(128, 3, 1), (state::KeyGroupRange{43, 85}));
+  EXPECT_EQ(state::keyGroupRangeFor(128, 3, 2), (state::KeyGroupRange{86, 127}));
+}
+
+// ---------------------------------------------------------------------------------------
+// Restore preflight
+
+StateDescriptorInfo reduceState() {
+  StateDescriptorInfo d;
+  d.name = "reduce";
+  d.kind = StateKind::kValue;
+  d.keySerializer = "string";
+  d.keySerializerVersion = 1;
+  d.valueSerializer = "pair<string,i64>";
+  d.valueSerializerVersion = 1001;
+  return d;
+}
+
+class PreflightTest : public TempDirTest {
+ protected:
+  void SetUp() override {
+    TempDirTest::SetUp();
+    auto st = state::openStorage((root_ / "ckpt").string());
+    ASSERT_TRUE(st.ok()) << st.status();
+    storage_ = std::move(st).value();
+    ASSERT_TRUE(storage_->put(kKgFile, std::string(10, 'k')).ok());
+    ASSERT_TRUE(storage_->put(kSharedFile, std::string(20, 's')).ok());
+    ASSERT_TRUE(storage_->put(kPrivateFile, std::string(8, 'p')).ok());
+
+    // A hashmap checkpoint 5 of WordCount: keyed "counts" and the source's position.
+    meta_ = {};
+    in_ = {};
+    meta_.jobId = "job";
+    meta_.checkpointId = 5;
+    meta_.jobClass = "WordCount";
+    meta_.pluginFile = "libwordcount_jobs.so";
+    meta_.pluginDigest = "digest-1";
+    meta_.backend = "hashmap";
+    meta_.maxParallelism = 128;
+    state::OperatorSnapshot counts;
+    counts.uid = "counts";
+    counts.name = "Keyed Aggregation";
+    counts.keyed = true;
+    counts.states = {reduceState()};
+    state::SubtaskSnapshot sub;
+    state::KeyGroupsStateHandle kg;
+    kg.file = {kKgFile, 10};
+    kg.range = {0, 127};
+    kg.offsets.assign(128, 0);
+    sub.keyed = kg;
+    counts.subtasks = {sub};
+    state::OperatorSnapshot source;
+    source.uid = "source";
+    source.name = "Text File Source";
+    state::SubtaskSnapshot srcSub;
+    srcSub.operatorState = "line 42";
+    source.subtasks = {srcSub};
+    meta_.operators = {counts, source};
+
+    in_.metadata = &meta_;
+    in_.storage = storage_.get();
+    in_.snapshotPath = "/ckpt/job/chk-5";
+    in_.operators = {{"counts", "Keyed Aggregation", true, false, 1, {reduceState()}},
+                     {"source", "Text File Source", false, true, 1, {}}};
+    in_.selectedClass = "WordCount";
+    in_.pluginPath = "/plugins/libwordcount_jobs.so";
+    in_.pluginDigest = "digest-1";
+    in_.pluginClasses = {"WordCount", "WordCountIncremental"};
+  }
+
+  // Turns the snapshot into an incremental rocksdb checkpoint of WordCountIncremental whose
+  // shared file was first written by checkpoint 2.
+  void makeIncremental() {
+    meta_.jobClass = "WordCountIncremental";
+    meta_.backend = "rocksdb";
+    meta_.incremental = true;
+    state::IncrementalStateHandle inc;
+    inc.backendId = "b-1";
+    inc.checkpointId = 5;
+    inc.range = {0, 127};
+    inc.sharedFiles = {{"000012.sst", {kSharedFile, 20}, 2}};
+    inc.privateFiles = {{"MANIFEST-000003", {kPrivateFile, 8}, 5}};
+    meta_.operators[0].subtasks[0].keyed = inc;
+  }
+
+  static std::string describe(const PreflightReport& r) {
+    std::string s;
+    for (const auto& f : r.findings)
+      s += "[" + std::to_string(f.severity) + " " + f.check + "] " + f.message + "\n";
+    for (const auto& f : r.fixes) s += "fix: " + f + "\n";
+    return s;
+  }
+  static std::vector<const PreflightFinding*> withCheck(const PreflightReport& r, const std::string& check) {
+    std::vector<const PreflightFinding*> out;
+    for (const auto& f : r.findings)
+      if (f.check == check) out.push_back(&f);
+    return out;
+  }
+  static bool anyFixMentions(const PreflightReport& r, const std::string& text) {
+    for (const auto& f : r.fixes)
+      if (contains(f, text)) return true;
+    return false;
+  }
+
+  static constexpr const char* kKgFile = "job/chk-5/counts-0.kg";
+  static constexpr const char* kSharedFile = "job/shared/000012.sst";
+  static constexpr const char* kPrivateFile = "job/chk-5/MANIFEST-000003";
+  std::unique_ptr<state::CheckpointStorage> storage_;
+  state::CheckpointMetadata meta_;
+  PreflightInput in_;
+};
+
+TEST_F(PreflightTest, AMatchingSnapshotHasNoFindings) {
+  PreflightReport r = runPreflight(in_);
+  EXPECT_TRUE(r.findings.empty()) << describe(r);
+  EXPECT_TRUE(r.fixes.empty()) << describe(r);
+  EXPECT_TRUE(r.compatible());
+  EXPECT_TRUE(contains(r.format(in_.snapshotPath), "Snapshot /ckpt/job/chk-5 is compatible"));
+}
+
+TEST_F(PreflightTest, AnIncrementalSnapshotRestoresIntoRocksdb) {
+  makeIncremental();
+  in_.selectedClass = "WordCountIncremental";
+  in_.backend = state::BackendType::kRocksDb;
+  in_.incremental = true;
+  PreflightReport r = runPreflight(in_);
+  EXPECT_TRUE(r.findings.empty()) << describe(r);
+}
+
+TEST_F(PreflightTest, AnIncrementalHandleWithTheHashmapBackendIsABackendError) {
+  makeIncremental();
+  in_.selectedClass = "WordCountIncremental";
+  PreflightReport r = runPreflight(in_);
+  EXPECT_FALSE(r.compatible());
+  ASSERT_EQ(r.findings.size(), 1u) << describe(r);
+  const auto& f = r.findings[0];
+  EXPECT_EQ(f.severity, PreflightFinding::kError);
+  EXPECT_EQ(f.check, "backend");
+  EXPECT_TRUE(contains(f.message, "'counts'")) << f.message;
+  EXPECT_TRUE(contains(f.message, "IncrementalRemoteKeyedStateHandle")) << f.message;
+  EXPECT_TRUE(contains(f.message, "hashmap")) << f.message;
+  ASSERT_EQ(r.fixes.size(), 2u) << describe(r);
+  EXPECT_TRUE(contains(r.fixes[0], "-D state.backend.type=rocksdb")) << r.fixes[0];
+  EXPECT_TRUE(contains(r.fixes[1], "jobhost convert /ckpt/job/chk-5")) << r.fixes[1];
+  const std::string text = r.format(in_.snapshotPath);
+  EXPECT_TRUE(contains(text, "Cannot restore /ckpt/job/chk-5: 1 problem\n")) << text;
+  EXPECT_TRUE(contains(text, "error   [backend]")) << text;
+  EXPECT_TRUE(contains(text, "1. keep WordCountIncremental")) << text;
+}
+
+TEST_F(PreflightTest, ADifferentClassAloneIsOnlyAWarning) {
+  in_.selectedClass = "WordCountV2";
+  PreflightReport r = runPreflight(in_);
+  EXPECT_TRUE(r.compatible()) << describe(r);
+  ASSERT_EQ(r.findings.size(), 1u) << describe(r);
+  EXPECT_EQ(r.findings[0].severity, PreflightFinding::kWarning);
+  EXPECT_EQ(r.findings[0].check, "class");
+  EXPECT_TRUE(contains(r.findings[0].message, "class WordCount ")) << r.findings[0].message;
+  EXPECT_TRUE(contains(r.findings[0].message, "you selected WordCountV2")) << r.findings[0].message;
+  EXPECT_TRUE(r.fixes.empty()) << describe(r);
+}
+
+TEST_F(PreflightTest, ADifferentClassWithABackendErrorIsReportedFirstAsTheMostLikelyCause) {
+  makeIncremental();  // written by WordCountIncremental; WordCount runs on the heap
+  PreflightReport r = runPreflight(in_);
+  EXPECT_FALSE(r.compatible());
+  ASSERT_EQ(r.findings.size(), 2u) << describe(r);
+  EXPECT_EQ(r.findings[0].check, "class");
+  EXPECT_EQ(r.findings[0].severity, PreflightFinding::kError);
+  EXPECT_EQ(r.findings[0].message.rfind("most likely cause: ", 0), 0u) << r.findings[0].message;
+  EXPECT_TRUE(contains(r.findings[0].message, "WordCountIncremental (libwordcount_jobs.so, backend rocksdb, incremental)"))
+      << r.findings[0].message;
+  EXPECT_TRUE(contains(r.findings[0].message, "you selected WordCount (backend hashmap)")) << r.findings[0].message;
+  EXPECT_EQ(r.findings[1].check, "backend");
+  ASSERT_EQ(r.fixes.size(), 3u) << describe(r);
+  EXPECT_EQ(r.fixes[0].rfind("jobhost run -s /ckpt/job/chk-5 -c WordCountIncremental /plugins/libwordcount_jobs.so", 0),
+            0u)
+      << r.fixes[0];
+  EXPECT_TRUE(contains(r.fixes[1], "state.backend.type=rocksdb")) << r.fixes[1];
+  EXPECT_TRUE(contains(r.fixes[2], "jobhost convert")) << r.fixes[2];
+}
+
+TEST_F(PreflightTest, TheClassFixIsOfferedOnlyWhenThePluginHasTheWriterClass) {
+  makeIncremental();
+  in_.pluginClasses = {"WordCount"};
+  PreflightReport r = runPreflight(in_);
+  ASSERT_FALSE(r.findings.empty());
+  EXPECT_EQ(r.findings[0].check, "class");
+  EXPECT_FALSE(anyFixMentions(r, "-c WordCountIncremental")) << describe(r);
+  ASSERT_FALSE(r.fixes.empty());
+  EXPECT_TRUE(contains(r.fixes[0], "state.backend.type=rocksdb")) << describe(r);
+}
+
+TEST_F(PreflightTest, StateOfAnOperatorTheJobLacksIsAnErrorUnlessAllowed) {
+  in_.operators.erase(in_.operators.begin());  // no "counts" any more
+  PreflightReport r = runPreflight(in_);
+  EXPECT_FALSE(r.compatible());
+  auto ops = withCheck(r, "operator");
+  ASSERT_EQ(ops.size(), 1u) << describe(r);
+  EXPECT_EQ(ops[0]->severity, PreflightFinding::kError);
+  EXPECT_TRUE(contains(ops[0]->message, "uid 'counts' (Keyed Aggregation)")) << ops[0]->message;
+  EXPECT_TRUE(contains(ops[0]->message, "its stateful operators: 'source'")) << ops[0]->message;
+  EXPECT_TRUE(anyFixMentions(r, "--allow-non-restored-state")) << describe(r);
+
+  in_.allowNonRestoredState = true;
+  PreflightReport allowed = runPreflight(in_);
+  EXPECT_TRUE(allowed.compatible()) << describe(allowed);
+  ops = withCheck(allowed, "operator");
+  ASSERT_EQ(ops.size(), 1u) << describe(allowed);
+  EXPECT_EQ(ops[0]->severity, PreflightFinding::kNote);
+  EXPECT_TRUE(contains(ops[0]->message, "'counts'")) << ops[0]->message;
+  EXPECT_FALSE(anyFixMentions(allowed, "--allow-non-restored-state"));
+}
+
+TEST_F(PreflightTest, AnOperatorWithoutStateNeedNotExistInTheJob) {
+  state::OperatorSnapshot stateless;
+  stateless.uid = "auto-1-flat-map";
+  stateless.name = "Flat Map";
+  stateless.subtasks.resize(1);
+  meta_.operators.push_back(stateless);
+  PreflightReport r = runPreflight(in_);
+  EXPECT_TRUE(r.findings.empty()) << describe(r);
+}
+
+// One change to the snapshot or the run, and the single finding it must cause.
+struct FindingCase {
+  std::string what;
+  std::function<void(state::CheckpointMetadata&, PreflightInput&, state::CheckpointStorage&)> change;
+  PreflightFinding::Severity severity;
+  std::string check;
+  std::vector<std::string> mentions;  // "<kg>" / "<shared>": the described storage path
+  std::string fix;                    // a fix that must be offered ("" = none required)
+};
+
+TEST_F(PreflightTest, EachIncompatibilityIsReportedWithItsCheckAndDetails) {
+  const std::vector<FindingCase> cases = {
+      {"max parallelism differs",
+       [](auto&, auto& in, auto&) { in.maxParallelism = 256; },
+       PreflightFinding::kError, "max-parallelism", {"128 key groups", "this run uses 256"},
+       "-D pipeline.max-parallelism=128"},
+      {"parallelism above the max parallelism",
+       [](auto&, auto& in, auto&) { in.parallelism = 200; },
+       PreflightFinding::kError, "max-parallelism", {"parallelism 200", "-p 128"}, ""},
+      {"state kind changed",
+       [](auto&, auto& in, auto&) { in.operators[0].states[0].kind = StateKind::kList; },
+       PreflightFinding::kError, "state", {"'counts'", "'reduce'", "ValueState in the snapshot", "declares a ListState"},
+       ""},
+      {"value serializer version changed",
+       [](auto&, auto& in, auto&) { in.operators[0].states[0].valueSerializerVersion = 1002; },
+       PreflightFinding::kError, "state", {"'reduce'", "pair<string,i64> v1001", "pair<string,i64> v1002"}, ""},
+      {"key serializer changed",
+       [](auto&, auto& in, auto&) { in.operators[0].states[0].keySerializer = "i64"; },
+       PreflightFinding::kError, "state", {"keyed by string v1", "keyed by i64 v1"}, ""},
+      {"state no longer declared",
+       [](auto&, auto& in, auto&) { in.operators[0].states.clear(); },
+       PreflightFinding::kWarning, "state", {"'reduce'", "not declared by WordCount"}, ""},
+      {"key-group file missing",
+       [](auto&, auto&, auto& st) { ASSERT_TRUE(st.remove(kKgFile).ok()); },
+       PreflightFinding::kError, "files", {"missing file <kg>", "operator 'counts'"}, ""},
+      {"key-group file has another size",
+       [](auto&, auto&, auto& st) {
+         ASSERT_TRUE(st.remove(kKgFile).ok());
+         ASSERT_TRUE(st.put(kKgFile, "short").ok());
+       },
+       PreflightFinding::kError, "files", {"file <kg> has 5 bytes, the metadata records 10"}, ""},
+      {"plugin digest differs",
+       [](auto&, auto& in, auto&) { in.pluginDigest = "digest-2"; },
+       PreflightFinding::kNote, "plugin", {"libwordcount_jobs.so", "digest-1", "now digest-2"}, ""},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.what);
+    SetUp();  // fresh snapshot, storage and input
+    c.change(meta_, in_, *storage_);
+    PreflightReport r = runPreflight(in_);
+    ASSERT_EQ(r.findings.size(), 1u) << describe(r);
+    const auto& f = r.findings[0];
+    EXPECT_EQ(f.severity, c.severity) << describe(r);
+    EXPECT_EQ(f.check, c.check) << describe(r);
+    for (std::string m : c.mentions) {
+      for (auto [tag, path] : {std::pair<std::string, std::string>{"<kg>", kKgFile}, {"<shared>", kSharedFile}})
+        if (auto pos = m.find(tag); pos != std::string::npos) m.replace(pos, tag.size(), storage_->describe(path));
+      EXPECT_TRUE(contains(f.message, m)) << "expected '" << m << "' in: " << f.message;
+    }
+    EXPECT_EQ(r.compatible(), c.severity != PreflightFinding::kError);
+    if (!c.fix.empty()) EXPECT_TRUE(anyFixMentions(r, c.fix)) << describe(r);
+    TearDown();
+  }
+}
+
+TEST_F(PreflightTest, AMissingSharedFileNamesTheCheckpointThatFirstWroteIt) {
+  makeIncremental();
+  in_.selectedClass = "WordCountIncremental";
+  in_.backend = state::BackendType::kRocksDb;
+  in_.incremental = true;
+  ASSERT_TRUE(storage_->remove(kSharedFile).ok());
+  PreflightReport r = runPreflight(in_);
+  EXPECT_FALSE(r.compatible());
+  auto files = withCheck(r, "files");
+  ASSERT_EQ(files.size(), 1u) << describe(r);
+  EXPECT_TRUE(contains(files[0]->message, "missing file " + storage_->describe(kSharedFile) +
+                                              " (first written by checkpoint 2)"))
+      << files[0]->message;
+}
+
+TEST_F(PreflightTest, AWrongSizeSharedFileNamesTheCheckpointThatFirstWroteIt) {
+  makeIncremental();
+  in_.selectedClass = "WordCountIncremental";
+  in_.backend = state::BackendType::kRocksDb;
+  in_.incremental = true;
+  ASSERT_TRUE(storage_->remove(kSharedFile).ok());
+  ASSERT_TRUE(storage_->put(kSharedFile, std::string(19, 's')).ok());
+  PreflightReport r = runPreflight(in_);
+  auto files = withCheck(r, "files");
+  ASSERT_EQ(files.size(), 1u) << describe(r);
+  EXPECT_TRUE(contains(files[0]->message, storage_->describe(kSharedFile) + " (first written by checkpoint 2) has 19 bytes"))
+      << files[0]->message;
+  EXPECT_TRUE(contains(files[0]->message, "the metadata records 20")) << files[0]->message;
+}
+
+TEST_F(PreflightTest, EveryProblemIsCollectedNotOnlyTheFirst) {
+  makeIncremental();
+  in_.selectedClass = "WordCountIncremental";
+  in_.maxParallelism = 64;
+  in_.operators[0].states[0].kind = StateKind::kMap;
+  ASSERT_TRUE(storage_->remove(kPrivateFile).ok());
+  PreflightReport r = runPreflight(in_);
+  std::set<std::string> checks;
+  for (const auto& f : r.findings) checks.insert(f.check);
+  EXPECT_EQ(checks, (std::set<std::string>{"backend", "state", "max-parallelism", "files"})) << describe(r);
+  EXPECT_TRUE(contains(r.format(in_.snapshotPath), "4 problems")) << r.format(in_.snapshotPath);
+}
+
+// ---------------------------------------------------------------------------------------
+// InputGate
+
+ChannelEvent data(std::string bytes) {
+  ChannelEvent e;
+  e.kind = ChannelEvent::kData;
+  e.data = std::move(bytes);
+  return e;
+}
+
+ChannelEvent barrier(uint64_t id) {
+  ChannelEvent e;
+  e.kind = ChannelEvent::kBarrier;
+  e.checkpointId = id;
+  return e;
+}
+
+TEST(InputGateTest, EventsArriveInOrderPerChannelTaggedWithTheirChannel) {
+  InputGate gate(2, 4);
+  EXPECT_EQ(gate.channels(), 2);
+  ASSERT_TRUE(gate.push(1, data("a")));
+  ASSERT_TRUE(gate.push(1, data("b")));
+  auto e1 = gate.tryNext({false, false});
+  auto e2 = gate.tryNext({false, false});
+  ASSERT_TRUE(e1 && e2);
+  EXPECT_EQ(e1->data, "a");
+  EXPECT_EQ(e1->channel, 1);
+  EXPECT_EQ(e2->data, "b");
+  EXPECT_FALSE(gate.tryNext({false, false}));
+}
+
+TEST(InputGateTest, AProducerBlocksOnAFullChannelUntilTheConsumerTakes) {
+  InputGate gate(1, 2);
+  ASSERT_TRUE(gate.push(0, data("1")));
+  ASSERT_TRUE(gate.push(0, data("2")));
+  auto pushed = std::async(std::launch::async, [&] { return gate.push(0, data("3")); });
+  EXPECT_EQ(pushed.wait_for(50ms), std::future_status::timeout) << "push into a full channel did not block";
+  auto first = gate.next({false});
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->data, "1");
+  ASSERT_EQ(pushed.wait_for(2s), std::future_status::ready) << "taking an event did not wake the producer";
+  EXPECT_TRUE(pushed.get());
+  EXPECT_EQ(gate.next({false})->data, "2");
+  EXPECT_EQ(gate.next({false})->data, "3");
+}
+
+TEST(InputGateTest, BarriersAndEndMarkersNeverWaitForSpace) {
+  InputGate gate(1, 1);
+  ASSERT_TRUE(gate.push(0, data("full")));
+  auto pushed = std::async(std::launch::async, [&] {
+    ChannelEvent end;
+    end.kind = ChannelEvent::kEnd;
+    return gate.push(0, barrier(7)) && gate.push(0, std::move(end));
+  });
+  ASSERT_EQ(pushed.wait_for(2s), std::future_status::ready) << "a barrier waited for space";
+  EXPECT_TRUE(pushed.get());
+  EXPECT_EQ(gate.next({false})->kind, ChannelEvent::kData);
+  auto b = gate.next({false});
+  EXPECT_EQ(b->kind, ChannelEvent::kBarrier);
+  EXPECT_EQ(b->checkpointId, 7u);
+  EXPECT_EQ(gate.next({false})->kind, ChannelEvent::kEnd);
+}
+
+TEST(InputGateTest, BlockedChannelsAreSkipped) {
+  InputGate gate(3, 4);
+  ASSERT_TRUE(gate.push(0, barrier(1)));
+  ASSERT_TRUE(gate.push(0, data("after-barrier")));
+  ASSERT_TRUE(gate.push(2, data("c2")));
+  const std::vector<bool> aligning = {true, false, false};  // channel 0 delivered its barrier
+  auto e = gate.next(aligning);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->channel, 2);
+  EXPECT_EQ(e->data, "c2");
+  EXPECT_FALSE(gate.tryNext(aligning)) << "an event of a blocked channel was delivered";
+  auto later = gate.tryNext({false, false, false});
+  ASSERT_TRUE(later);
+  EXPECT_EQ(later->channel, 0);
+  EXPECT_EQ(later->kind, ChannelEvent::kBarrier);
+}
+
+TEST(InputGateTest, NextWaitsForAnUnblockedChannel) {
+  InputGate gate(2, 4);
+  ASSERT_TRUE(gate.push(0, data("blocked")));
+  auto got = std::async(std::launch::async, [&] { return gate.next({true, false}); });
+  EXPECT_EQ(got.wait_for(50ms), std::future_status::timeout) << "next() returned an event of a blocked channel";
+  ASSERT_TRUE(gate.push(1, data("free")));
+  ASSERT_EQ(got.wait_for(2s), std::future_status::ready);
+  auto e = got.get();
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->data, "free");
+}
+
+TEST(InputGateTest, ChannelsAreServedRoundRobin) {
+  InputGate gate(2, 8);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(gate.push(0, data("a" + std::to_string(i))));
+    ASSERT_TRUE(gate.push(1, data("b" + std::to_string(i))));
+  }
+  std::vector<int> order;
+  while (auto e = gate.tryNext({false, false})) order.push_back(e->channel);
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 0, 1, 0, 1}));
+}
+
+TEST(InputGateTest, CancelWakesABlockedProducerAndABlockedConsumer) {
+  InputGate full(1, 1);
+  ASSERT_TRUE(full.push(0, data("x")));
+  auto producer = std::async(std::launch::async, [&] { return full.push(0, data("y")); });
+  InputGate empty(1, 1);
+  auto consumer = std::async(std::launch::async, [&] { return empty.next({false}); });
+  EXPECT_EQ(producer.wait_for(30ms), std::future_status::timeout);
+  EXPECT_EQ(consumer.wait_for(0ms), std::future_status::timeout);
+  full.cancel();
+  empty.cancel();
+  ASSERT_EQ(producer.wait_for(2s), std::future_status::ready) << "cancel() did not wake the producer";
+  ASSERT_EQ(consumer.wait_for(2s), std::future_status::ready) << "cancel() did not wake the consumer";
+  EXPECT_FALSE(producer.get());
+  EXPECT_FALSE(consumer.get().has_value());
+}
+
+TEST(InputGateTest, AfterCancelPushFailsAndNextReturnsNothing) {
+  InputGate gate(1, 4);
+  ASSERT_TRUE(gate.push(0, data("queued")));
+  gate.cancel();
+  EXPECT_FALSE(gate.push(0, data("late")));
+  EXPECT_FALSE(gate.push(0, barrier(1)));
+  EXPECT_FALSE(gate.tryNext({false}).has_value());
+  EXPECT_FALSE(gate.next({false}).has_value());
+}
+
+}  // namespace
+}  // namespace jobhost::host

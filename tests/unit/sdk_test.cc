@@ -314,7 +314,7 @@ TEST(JobArgsTest, GetReadsSpaceAndEqualsFormsAndNothingElse) {
 }
 
 TEST(JobArgsTest, GetWithFallbackUsesTheFallbackOnlyWhenAbsent) {
-  EXPECT_EQ(JobArgs({}).get("--host", "localhost"), "localhost");
+  EXPECT_EQ(JobArgs().get("--host", "localhost"), "localhost");
   EXPECT_EQ(JobArgs({"--host", "example.org"}).get("--host", "localhost"), "example.org");
 }
 

@@ -66,7 +66,7 @@ struct JobClassInfo {
 // String literal pieces are kept separate so "\0" never merges with a following digit.
 #define JOBHOST_JOB_INCREMENTAL(Class, Description, Backend, Incremental)                     \
   namespace jobhost_export_##Class {                                                          \
-  [[gnu::section(".jhmeta"), gnu::used]] static const char kMeta[] =                         \
+  [[gnu::section(".jhmeta"), gnu::used, gnu::retain]] static const char kMeta[] =                         \
       "JHJOB\001" #Class "\0" Description "\0" Backend "\0" #Incremental "\0"                \
       JOBHOST_SDK_VERSION "\0" JOBHOST_ABI_TAG;                                               \
   static ::jobhost::Job* create() { return new Class(); }                                     \
@@ -78,7 +78,8 @@ struct JobClassInfo {
   BOOST_DLL_ALIAS_SECTIONED(jobhost_export_##Class::kInfo, jhjob_##Class, jhjobs)
 
 /// Exports `Class` (a jobhost::Job with a default constructor) from the plugin.
-/// Backend is "hashmap" or "rocksdb" — the backend the class declares; configure() and
+/// Backend is "hashmap" or "rocksdb" — the backend the class declares (for
+/// JOBHOST_JOB_INCREMENTAL, Incremental is 0 or 1); configure() and
 /// the command line may still override it.
 #define JOBHOST_JOB(Class, Description, Backend) \
   JOBHOST_JOB_INCREMENTAL(Class, Description, Backend, 0)

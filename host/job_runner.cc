@@ -8,11 +8,17 @@
 #include <filesystem>
 #include <iostream>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "checkpoint/checkpoint_coordinator.h"
+#include "control/job_control.h"
 #include "checkpoint/preflight.h"
 #include "config/configuration.h"
+#if __has_include("control/control_server.h")
+#include "control/control_server.h"
+#define JOBHOST_HAS_CONTROL_SERVER 1
+#endif
 #include "jobhost/job.h"
 #include "jobhost/stream.h"
 #include "plugin/plugin_loader.h"
@@ -26,8 +32,7 @@ namespace fs = std::filesystem;
 namespace {
 
 std::atomic<bool> gInterrupted{false};
-std::atomic<JobExecution*> gExecution{nullptr};
-std::mutex gExecutionMu;
+std::atomic<JobControl*> gControl{nullptr};  // the running job, for the signal thread
 
 std::string newJobId() {
   std::random_device rd;
@@ -82,13 +87,157 @@ void installSignalHandling() {
         std::_Exit(kExitInterrupted);
       }
       spdlog::info("received {}: stopping the job (press Ctrl-C again to exit at once)", sig == SIGINT ? "SIGINT" : "SIGTERM");
-      std::lock_guard lock(gExecutionMu);
-      if (auto* e = gExecution.load()) e->cancel();
+      if (auto* c = gControl.load()) c->cancel(false, std::nullopt).ok();
     }
   }).detach();
 }
 
+
+const char* jobStateName(JobState s) {
+  switch (s) {
+    case JobState::kCreated: return "CREATED";
+    case JobState::kRunning: return "RUNNING";
+    case JobState::kRestarting: return "RESTARTING";
+    case JobState::kCancelling: return "CANCELLING";
+    case JobState::kFinished: return "FINISHED";
+    case JobState::kFailed: return "FAILED";
+    case JobState::kCanceled: return "CANCELED";
+  }
+  return "?";
+}
+
+namespace {
+
+/// Deletes a restored snapshot the job has claimed: its _metadata first (from then on it
+/// no longer exists), then its own files, then shared files no other complete checkpoint
+/// next to it references.
+void disposeClaimedSnapshot(const ResolvedSnapshot& snap) {
+  fs::path dir(snap.directory);
+  std::string rel = dir.filename().string();
+  std::set<std::string> stillUsed;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir.parent_path(), ec)) {
+    if (e.path() == dir || !fs::exists(e.path() / state::kMetadataFileName)) continue;
+    auto other = resolveSnapshot(e.path().string());
+    if (!other.ok()) continue;
+    for (const auto& f : other->metadata.referencedFiles()) stillUsed.insert(f.path);
+  }
+  state::CheckpointStorage& st = *snap.storage;
+  if (auto s = st.remove(rel + "/" + state::kMetadataFileName); !s.ok()) {
+    spdlog::warn("could not delete claimed snapshot {}: {}", snap.directory, s.toString());
+    return;
+  }
+  for (const auto& f : snap.metadata.referencedFiles())
+    if (!stillUsed.count(f.path) && f.path.rfind(rel + "/", 0) != 0) st.remove(f.path).ok();
+  st.removeAll(rel).ok();
+  fs::remove(dir, ec);
+  spdlog::info("deleted the claimed snapshot {} (restore mode claim)", snap.directory);
+}
+
+class JobRunner : public JobControl {
+ public:
+  explicit JobRunner(const RunOptions& o) : o_(o) {}
+  int run();
+
+  JobStatusInfo status() override {
+    std::lock_guard lock(mu_);
+    JobStatusInfo s = info_;
+    if (execution_) {
+      s.recordsIn = execution_->recordsIn();
+      s.recordsOut = execution_->recordsOut();
+    }
+    if (coordinator_)
+      if (auto last = coordinator_->latestCompleted()) {
+        s.lastCheckpointId = last->checkpointId;
+        s.lastCheckpointPath = coordinator_->pathOf(last->checkpointId);
+      }
+    return s;
+  }
+
+  state::Result<std::string> savepoint(const std::optional<std::string>& targetDir,
+                                       state::SnapshotFormat format) override {
+    std::string dir = targetDir.value_or(savepointDir_);
+    if (dir.empty())
+      return state::Status::InvalidArgument(
+          "no savepoint directory: pass one, or set state.savepoints.dir in the configuration or with -D");
+    CheckpointCoordinator* c;
+    {
+      std::lock_guard lock(mu_);
+      if (info_.state != JobState::kRunning)
+        return state::Status::InvalidArgument(std::string("the job is ") + jobStateName(info_.state) +
+                                              "; savepoints need a RUNNING job");
+      c = coordinator_.get();
+    }
+    if (!c) return state::Status::InvalidArgument("the job has no checkpoint coordinator");
+    return c->triggerSavepoint(fs::absolute(dir).string(), format);
+  }
+
+  state::Result<std::string> cancel(bool withSavepoint, const std::optional<std::string>& targetDir) override {
+    std::string path;
+    if (withSavepoint) {
+      auto sp = savepoint(targetDir, state::SnapshotFormat::kCanonical);
+      if (!sp.ok()) return sp.status();
+      path = *sp;
+    }
+    std::lock_guard lock(mu_);
+    cancelRequested_ = true;
+    if (info_.state == JobState::kRunning || info_.state == JobState::kRestarting) info_.state = JobState::kCancelling;
+    if (execution_) execution_->cancel();
+    return path;
+  }
+
+  state::Result<std::string> stop(const std::optional<std::string>& targetDir) override {
+    auto r = cancel(true, targetDir);
+    if (r.ok()) {
+      std::lock_guard lock(mu_);
+      stopped_ = true;
+    }
+    return r;
+  }
+
+ private:
+  void setState(JobState s) {
+    std::lock_guard lock(mu_);
+    if (cancelRequested_ && s == JobState::kRunning) return;
+    info_.state = s;
+  }
+  void signalReady();
+
+  const RunOptions& o_;
+  std::mutex mu_;
+  JobStatusInfo info_;                       // guarded by mu_
+  JobExecution* execution_ = nullptr;        // guarded by mu_
+  std::unique_ptr<CheckpointCoordinator> coordinator_;
+  std::string savepointDir_;
+  bool cancelRequested_ = false;             // guarded by mu_
+  bool stopped_ = false;                     // guarded by mu_
+  bool readySignalled_ = false;
+};
+
+void JobRunner::signalReady() {
+  if (readySignalled_) return;
+  readySignalled_ = true;
+  const char* fdText = std::getenv("JOBHOST_READY_FD");
+  if (!fdText) return;
+  int fd = std::atoi(fdText);
+  if (fd <= 2) return;
+  std::string line = info_.jobId + "\n";
+  ssize_t n = ::write(fd, line.data(), line.size());
+  (void)n;
+  ::close(fd);
+}
+
+}  // namespace
+
 int runJob(const RunOptions& o) {
+  JobRunner runner(o);
+  return runner.run();
+}
+
+namespace {
+
+int JobRunner::run() {
+  const RunOptions& o = o_;
   PluginError perr;
   auto plugin = PluginLibrary::open(o.pluginPath, &perr);
   if (!plugin) {
@@ -226,6 +375,25 @@ int runJob(const RunOptions& o) {
     uint64_t firstId = snapshot ? snapshot->metadata.checkpointId + 1 : 1;
     coordinator = std::make_unique<CheckpointCoordinator>(co, std::move(*storage), templ, firstId);
   }
+  savepointDir_ = config.get("state.savepoints.dir").value_or("");
+  std::string retention = config.getString("execution.checkpointing.externalized-checkpoint-retention");
+  if (retention != "RETAIN_ON_CANCELLATION" && retention != "DELETE_ON_CANCELLATION") {
+    std::cerr << "error: execution.checkpointing.externalized-checkpoint-retention = '" << retention
+              << "' is unknown; use RETAIN_ON_CANCELLATION or DELETE_ON_CANCELLATION\n";
+    return kExitUsage;
+  }
+  {
+    std::lock_guard lock(mu_);
+    info_.jobId = jobId;
+    info_.jobClass = className;
+    info_.pluginPath = fs::absolute(o.pluginPath).string();
+    info_.backend = std::string(state::backendTypeName(backend)) + (incremental ? " (incremental)" : "");
+    info_.parallelism = parallelism;
+    info_.startedMs = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch()).count();
+    info_.checkpointDir = coordinator ? jobDir.string() : "";
+    info_.pid = static_cast<int>(getpid());
+  }
   fs::path localDir = config.get("state.local.dir") ? fs::path(*config.get("state.local.dir")) / jobId
                                                     : fs::temp_directory_path() / ("jobhost-" + jobId);
   spdlog::info("job {} ({}) starting: backend {}{}, parallelism {}, checkpoints {}", jobId, className,
@@ -239,17 +407,38 @@ int runJob(const RunOptions& o) {
   ec.incremental = incremental;
   ec.localStateDir = localDir.string();
 
+  if (coordinator && o.claimSnapshot && snapshot)
+    coordinator->setOnComplete([this, &snapshot, claimed = false](const state::CheckpointMetadata&) mutable {
+      if (claimed) return;
+      claimed = true;
+      disposeClaimedSnapshot(*snapshot);
+    });
   if (coordinator) coordinator->start();
+  coordinator_ = std::move(coordinator);
+  auto& coordinatorRef = coordinator_;
+  gControl.store(this);
+#ifdef JOBHOST_HAS_CONTROL_SERVER
+  std::unique_ptr<ControlServer> control;
+  {
+    auto server = ControlServer::start(*this, jobId);
+    if (server.ok()) control = std::move(*server);
+    else spdlog::warn("control endpoint unavailable ({}); list/savepoint/cancel cannot reach this job",
+                      server.status().message());
+  }
+#else
+  std::unique_ptr<int> control;
+#endif
   int attempt = 0;
   int exitCode = kExitOk;
+  bool cancelled = false;
   for (;;) {
     ++attempt;
     // Latest completed checkpoint of this job, else the initial snapshot.
-    std::optional<state::CheckpointMetadata> own = coordinator ? coordinator->latestCompleted() : std::nullopt;
+    std::optional<state::CheckpointMetadata> own = coordinatorRef ? coordinatorRef->latestCompleted() : std::nullopt;
     RestoreSource rs;
     if (own) {
       rs.metadata = &*own;
-      rs.storage = &coordinator->storage();
+      rs.storage = &coordinatorRef->storage();
     } else if (snapshot) {
       rs.metadata = &snapshot->metadata;
       rs.storage = snapshot->storage.get();
@@ -264,41 +453,61 @@ int runJob(const RunOptions& o) {
         exitCode = kExitJobFailed;
         break;
       }
-      if (own) spdlog::info("restoring from checkpoint {} ({})", own->checkpointId, coordinator->pathOf(own->checkpointId));
+      if (own) spdlog::info("restoring from checkpoint {} ({})", own->checkpointId, coordinatorRef->pathOf(own->checkpointId));
     }
-    auto exec = std::make_unique<JobExecution>(std::move(prepared.plan), ec, coordinator.get());
+    auto exec = std::make_unique<JobExecution>(std::move(prepared.plan), ec, coordinatorRef.get());
     state::Status ps = exec->prepare(rs.metadata ? &rs : nullptr);
     if (!ps.ok()) {
       spdlog::error("job {} failed while restoring state, not retrying: {}", jobId, ps.message());
       exitCode = ps.isIncompatible() || ps.isCorruption() || ps.isNotFound() ? kExitIncompatible : kExitJobFailed;
       break;
     }
-    {
-      std::lock_guard lock(gExecutionMu);
-      gExecution.store(exec.get());
-    }
-    if (coordinator) coordinator->attach(exec.get());
+    if (coordinatorRef) coordinatorRef->attach(exec.get());
     exec->start();
+    {
+      std::lock_guard lock(mu_);
+      execution_ = exec.get();
+      if (cancelRequested_) exec->cancel();
+    }
+    setState(JobState::kRunning);
+    signalReady();
     if (gInterrupted.load()) exec->cancel();
     ExecutionResult result = exec->wait();
-    if (coordinator) coordinator->detach();
+    if (coordinatorRef) coordinatorRef->detach();
     {
-      std::lock_guard lock(gExecutionMu);
-      gExecution.store(nullptr);
+      std::lock_guard lock(mu_);
+      execution_ = nullptr;
     }
     exec.reset();
     if (result.kind == ExecutionResult::kFinished) {
       spdlog::info("job {} ({}) finished", jobId, className);
+      setState(JobState::kFinished);
       break;
     }
-    if (result.kind == ExecutionResult::kCancelled || gInterrupted.load()) {
-      spdlog::info("job {} stopped", jobId);
-      exitCode = kExitInterrupted;
+    bool requested;
+    {
+      std::lock_guard lock(mu_);
+      requested = cancelRequested_;
+    }
+    if (result.kind == ExecutionResult::kCancelled || requested) {
+      if (gInterrupted.load()) {
+        spdlog::info("job {} stopped by signal", jobId);
+        exitCode = kExitInterrupted;
+      } else {
+        spdlog::info("job {} {}", jobId, stopped_ ? "stopped with a savepoint" : "cancelled");
+      }
+      setState(JobState::kCanceled);
+      cancelled = true;
       break;
     }
     std::string where = result.operatorName.empty() ? "" : "operator '" + result.operatorName + "' " + result.subtask + ": ";
     std::chrono::milliseconds delay{0};
+    {
+      std::lock_guard lock(mu_);
+      info_.lastFailure = where + result.message;
+    }
     if (!restart->onFailure(&delay)) {
+      setState(JobState::kFailed);
       spdlog::error("job {} failed: Recovery is suppressed by {}; root cause: {}{}", jobId, restart->describe(), where,
                     result.message);
       exitCode = kExitJobFailed;
@@ -306,6 +515,11 @@ int runJob(const RunOptions& o) {
     }
     spdlog::warn("job {} attempt {} failed: {}{}; restarting in {} ({})", jobId, attempt, where, result.message,
                  formatDuration(delay), restart->describe());
+    {
+      std::lock_guard lock(mu_);
+      ++info_.restarts;
+    }
+    setState(JobState::kRestarting);
     auto until = std::chrono::steady_clock::now() + delay;
     while (std::chrono::steady_clock::now() < until && !gInterrupted.load())
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -314,15 +528,26 @@ int runJob(const RunOptions& o) {
       break;
     }
   }
-  if (coordinator) {
-    coordinator->stop();
-    if (auto last = coordinator->latestCompleted())
-      spdlog::info("latest checkpoint: {} (restore with: jobhost run -s {} -c {} {})", coordinator->pathOf(last->checkpointId),
-                   coordinator->pathOf(last->checkpointId), className, o.pluginPath);
+  control.reset();  // the socket goes before the process does
+  gControl.store(nullptr);
+  if (coordinatorRef) {
+    coordinatorRef->stop();
+    if (cancelled && retention == "DELETE_ON_CANCELLATION") {
+      coordinatorRef->discardAll();
+      std::error_code rmJob;
+      fs::remove_all(jobDir, rmJob);
+      spdlog::info("deleted the checkpoints of cancelled job {} (DELETE_ON_CANCELLATION)", jobId);
+    } else if (auto last = coordinatorRef->latestCompleted()) {
+      spdlog::info("latest checkpoint: {} (restore with: jobhost run -s {} -c {} {})",
+                   coordinatorRef->pathOf(last->checkpointId), coordinatorRef->pathOf(last->checkpointId), className,
+                   o.pluginPath);
+    }
   }
   std::error_code rmEc;
   fs::remove_all(localDir, rmEc);
   return exitCode;
 }
+
+}  // namespace
 
 }  // namespace jobhost::host

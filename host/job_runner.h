@@ -30,6 +30,10 @@ struct RunOptions {
   std::optional<std::string> fromSnapshot;  // -s
   bool allowNonRestoredState = false;
   bool dryRun = false;  // preflight only (jobhost check / run --dry-run)
+  /// no-claim (default): the snapshot's files are never modified or deleted and the first
+  /// checkpoint is a full one. claim: the job owns the snapshot and deletes it once its
+  /// first own checkpoint has completed.
+  bool claimSnapshot = false;
 };
 
 int runJob(const RunOptions& options);

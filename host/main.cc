@@ -38,13 +38,19 @@ void addRunOptions(CLI::App* cmd, RunOptions& o) {
                   "(then its latest complete checkpoint)");
   cmd->add_flag("-n,--allow-non-restored-state", o.allowNonRestoredState,
                 "Skip snapshot state of operators the job no longer has");
+  cmd->add_option_function<std::string>(
+         "--restore-mode,--claim-mode",
+         [&o](const std::string& mode) { o.claimSnapshot = mode == "claim"; },
+         "no-claim (default): never modify or delete the -s snapshot; the first checkpoint is full. "
+         "claim: the job owns the snapshot and deletes it after its first own checkpoint")
+      ->check(CLI::IsMember({"claim", "no-claim", "no_claim"}));
   cmd->add_option("plugin", o.pluginPath, "The plugin library (.so)")->required();
   cmd->add_option("args", o.jobArgs, "Arguments for the job: everything after the plugin path");
 }
 
 /// For `run` and `check`: moves everything after the plugin path into *jobArgs.
 void splitJobArguments(std::vector<std::string>& args, std::vector<std::string>* jobArgs) {
-  static const std::set<std::string> withValue = {"-c", "--class", "-p", "--parallelism", "-D", "--config",
+  static const std::set<std::string> withValue = {"-c", "--class", "-p", "--parallelism", "-D", "--config", "--restore-mode", "--claim-mode",
                                                   "-s", "--from-snapshot"};
   size_t i = 0;
   while (i < args.size() && args[i].rfind("-", 0) == 0) ++i;  // global flags

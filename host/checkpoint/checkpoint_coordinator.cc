@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 
 namespace jobhost::host {
@@ -37,7 +38,7 @@ void CheckpointCoordinator::attach(JobExecution* execution) {
 
 void CheckpointCoordinator::detach() {
   std::lock_guard lock(mu_);
-  if (pending_) abortLocked(pending_->id, "the job attempt ended");
+  if (pending_) abortLocked(pending_->id, "the job attempt ended before it completed");
   execution_ = nullptr;
 }
 
@@ -117,8 +118,20 @@ void CheckpointCoordinator::decline(uint64_t id, const Status& reason) {
 }
 
 void CheckpointCoordinator::abortLocked(uint64_t id, const std::string& reason) {
+  if (pending_ && pending_->savepoint) {
+    SavepointRequest* sp = pending_->savepoint;
+    spdlog::warn("savepoint {} failed: {}", sp->storage->describe(sp->dir), reason);
+    Status s = sp->storage->removeAll(sp->dir);
+    if (!s.ok()) spdlog::warn("could not clean up {}: {}", sp->storage->describe(sp->dir), s.toString());
+    sp->result = Status::IOError("savepoint failed: " + reason);
+    pending_.reset();
+    done_.notify_all();
+    if (execution_) execution_->notifyCheckpointAborted(id);
+    return;
+  }
   spdlog::warn("checkpoint {} failed and was discarded: {}", id, reason);
   pending_.reset();
+  done_.notify_all();
   // Only files owned by this checkpoint go; shared uploads may be referenced later by
   // nothing, and are left for `jobhost gc`.
   Status s = storage_->removeAll(chkDir(id));
@@ -127,6 +140,7 @@ void CheckpointCoordinator::abortLocked(uint64_t id, const std::string& reason) 
 }
 
 void CheckpointCoordinator::finalizeLocked(Pending p) {
+  done_.notify_all();
   state::CheckpointMetadata m = template_;
   m.checkpointId = p.id;
   m.timestampMs = p.timestampMs;
@@ -149,6 +163,10 @@ void CheckpointCoordinator::finalizeLocked(Pending p) {
   }
   for (auto& op : m.operators)
     std::sort(op.subtasks.begin(), op.subtasks.end(), [](const auto& a, const auto& b) { return a.index < b.index; });
+  if (p.savepoint) {
+    finalizeSavepointLocked(std::move(p), std::move(m));
+    return;
+  }
   std::string dir = chkDir(p.id);
   for (const auto& f : m.referencedFiles()) {
     m.stats.totalBytes += f.size;
@@ -198,6 +216,84 @@ void CheckpointCoordinator::subsumeLocked() {
     if (!s.ok()) spdlog::warn("could not remove {}: {}", storage_->describe(dir), s.toString());
     spdlog::debug("subsumed checkpoint {}", old.checkpointId);
   }
+}
+
+void CheckpointCoordinator::finalizeSavepointLocked(Pending p, state::CheckpointMetadata m) {
+  SavepointRequest* sp = p.savepoint;
+  m.kind = state::SnapshotKind::kSavepoint;
+  m.format = sp->format;
+  if (sp->format == state::SnapshotFormat::kCanonical) m.incremental = false;
+  for (const auto& f : m.referencedFiles()) m.stats.totalBytes += f.size;
+  m.stats.newBytes = m.stats.totalBytes;
+  m.stats.asyncMicros = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - p.started).count());
+  auto bytes = state::serializeMetadata(m, sp->dir);
+  Status s = bytes.ok() ? sp->storage->put(sp->dir + "/" + state::kMetadataFileName, *bytes) : bytes.status();
+  if (!s.ok()) {
+    pending_ = std::move(p);  // abortLocked reports through the request
+    abortLocked(pending_->id, "cannot write its metadata: " + s.toString());
+    return;
+  }
+  std::string path = sp->storage->describe(sp->dir);
+  spdlog::info("completed savepoint {} ({} total, {} ms): {}", p.id, humanBytes(m.stats.totalBytes),
+               m.stats.asyncMicros / 1000, path);
+  sp->result = path;
+  done_.notify_all();
+}
+
+state::Result<std::string> CheckpointCoordinator::triggerSavepoint(const std::string& targetDir,
+                                                                   state::SnapshotFormat format,
+                                                                   std::chrono::milliseconds timeout) {
+  auto storage = state::openStorage(targetDir);
+  if (!storage.ok()) return storage.status();
+  SavepointRequest req;
+  req.storage = std::move(*storage);
+  req.format = format;
+  static std::mt19937_64 rng{std::random_device{}()};
+  char rnd[16];
+  std::snprintf(rnd, sizeof rnd, "%012llx", static_cast<unsigned long long>(rng() & 0xffffffffffffULL));
+  req.dir = "savepoint-" + template_.jobId.substr(0, 6) + "-" + rnd;
+  std::unique_lock lock(mu_);
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  // A checkpoint in flight finishes first.
+  if (!done_.wait_until(lock, deadline, [&] { return !pending_ || stop_; }))
+    return Status::IOError("timed out waiting for checkpoint " + std::to_string(pending_->id) + " to finish");
+  if (!execution_ || !execution_->running()) return Status::InvalidArgument("the job is not running");
+  Pending p;
+  p.id = nextId_++;
+  p.savepoint = &req;
+  p.started = std::chrono::steady_clock::now();
+  p.timestampMs = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::system_clock::now().time_since_epoch())
+                      .count();
+  p.expectedTasks = execution_->taskCount();
+  CheckpointTarget target;
+  target.checkpointId = p.id;
+  target.format = format;
+  target.storage = req.storage.get();
+  target.exclusiveDir = req.dir;
+  target.sharedDir = "";  // self-contained
+  pending_ = std::move(p);
+  spdlog::info("triggering savepoint {} into {}", target.checkpointId, req.storage->describe(req.dir));
+  if (!execution_->triggerCheckpoint(target)) {
+    pending_.reset();
+    return Status::InvalidArgument("the job is not running");
+  }
+  if (!done_.wait_until(lock, deadline, [&] { return req.result.has_value(); })) {
+    if (pending_ && pending_->savepoint == &req) abortLocked(pending_->id, "timed out");
+    return Status::IOError("savepoint timed out");
+  }
+  return std::move(*req.result);
+}
+
+void CheckpointCoordinator::discardAll() {
+  std::lock_guard lock(mu_);
+  for (const auto& m : retained_)
+    if (Status s = storage_->remove(chkDir(m.checkpointId) + "/" + state::kMetadataFileName); !s.ok() && !s.isNotFound())
+      spdlog::warn("could not delete checkpoint {}: {}", m.checkpointId, s.toString());
+  retained_.clear();
+  Status s = storage_->removeAll("");
+  if (!s.ok()) spdlog::warn("could not delete {}: {}", options_.storageRootDescription, s.toString());
 }
 
 std::optional<state::CheckpointMetadata> CheckpointCoordinator::latestCompleted() const {

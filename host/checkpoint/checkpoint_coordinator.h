@@ -55,6 +55,14 @@ class CheckpointCoordinator : public CheckpointListener {
   void stop();
   /// Triggers one checkpoint now; false if one is pending or no job runs.
   bool triggerCheckpoint();
+  /// Takes a savepoint into a new directory `savepoint-<short job id>-<random>` under
+  /// `targetDir` and blocks until it is complete (returns its absolute path) or failed (the
+  /// reason; the job keeps running). Waits for a checkpoint in flight to finish first.
+  /// Savepoints are self-contained, never retained, subsumed or deleted by the job.
+  state::Result<std::string> triggerSavepoint(const std::string& targetDir, state::SnapshotFormat format,
+                                              std::chrono::milliseconds timeout = std::chrono::minutes(10));
+  /// Deletes every retained checkpoint and the job directory (DELETE_ON_CANCELLATION).
+  void discardAll();
   /// Latest completed checkpoint of this job (retained), if any.
   std::optional<state::CheckpointMetadata> latestCompleted() const;
   std::string pathOf(uint64_t checkpointId) const;
@@ -67,14 +75,22 @@ class CheckpointCoordinator : public CheckpointListener {
   void decline(uint64_t checkpointId, const state::Status& reason) override;
 
  private:
+  struct SavepointRequest {
+    std::unique_ptr<state::CheckpointStorage> storage;  // rooted at the target directory
+    std::string dir;                                    // savepoint-<...>
+    state::SnapshotFormat format = state::SnapshotFormat::kCanonical;
+    std::optional<state::Result<std::string>> result;   // set when done
+  };
   struct Pending {
     uint64_t id = 0;
+    SavepointRequest* savepoint = nullptr;  // null for checkpoints; owned by the waiting caller
     std::chrono::steady_clock::time_point started;
     int64_t timestampMs = 0;
     int expectedTasks = 0;
     std::vector<TaskSnapshot> acks;
   };
   void finalizeLocked(Pending p);
+  void finalizeSavepointLocked(Pending p, state::CheckpointMetadata m);
   void abortLocked(uint64_t id, const std::string& reason);
   void subsumeLocked();
   void loop();
@@ -84,6 +100,7 @@ class CheckpointCoordinator : public CheckpointListener {
   state::CheckpointMetadata template_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
+  std::condition_variable done_;  // a pending checkpoint or savepoint ended
   JobExecution* execution_ = nullptr;            // guarded by mu_
   std::optional<Pending> pending_;               // guarded by mu_
   uint64_t nextId_;                              // guarded by mu_

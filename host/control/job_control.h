@@ -1,0 +1,53 @@
+// host/control/job_control.h — what a running job offers its control endpoint:
+// status, savepoints, cancel and stop. Implemented by the job runner; called by the
+// control server (Cap'n Proto RPC over a Unix socket) from its own thread.
+//
+// Thread-safety: every method is thread-safe and may block (savepoints take as long as
+// the snapshot takes).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "jobhost/state/keyed_backend.h"
+#include "jobhost/state/status.h"
+
+namespace jobhost::host {
+
+enum class JobState { kCreated, kRunning, kRestarting, kCancelling, kFinished, kFailed, kCanceled };
+const char* jobStateName(JobState s);  // "RUNNING", ...
+
+struct JobStatusInfo {
+  std::string jobId;
+  std::string jobClass;
+  std::string pluginPath;  // absolute
+  std::string backend;     // "hashmap" / "rocksdb (incremental)" ...
+  int parallelism = 1;
+  JobState state = JobState::kCreated;
+  int64_t startedMs = 0;   // epoch ms
+  int restarts = 0;
+  std::string lastFailure;
+  uint64_t lastCheckpointId = 0;  // 0: none yet
+  std::string lastCheckpointPath;
+  std::string checkpointDir;  // <state.checkpoints.dir>/<jobId>, empty if checkpoints are off
+  uint64_t recordsIn = 0;
+  uint64_t recordsOut = 0;
+  int pid = 0;
+};
+
+class JobControl {
+ public:
+  virtual ~JobControl() = default;
+  virtual JobStatusInfo status() = 0;
+  /// A savepoint into `targetDir` (default: state.savepoints.dir). Returns its path.
+  virtual state::Result<std::string> savepoint(const std::optional<std::string>& targetDir,
+                                               state::SnapshotFormat format) = 0;
+  /// Cancels the job; with `withSavepoint`, takes a savepoint first (if it fails, the job
+  /// keeps running and the error is returned). Returns the savepoint path or "".
+  virtual state::Result<std::string> cancel(bool withSavepoint, const std::optional<std::string>& targetDir) = 0;
+  /// Savepoint, then a clean stop. Returns the savepoint path.
+  virtual state::Result<std::string> stop(const std::optional<std::string>& targetDir) = 0;
+};
+
+}  // namespace jobhost::host

@@ -99,10 +99,14 @@ int main(int argc, char** argv) {
   auto* run = app.add_subcommand("run", "Run a job class in the foreground");
   addRunOptions(run, runOpts);
   run->add_flag("--dry-run", runOpts.dryRun, "Only check that the -s snapshot fits, like `jobhost check`");
+  bool runDetachedFlag = false;
+  run->add_flag("-d,--detached", runDetachedFlag,
+                "Run in the background: print the job id once the job runs, log to the runtime directory");
   run->footer(
       "Examples:\n"
       "  jobhost run -c WordCount build/plugins/libwordcount_jobs.so --input words.txt\n"
-      "  jobhost run -s ~/.jobhost/checkpoints/<jobId> -c WordCount build/plugins/libwordcount_jobs.so\n\n" +
+      "  jobhost run -s ~/.jobhost/checkpoints/<jobId> -c WordCount build/plugins/libwordcount_jobs.so\n"
+      "  jobhost run -d -c WordCount build/plugins/libwordcount_jobs.so --input words.txt   # detached\n\n" +
       std::string(kExitCodes));
 
   RunOptions checkOpts;
@@ -136,6 +140,51 @@ int main(int argc, char** argv) {
   convert->footer("Example:\n  jobhost convert /ckpt/<jobId>/chk-22 /savepoints/wordcount-canonical\n\n" +
                   std::string(kExitCodes));
 
+  // Control of running jobs (host/control/: Cap'n Proto RPC over per-user Unix sockets).
+  auto* list = app.add_subcommand("list", "List the running jobs of this user on this machine");
+  list->footer("Example:\n  jobhost list\n\nExit codes:\n  0  listed (also when no job runs)\n");
+
+  std::string savepointJob, savepointFormat = "canonical";
+  std::optional<std::string> savepointTarget, disposePath;
+  auto* savepoint = app.add_subcommand("savepoint", "Take a savepoint of a running job, or dispose of one (-d)");
+  savepoint->add_option("job-id", savepointJob, "Job id (or a unique prefix), as `jobhost list` shows");
+  savepoint->add_option("target-dir", savepointTarget, "Directory for the savepoint (default: the job's state.savepoints.dir)");
+  savepoint->add_option("--format", savepointFormat,
+                        "canonical (default): restorable into either backend; native: the backend's own format")
+      ->check(CLI::IsMember({"canonical", "native"}));
+  savepoint->add_option("-d,--dispose", disposePath, "Delete a savepoint directory (refuses checkpoints); no job needed");
+  savepoint->footer(
+      "Examples:\n"
+      "  jobhost savepoint 3f2a /savepoints              # prints: Savepoint completed. Path: /savepoints/savepoint-3f2a9c-...\n"
+      "  jobhost savepoint 3f2a --format native          # into the job's state.savepoints.dir\n"
+      "  jobhost savepoint -d /savepoints/savepoint-3f2a9c-0b1d2e3f4a5b\n\n"
+      "Exit codes:\n  0  done\n  1  the savepoint failed (the job keeps running) or cannot be removed\n"
+      "  2  bad arguments, unknown job id, or -d given something that is not a savepoint\n");
+
+  std::string cancelJob;
+  std::vector<std::string> cancelSavepoint;
+  auto* cancel = app.add_subcommand("cancel", "Cancel a running job, optionally after a savepoint (-s)");
+  auto* cancelS = cancel->add_option("-s,--with-savepoint", cancelSavepoint,
+                                     "Take a savepoint first, into this directory (default: the job's state.savepoints.dir)")
+                      ->expected(0, 1);
+  cancel->add_option("job-id", cancelJob, "Job id (or a unique prefix)");
+  cancel->footer(
+      "Examples:\n"
+      "  jobhost cancel 3f2a\n"
+      "  jobhost cancel -s /savepoints 3f2a              # prints: Cancelled job <id>. Savepoint stored in <path>.\n"
+      "  jobhost cancel -s 3f2a                          # savepoint into the job's state.savepoints.dir\n\n"
+      "Exit codes:\n  0  cancelled\n  1  the savepoint or the cancel failed (the job keeps running)\n"
+      "  2  bad arguments or unknown job id\n");
+
+  std::string stopJob;
+  std::optional<std::string> stopSavepointDir;
+  auto* stop = app.add_subcommand("stop", "Stop a running job cleanly after a savepoint");
+  stop->add_option("-p,--savepoint-path", stopSavepointDir, "Directory for the savepoint (default: state.savepoints.dir)");
+  stop->add_option("job-id", stopJob, "Job id (or a unique prefix)")->required();
+  stop->footer(
+      "Example:\n  jobhost stop --savepoint-path /savepoints 3f2a\n\n"
+      "Exit codes:\n  0  stopped\n  1  the savepoint failed (the job keeps running)\n  2  bad arguments or unknown job id\n");
+
   try {
     std::vector<std::string> reversed(args.rbegin(), args.rend());
     app.parse(reversed);
@@ -149,6 +198,37 @@ int main(int argc, char** argv) {
   if (*inspect) return inspectCommand(inspectPath, inspectJson);
   if (*checkpoints) return checkpointsCommand(checkpointsDir);
   if (*convert) return convertCommand(convertFrom, convertTo);
+  if (*list) return listCommand();
+  if (*savepoint) {
+    if (disposePath) {
+      if (!savepointJob.empty()) {
+        std::cerr << "error: savepoint -d takes only the savepoint path, not a job id\n";
+        return kExitUsage;
+      }
+      return disposeSavepointCommand(*disposePath);
+    }
+    if (savepointJob.empty()) {
+      std::cerr << "error: savepoint needs a job id (see jobhost list), or -d <path> to dispose of a savepoint\n";
+      return kExitUsage;
+    }
+    return savepointCommand(savepointJob, savepointTarget, savepointFormat);
+  }
+  if (*cancel) {
+    bool withSavepoint = cancelS->count() > 0;
+    std::optional<std::string> target;
+    if (!cancelSavepoint.empty() && !cancelSavepoint[0].empty()) target = cancelSavepoint[0];
+    // `cancel -s <jobId>`: -s took the job id as its directory.
+    if (cancelJob.empty() && target) {
+      cancelJob = *target;
+      target.reset();
+    }
+    if (cancelJob.empty()) {
+      std::cerr << "error: cancel needs a job id (see jobhost list)\n";
+      return kExitUsage;
+    }
+    return cancelCommand(cancelJob, withSavepoint, target);
+  }
+  if (*stop) return stopCommand(stopJob, stopSavepointDir);
   runOpts.jobArgs = jobArgs;
   checkOpts.jobArgs = jobArgs;
   if (*check) {
@@ -159,6 +239,7 @@ int main(int argc, char** argv) {
     checkOpts.dryRun = true;
     return runJob(checkOpts);
   }
+  if (*run && runDetachedFlag && !runOpts.dryRun) return runDetached(args, jobArgs);
   if (*run) {
     installSignalHandling();
     return runJob(runOpts);

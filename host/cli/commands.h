@@ -1,7 +1,9 @@
 // host/cli/commands.h — one function per subcommand; main.cc declares the options.
 #pragma once
 
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace jobhost::host {
 
@@ -14,5 +16,23 @@ int checkpointsCommand(const std::string& jobDir);
 
 /// `jobhost convert <snapshot> <out-dir>`: canonical savepoint from any snapshot.
 int convertCommand(const std::string& from, const std::string& outDir);
+
+// Control of running jobs (control_commands.cc); exit codes: 0 ok, 1 the savepoint /
+// cancel / stop failed, 2 bad arguments or unknown job id.
+/// `jobhost list`: the running jobs of this user (removes stale sockets).
+int listCommand();
+/// `jobhost savepoint <jobId> [targetDir] [--format canonical|native]`.
+int savepointCommand(const std::string& jobId, const std::optional<std::string>& targetDir, const std::string& format);
+/// `jobhost savepoint -d <path>`: deletes a savepoint directory; refuses anything else.
+int disposeSavepointCommand(const std::string& path);
+/// `jobhost cancel [-s [targetDir]] <jobId>`.
+int cancelCommand(const std::string& jobId, bool withSavepoint, const std::optional<std::string>& targetDir);
+/// `jobhost stop [--savepoint-path dir] <jobId>`.
+int stopCommand(const std::string& jobId, const std::optional<std::string>& savepointDir);
+
+/// `jobhost run -d ...` (detach.cc): re-runs this binary with `cliArgs` minus -d/--detached
+/// (the arguments up to the plugin path) followed by `jobArgs`, in the background; returns
+/// once the job answers on its control socket (0) or with the child's exit code.
+int runDetached(const std::vector<std::string>& cliArgs, const std::vector<std::string>& jobArgs);
 
 }  // namespace jobhost::host

@@ -148,7 +148,7 @@ std::optional<std::chrono::milliseconds> parseDuration(const std::string& text) 
   if (t.empty()) return std::nullopt;
   size_t i = 0;
   while (i < t.size() && (std::isdigit(static_cast<unsigned char>(t[i])) || t[i] == '.')) ++i;
-  if (i == 0) return std::nullopt;
+  if (i == 0 || std::count(t.begin(), t.begin() + static_cast<long>(i), '.') > 1) return std::nullopt;
   double n;
   try {
     n = std::stod(t.substr(0, i));

@@ -1,5 +1,9 @@
 #include "control/control_server.h"
 
+// GCC 12 reports a false -Wmaybe-uninitialized inside kj::Maybe<std::string> (kj promises of
+// std::string); the values are always initialised before use.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 #include <capnp/rpc-twoparty.h>
 #include <capnp/rpc.h>
 #include <fcntl.h>
@@ -29,8 +33,6 @@ namespace {
 constexpr size_t kMaxConnections = 64;
 constexpr size_t kMaxCallsInFlight = 32;
 constexpr size_t kMaxTextBytes = 4096;
-
-std::string errnoText(int err) { return std::strerror(err); }
 
 std::string octal(mode_t m) {
   char b[16];
@@ -227,7 +229,10 @@ struct ControlServer::Impl : private kj::TaskSet::ErrorHandler {
       return failed("too many control requests in flight (" + std::to_string(workers.size()) + "); try again");
     auto paf = kj::newPromiseAndCrossThreadFulfiller<T>();
     auto done = std::make_shared<std::atomic<bool>>(false);
-    std::thread t([fn = std::move(fn), f = kj::mv(paf.fulfiller), done]() mutable {
+    // kj::Own's destructor may throw, which std::thread's state cannot hold: share it.
+    auto fulfiller = std::make_shared<kj::Own<kj::CrossThreadPromiseFulfiller<T>>>(kj::mv(paf.fulfiller));
+    std::thread t([fn = std::move(fn), fulfiller, done]() mutable {
+      auto& f = *fulfiller;
       try {
         f->fulfill(fn());
       } catch (const CallFailure& e) {
@@ -237,7 +242,7 @@ struct ControlServer::Impl : private kj::TaskSet::ErrorHandler {
       } catch (...) {
         f->reject(failed("internal error: unknown exception"));
       }
-      f = nullptr;
+      fulfiller.reset();
       done->store(true);
     });
     workers.push_back(Worker{std::move(t), std::move(done)});

@@ -66,7 +66,7 @@ class FailureRate : public RestartStrategy {
 class ExponentialDelay : public RestartStrategy {
  public:
   ExponentialDelay(milliseconds initial, milliseconds max, double mult, int64_t attempts)
-      : initial_(initial), max_(max), mult_(mult), attempts_(attempts), next_(initial) {}
+      : initial_(initial), max_(max), mult_(mult), attempts_(attempts), next_(std::min(initial, max)) {}
   bool onFailure(milliseconds* delay) override {
     if (used_ >= attempts_) return false;
     ++used_;

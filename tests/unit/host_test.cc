@@ -988,6 +988,13 @@ TEST_F(PreflightTest, EveryProblemIsCollectedNotOnlyTheFirst) {
 // ---------------------------------------------------------------------------------------
 // InputGate
 
+// Cancels the gate when a test leaves early, so a thread blocked in it (and the future
+// waiting for that thread) cannot hang the test. Declare it after the futures.
+struct CancelOnExit {
+  InputGate& gate;
+  ~CancelOnExit() { gate.cancel(); }
+};
+
 ChannelEvent data(std::string bytes) {
   ChannelEvent e;
   e.kind = ChannelEvent::kData;
@@ -1021,6 +1028,7 @@ TEST(InputGateTest, AProducerBlocksOnAFullChannelUntilTheConsumerTakes) {
   ASSERT_TRUE(gate.push(0, data("1")));
   ASSERT_TRUE(gate.push(0, data("2")));
   auto pushed = std::async(std::launch::async, [&] { return gate.push(0, data("3")); });
+  CancelOnExit guard{gate};
   EXPECT_EQ(pushed.wait_for(50ms), std::future_status::timeout) << "push into a full channel did not block";
   auto first = gate.next({false});
   ASSERT_TRUE(first);
@@ -1039,6 +1047,7 @@ TEST(InputGateTest, BarriersAndEndMarkersNeverWaitForSpace) {
     end.kind = ChannelEvent::kEnd;
     return gate.push(0, barrier(7)) && gate.push(0, std::move(end));
   });
+  CancelOnExit guard{gate};
   ASSERT_EQ(pushed.wait_for(2s), std::future_status::ready) << "a barrier waited for space";
   EXPECT_TRUE(pushed.get());
   EXPECT_EQ(gate.next({false})->kind, ChannelEvent::kData);
@@ -1069,6 +1078,7 @@ TEST(InputGateTest, NextWaitsForAnUnblockedChannel) {
   InputGate gate(2, 4);
   ASSERT_TRUE(gate.push(0, data("blocked")));
   auto got = std::async(std::launch::async, [&] { return gate.next({true, false}); });
+  CancelOnExit guard{gate};
   EXPECT_EQ(got.wait_for(50ms), std::future_status::timeout) << "next() returned an event of a blocked channel";
   ASSERT_TRUE(gate.push(1, data("free")));
   ASSERT_EQ(got.wait_for(2s), std::future_status::ready);
@@ -1094,6 +1104,7 @@ TEST(InputGateTest, CancelWakesABlockedProducerAndABlockedConsumer) {
   auto producer = std::async(std::launch::async, [&] { return full.push(0, data("y")); });
   InputGate empty(1, 1);
   auto consumer = std::async(std::launch::async, [&] { return empty.next({false}); });
+  CancelOnExit guardFull{full}, guardEmpty{empty};
   EXPECT_EQ(producer.wait_for(30ms), std::future_status::timeout);
   EXPECT_EQ(consumer.wait_for(0ms), std::future_status::timeout);
   full.cancel();

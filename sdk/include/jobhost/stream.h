@@ -122,7 +122,12 @@ class StreamEnvironment {
   /// Internal: appends a node and returns its id.
   int addNode(PlanNode node) {
     node.id = static_cast<int>(plan_.nodes.size());
-    if (node.uid.empty()) node.uid = defaultUid(node);
+    if (node.uid.empty()) {
+      // A default never takes a uid that an explicit one already uses.
+      std::string base = defaultUid(node), uid = base;
+      for (int n = 2; uidTaken(uid); ++n) uid = base + "-" + std::to_string(n);
+      node.uid = uid;
+    }
     plan_.nodes.push_back(std::move(node));
     return plan_.nodes.back().id;
   }
@@ -145,6 +150,11 @@ class StreamEnvironment {
   }
 
  private:
+  bool uidTaken(const std::string& uid) const {
+    for (const auto& n : plan_.nodes)
+      if (n.uid == uid) return true;
+    return false;
+  }
   static std::string defaultUid(const PlanNode& n) {
     std::string kind = n.name;
     std::transform(kind.begin(), kind.end(), kind.begin(),

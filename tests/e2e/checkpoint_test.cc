@@ -1,0 +1,251 @@
+// End-to-end tests of checkpoints and restores: rescaling from every handle type,
+// chained restores (the second restore catches files deleted or not re-registered after
+// the first), shared-file bookkeeping under num-retained, and the socket source.
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include "cli_fixture.h"
+
+using namespace e2e;
+
+namespace {
+
+struct Leg {
+  std::string cls;
+  int parallelism;
+  std::vector<std::string> flags;  // extra -D ...
+};
+
+class Checkpoints : public Cli {
+ protected:
+  /// Runs the legs one after another on the same input: every leg but the last is killed
+  /// after one checkpoint of its own; each leg restores from the previous leg's job
+  /// directory. Returns all outputs concatenated.
+  std::string chain(const std::vector<Leg>& legs, const fs::path& in) {
+    std::string all;
+    fs::path previous;
+    for (size_t i = 0; i < legs.size(); ++i) {
+      const Leg& leg = legs[i];
+      bool last = i + 1 == legs.size();
+      std::vector<std::string> args = {"run", "-c", leg.cls, "-p", std::to_string(leg.parallelism)};
+      if (!previous.empty()) args.insert(args.end(), {"-s", previous.string()});
+      for (auto& f : ckFlags("150ms")) args.push_back(f);
+      for (auto& f : leg.flags) args.insert(args.end(), {"-D", f});
+      args.insert(args.end(), {kPlugin, "--input", in.string()});
+      if (!last) args.insert(args.end(), {"--rate", "2500"});
+      auto before = jobDirs();
+      std::string outFile = (tmp / ("leg-" + std::to_string(i) + ".out")).string();
+      std::string errFile = (tmp / ("leg-" + std::to_string(i) + ".err")).string();
+      Process p(jobhost(args), outFile, errFile);
+      if (!last) {
+        // Wait for a checkpoint of this leg's own job directory.
+        auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+        fs::path mine;
+        while (std::chrono::steady_clock::now() < until && p.running()) {
+          for (const auto& d : jobDirs())
+            if (std::find(before.begin(), before.end(), d) == before.end() && !completed(d).empty()) mine = d;
+          if (!mine.empty()) break;
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        EXPECT_FALSE(mine.empty()) << "leg " << i << " wrote no checkpoint: " << readFile(errFile);
+        p.signal(SIGKILL);
+        Result r = p.wait();
+        EXPECT_EQ(r.exitCode, 128 + SIGKILL) << "leg " << i << " ended before it was killed: " << r.err;
+        all += r.out;
+        previous = mine;
+      } else {
+        Result r = p.wait();
+        EXPECT_EQ(r.exitCode, 0) << "leg " << i << ": " << r.err;
+        all += r.out;
+      }
+    }
+    return all;
+  }
+};
+
+struct RescaleCase {
+  const char* name;
+  std::string cls;
+  std::vector<std::string> flags;
+  int from, to;
+};
+
+TEST_F(Checkpoints, RescalingFromEveryHandleTypeKeepsEveryCount) {
+  std::vector<RescaleCase> cases = {
+      {"hashmap 2->1", "WordCount", {}, 2, 1},
+      {"hashmap 1->3", "WordCount", {}, 1, 3},
+      {"rocksdb full 2->1", "WordCountIncremental", {"state.backend.incremental=false"}, 2, 1},
+      {"rocksdb full 1->3", "WordCountIncremental", {"state.backend.incremental=false"}, 1, 3},
+      {"rocksdb incremental 2->1", "WordCountIncremental", {}, 2, 1},
+      {"rocksdb incremental 1->3", "WordCountIncremental", {}, 1, 3},
+  };
+  fs::path in = input(120);
+  auto expected = expectedCounts(readFile(in));
+  for (const auto& c : cases) {
+    fs::remove_all(ckdir());
+    std::string out = chain({{c.cls, c.from, c.flags}, {c.cls, c.to, c.flags}}, in);
+    EXPECT_EQ(finalCounts(out), expected) << c.name;
+  }
+}
+
+TEST_F(Checkpoints, ChainedRestoresKeepEveryCountOnEveryBackendAndAcrossFullIncrementalSwitches) {
+  struct Case {
+    const char* name;
+    std::vector<Leg> legs;
+  };
+  std::vector<Case> cases = {
+      {"hashmap", {{"WordCount", 1, {}}, {"WordCount", 2, {}}, {"WordCount", 1, {}}}},
+      {"rocksdb full",
+       {{"WordCountIncremental", 1, {"state.backend.incremental=false"}},
+        {"WordCountIncremental", 1, {"state.backend.incremental=false"}},
+        {"WordCountIncremental", 1, {"state.backend.incremental=false"}}}},
+      {"rocksdb incremental",
+       {{"WordCountIncremental", 2, {}}, {"WordCountIncremental", 2, {}}, {"WordCountIncremental", 2, {}}}},
+      {"incremental -> full -> incremental",
+       {{"WordCountIncremental", 1, {}},
+        {"WordCountIncremental", 1, {"state.backend.incremental=false"}},
+        {"WordCountIncremental", 1, {}}}},
+      {"full -> incremental -> full",
+       {{"WordCountIncremental", 2, {"state.backend.incremental=false"}},
+        {"WordCountIncremental", 2, {}},
+        {"WordCountIncremental", 2, {"state.backend.incremental=false"}}}},
+  };
+  fs::path in = input(150);
+  auto expected = expectedCounts(readFile(in));
+  for (const auto& c : cases) {
+    fs::remove_all(ckdir());
+    std::string out = chain(c.legs, in);
+    EXPECT_EQ(finalCounts(out), expected) << c.name;
+  }
+}
+
+std::set<std::string> sharedFiles(const fs::path& jobDir) {
+  std::set<std::string> out;
+  for (const auto& e : fs::directory_iterator(jobDir / "shared")) out.insert(e.path().filename().string());
+  return out;
+}
+
+/// Shared files referenced by a checkpoint, read through `jobhost inspect --json`.
+std::set<std::string> referencedShared(Cli& t, const fs::path& chk, const std::function<Result(std::vector<std::string>)>& cli) {
+  Result r = cli({"inspect", "--json", chk.string()});
+  std::set<std::string> out;
+  size_t pos = 0;
+  while ((pos = r.out.find("/shared/", pos)) != std::string::npos) {
+    size_t end = r.out.find('"', pos);
+    out.insert(r.out.substr(pos + 8, end - pos - 8));
+    pos = end;
+  }
+  return out;
+}
+
+TEST_F(Checkpoints, IncrementalCheckpointsUploadOnlyNewFilesAndDeleteSharedFilesExactlyWhenUnreferenced) {
+  fs::path in = input(150);
+  std::vector<std::string> args = {"run", "-c", "WordCountIncremental", "-D", "state.checkpoints.num-retained=2"};
+  for (auto& f : ckFlags("100ms")) args.push_back(f);
+  args.insert(args.end(), {kPlugin, "--input", in.string(), "--rate", "2000"});
+  Process p(jobhost(args), tmp / "inc.out", tmp / "inc.err");
+  // Observe the job directory while checkpoints complete: at every moment the shared
+  // directory must hold every file a retained checkpoint references.
+  fs::path jobDir;
+  std::set<std::string> everUploaded;
+  int observations = 0;
+  int reusingCheckpoints = 0;  // checkpoints that reference files uploaded by an earlier one
+  auto cliFn = [this](std::vector<std::string> a) { return cli(std::move(a)); };
+  while (p.running()) {
+    auto dirs = jobDirs();
+    if (!dirs.empty()) jobDir = dirs[0];
+    if (!jobDir.empty()) {
+      auto chks = completed(jobDir);
+      EXPECT_LE(chks.size(), 3u) << "num-retained=2 (a third may be publishing)";
+      for (const auto& c : chks) {
+        if (!fs::exists(c / "_metadata")) continue;  // subsumed meanwhile
+        auto refs = referencedShared(*this, c, cliFn);
+        if (!fs::exists(c / "_metadata")) continue;
+        Result j = cli({"inspect", "--json", c.string()});
+        if (j.exitCode == 0 && j.out.find("\"dependsOn\":[]") == std::string::npos) ++reusingCheckpoints;
+        auto present = sharedFiles(jobDir);
+        for (const auto& f : refs) EXPECT_TRUE(present.count(f)) << f << " referenced by " << c << " is missing";
+        ++observations;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  }
+  Result r = p.wait();
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_GT(observations, 3);
+  EXPECT_GT(reusingCheckpoints, 0) << "no checkpoint reused an earlier upload: nothing was incremental";
+  // After the run: exactly the files the retained checkpoints reference remain.
+  auto chks = completed(jobDir);
+  ASSERT_FALSE(chks.empty());
+  EXPECT_LE(chks.size(), 2u);
+  std::set<std::string> referenced;
+  for (const auto& c : chks)
+    for (const auto& f : referencedShared(*this, c, cliFn)) referenced.insert(f);
+  EXPECT_EQ(sharedFiles(jobDir), referenced);
+  // Later checkpoints reuse earlier uploads: the newest depends on an older one.
+  Result hist = cli({"checkpoints", jobDir.string()});
+  EXPECT_NE(hist.out.find("incremental"), std::string::npos) << hist.out;
+  // Log: some checkpoint uploaded less than the total it references.
+  EXPECT_NE(r.err.find("completed checkpoint"), std::string::npos);
+}
+
+/// A one-shot TCP server on a free loopback port that sends `text` to the first client
+/// and then closes.
+class LineServer {
+ public:
+  explicit LineServer(std::string text) : text_(std::move(text)) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    socklen_t len = sizeof a;
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    listen(fd_, 4);
+    thread_ = std::thread([this] {
+      for (int i = 0; i < 8; ++i) {  // serve every (re)connection
+        int c = accept(fd_, nullptr, nullptr);
+        if (c < 0) return;
+        ::send(c, text_.data(), text_.size(), MSG_NOSIGNAL);
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        close(c);
+      }
+    });
+  }
+  ~LineServer() {
+    shutdown(fd_, SHUT_RDWR);
+    close(fd_);
+    thread_.join();
+  }
+  int port() const { return port_; }
+
+ private:
+  std::string text_;
+  int fd_;
+  int port_;
+  std::thread thread_;
+};
+
+TEST_F(Checkpoints, SocketWordCountCountsAndFailsAfterTheFourthError) {
+  {
+    LineServer server("hello world\nhello\n");
+    Result r = cli({"run", "-c", "WordCount", kPlugin, "--port", std::to_string(server.port())});
+    EXPECT_EQ(r.exitCode, 0) << r.err;
+    EXPECT_EQ(finalCounts(r.out), (std::map<std::string, long>{{"hello", 2}, {"world", 1}}));
+  }
+  {
+    // Each (re)connection receives "error": 1 try + 3 restarts, then the job fails.
+    LineServer server("error\n");
+    Result r = cli({"run", "-c", "WordCount", "-D", "restart-strategy.fixed-delay.delay=20ms", kPlugin, "--port",
+                    std::to_string(server.port())});
+    EXPECT_EQ(r.exitCode, 1) << r.err;
+    EXPECT_NE(r.err.find("Recovery is suppressed by FixedDelayRestartStrategy(maxAttempts=3"), std::string::npos) << r.err;
+  }
+  Result refused = cli({"run", "-c", "WordCount", "-D", "restart-strategy.type=none", kPlugin, "--port", "1"});
+  EXPECT_EQ(refused.exitCode, 1);
+  EXPECT_NE(refused.err.find("cannot connect to localhost:1"), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("nc -lk 1"), std::string::npos) << refused.err;
+}
+
+}  // namespace

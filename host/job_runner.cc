@@ -50,6 +50,12 @@ std::string defaultCheckpointDir() {
   return (fs::temp_directory_path() / "jobhost-checkpoints").string();
 }
 
+}  // namespace
+
+void applyJobConfiguration(Job& job, Configuration* config);
+
+namespace {
+
 struct Prepared {
   std::unique_ptr<Job> job;
   Plan plan;
@@ -59,11 +65,7 @@ struct Prepared {
 Prepared prepareJob(const JobClassInfo& info, const RunOptions& o, Configuration* config, bool applyConfigure) {
   Prepared p;
   p.job.reset(info.create());
-  if (applyConfigure) {
-    JobConfig jc;
-    callUser("configure()", [&] { p.job->configure(jc); });
-    for (auto& [k, v] : jc.values()) config->set(k, v, Configuration::Layer::kJob);
-  }
+  if (applyConfigure) applyJobConfiguration(*p.job, config);
   StreamEnvironment env{JobArgs(o.jobArgs)};
   p.job->build(env);
   p.plan = env.takePlan();
@@ -71,6 +73,23 @@ Prepared prepareJob(const JobClassInfo& info, const RunOptions& o, Configuration
 }
 
 }  // namespace
+
+void loadUserConfiguration(const std::optional<std::string>& configFile, const std::vector<std::string>& defines,
+                           const std::optional<int>& parallelism, Configuration* config) {
+  std::optional<std::string> file = configFile;
+  if (!file)
+    if (const char* d = std::getenv("JOBHOST_CONF_DIR"); d && fs::exists(fs::path(d) / "config.yaml"))
+      file = (fs::path(d) / "config.yaml").string();
+  if (file) config->loadYamlFile(*file);
+  for (const auto& d : defines) config->setFromArgument(d);
+  if (parallelism) config->set("parallelism.default", std::to_string(*parallelism), Configuration::Layer::kCommandLine);
+}
+
+void applyJobConfiguration(Job& job, Configuration* config) {
+  JobConfig jc;
+  callUser("configure()", [&] { job.configure(jc); });
+  for (auto& [k, v] : jc.values()) config->set(k, v, Configuration::Layer::kJob);
+}
 
 void installSignalHandling() {
   sigset_t set;
@@ -260,13 +279,7 @@ int JobRunner::run() {
   std::unique_ptr<RestartStrategy> restart;
   std::string checkpointDir;
   try {
-    std::optional<std::string> file = o.configFile;
-    if (!file)
-      if (const char* d = std::getenv("JOBHOST_CONF_DIR"); d && fs::exists(fs::path(d) / "config.yaml"))
-        file = (fs::path(d) / "config.yaml").string();
-    if (file) config.loadYamlFile(*file);
-    for (const auto& d : o.defines) config.setFromArgument(d);
-    if (o.parallelism) config.set("parallelism.default", std::to_string(*o.parallelism), Configuration::Layer::kCommandLine);
+    loadUserConfiguration(o.configFile, o.defines, o.parallelism, &config);
     prepared = prepareJob(*info, o, &config, true);
     for (const auto& w : config.suspiciousKeys()) spdlog::warn("{}", w);
     std::string b = config.getString("state.backend.type");

@@ -9,6 +9,10 @@
 #include <string>
 #include <vector>
 
+namespace jobhost {
+class Job;
+}
+
 namespace jobhost::host {
 
 /// Process exit codes (README "Exit codes").
@@ -37,6 +41,14 @@ struct RunOptions {
 };
 
 int runJob(const RunOptions& options);
+
+class Configuration;
+/// The user's layers: the YAML file (--config, else $JOBHOST_CONF_DIR/config.yaml), then
+/// `-D` and `-p`. Throws ConfigError.
+void loadUserConfiguration(const std::optional<std::string>& configFile, const std::vector<std::string>& defines,
+                           const std::optional<int>& parallelism, Configuration* config);
+/// Adds the job class's configure() layer (runs plugin code).
+void applyJobConfiguration(Job& job, Configuration* config);
 
 /// Blocks SIGINT/SIGTERM in the calling thread (call before starting threads) and starts
 /// a thread that turns the first signal into a clean stop, the second into an exit.

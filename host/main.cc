@@ -93,6 +93,12 @@ int main(int argc, char** argv) {
   std::string infoPlugin;
   auto* info = app.add_subcommand("info", "List the job classes of a plugin (runs no plugin code)");
   info->add_option("plugin", infoPlugin, "The plugin library (.so)")->required();
+  std::vector<std::string> infoDefines;
+  std::optional<std::string> infoConfig;
+  info->add_option("-D", infoDefines, "Configuration override key=value (repeatable), as for run")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  info->add_option("--config", infoConfig, "YAML configuration file, as for run")->check(CLI::ExistingFile);
   info->footer("Example:\n  jobhost info build/plugins/libwordcount_jobs.so\n\n" + std::string(kExitCodes));
 
   RunOptions runOpts;
@@ -166,7 +172,8 @@ int main(int argc, char** argv) {
   auto* cancel = app.add_subcommand("cancel", "Cancel a running job, optionally after a savepoint (-s)");
   auto* cancelS = cancel->add_option("-s,--with-savepoint", cancelSavepoint,
                                      "Take a savepoint first, into this directory (default: the job's state.savepoints.dir)")
-                      ->expected(0, 1);
+                      ->expected(0, 1)
+                      ->allow_extra_args(false);
   cancel->add_option("job-id", cancelJob, "Job id (or a unique prefix)");
   cancel->footer(
       "Examples:\n"
@@ -194,7 +201,7 @@ int main(int argc, char** argv) {
   }
   if (verbose) spdlog::set_level(spdlog::level::debug);
 
-  if (*info) return infoCommand(infoPlugin);
+  if (*info) return infoCommand(infoPlugin, infoDefines, infoConfig);
   if (*inspect) return inspectCommand(inspectPath, inspectJson);
   if (*checkpoints) return checkpointsCommand(checkpointsDir);
   if (*convert) return convertCommand(convertFrom, convertTo);

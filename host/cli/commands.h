@@ -2,13 +2,16 @@
 #pragma once
 
 #include <optional>
+#include <optional>
 #include <string>
+#include <vector>
 #include <vector>
 
 namespace jobhost::host {
 
 /// `jobhost info <plugin.so>`: the plugin's job classes, without running plugin code.
-int infoCommand(const std::string& pluginPath);
+int infoCommand(const std::string& pluginPath, const std::vector<std::string>& defines,
+                const std::optional<std::string>& configFile);
 /// `jobhost inspect <snapshot> [--json]`.
 int inspectCommand(const std::string& path, bool json);
 /// `jobhost checkpoints <checkpoint-dir>/<jobId>`: the checkpoint history.

@@ -1,8 +1,13 @@
-// `jobhost info`: lists job classes from the plugin's static metadata (no plugin code runs).
+// `jobhost info`: lists job classes from the plugin's static metadata (no plugin code runs
+// for that), then — for a compatible plugin — each class's effective backend and
+// checkpoint interval after configure() and the user's configuration.
 #include <iostream>
 
 #include "cli/commands.h"
 #include "cli/table.h"
+#include "config/configuration.h"
+#include "jobhost/job.h"
+#include "runtime/restart_strategy.h"
 #include "job_runner.h"
 #include "jobhost/version.h"
 #include "plugin/elf_metadata.h"
@@ -10,7 +15,8 @@
 
 namespace jobhost::host {
 
-int infoCommand(const std::string& pluginPath) {
+int infoCommand(const std::string& pluginPath, const std::vector<std::string>& defines,
+                const std::optional<std::string>& configFile) {
   PluginMetadataResult meta = readPluginMetadataFile(pluginPath);
   if (!meta.ok()) {
     std::cerr << "error: " << meta.error->message << "\n";
@@ -19,12 +25,40 @@ int infoCommand(const std::string& pluginPath) {
   std::cout << "Plugin: " << pluginPath << "\n";
   if (!meta.classes.empty())
     std::cout << "Built with SDK " << meta.classes.front().sdkVersion << ", ABI " << meta.classes.front().abiTag << "\n";
-  if (auto incompatible = checkPluginCompatibility(pluginPath, meta.classes))
-    std::cout << "warning: " << incompatible->message << "\n";
+  auto incompatible = checkPluginCompatibility(pluginPath, meta.classes);
+  if (incompatible) std::cout << "warning: " << incompatible->message << "\n";
   std::cout << "\n";
-  Table t({"CLASS", "BACKEND", "DESCRIPTION"});
-  for (const auto& c : meta.classes)
-    t.add({c.name, c.backend + (c.incremental ? " (incremental)" : ""), c.description});
+  // The effective settings need each class's configure(): load the plugin when it is
+  // compatible; the listing above never needs to.
+  std::unique_ptr<PluginLibrary> lib;
+  if (!incompatible) {
+    PluginError err;
+    lib = PluginLibrary::open(pluginPath, &err);
+    if (!lib) std::cout << "warning: " << err.message << " (showing declared settings only)\n";
+  }
+  Table t({"CLASS", "DECLARED", "EFFECTIVE BACKEND", "CHECKPOINTS", "DESCRIPTION"});
+  for (const auto& c : meta.classes) {
+    std::string declared = c.backend + (c.incremental ? " (incremental)" : "");
+    std::string effective = "-", checkpoints = "-";
+    if (lib) {
+      PluginError err;
+      const JobClassInfo* info = lib->selectClass(c.name, &err);
+      try {
+        if (!info) throw std::runtime_error(err.message);
+        Configuration config;
+        std::unique_ptr<Job> job(info->create());
+        applyJobConfiguration(*job, &config);
+        loadUserConfiguration(configFile, defines, std::nullopt, &config);
+        effective = config.getString("state.backend.type");
+        if (effective == "rocksdb") effective += config.getBool("state.backend.incremental") ? " (incremental)" : " (full)";
+        auto interval = config.getDuration("execution.checkpointing.interval");
+        checkpoints = interval.count() > 0 ? "every " + formatDuration(interval) : "off";
+      } catch (const std::exception& e) {
+        effective = std::string("error: ") + e.what();
+      }
+    }
+    t.add({c.name, declared, effective, checkpoints, c.description});
+  }
   std::cout << t.render();
   std::cout << "\nRun one with: jobhost run -c " << meta.classes.front().name << " " << pluginPath << "\n";
   return kExitOk;

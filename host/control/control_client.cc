@@ -127,7 +127,7 @@ class ClientIo {
         return p.wait(io_.waitScope);
       } catch (const kj::Exception& e) {
         if (timedOut)
-          return state::Status::IOError(what + ": no answer from the job within " + seconds(timeout) + " (" + path + ")");
+          return state::Status::IOError(what + ": no answer within " + seconds(timeout) + " (" + path + ")");
         return state::Status::IOError(describe(e, what));
       }
     } catch (const kj::Exception& e) {
@@ -141,8 +141,8 @@ class ClientIo {
     const std::string remote = "remote exception: ";
     if (d.rfind(remote, 0) == 0) d = d.substr(remote.size());
     if (e.getType() == kj::Exception::Type::DISCONNECTED)
-      return what + ": the job closed the connection before answering (it ended, or it refuses your uid): " + d;
-    return what + " failed: " + d;
+      return what + " closed the connection before answering (it ended, or it refuses your uid): " + d;
+    return what + ": " + d;
   }
 
   kj::AsyncIoContext io_;
@@ -188,14 +188,14 @@ std::string jobOf(const std::string& socketPath) {
 
 state::Result<JobStatusInfo> callStatus(const std::string& socketPath, std::chrono::milliseconds timeout) {
   ClientIo io;
-  return io.call<JobStatusInfo>(socketPath, timeout, "status of job " + jobOf(socketPath), requestStatus);
+  return io.call<JobStatusInfo>(socketPath, timeout, "job " + jobOf(socketPath), requestStatus);
 }
 
 state::Result<std::string> callSavepoint(const std::string& socketPath, const std::optional<std::string>& targetDir,
                                          state::SnapshotFormat format, std::chrono::milliseconds timeout) {
   ClientIo io;
   return io.call<std::string>(
-      socketPath, timeout, "savepoint of job " + jobOf(socketPath), [&](rpc::JobControlService::Client& s) {
+      socketPath, timeout, "job " + jobOf(socketPath), [&](rpc::JobControlService::Client& s) {
         auto req = s.savepointRequest();
         req.setTargetDir(text(targetDir));
         req.setFormat(format == state::SnapshotFormat::kNative ? rpc::Format::NATIVE : rpc::Format::CANONICAL);
@@ -208,7 +208,7 @@ state::Result<std::string> callCancel(const std::string& socketPath, bool withSa
                                       const std::optional<std::string>& targetDir, std::chrono::milliseconds timeout) {
   ClientIo io;
   return io.call<std::string>(
-      socketPath, timeout, "cancel of job " + jobOf(socketPath), [&](rpc::JobControlService::Client& s) {
+      socketPath, timeout, "job " + jobOf(socketPath), [&](rpc::JobControlService::Client& s) {
         auto req = s.cancelRequest();
         req.setWithSavepoint(withSavepoint);
         req.setTargetDir(text(targetDir));
@@ -221,7 +221,7 @@ state::Result<std::string> callStop(const std::string& socketPath, const std::op
                                     std::chrono::milliseconds timeout) {
   ClientIo io;
   return io.call<std::string>(
-      socketPath, timeout, "stop of job " + jobOf(socketPath), [&](rpc::JobControlService::Client& s) {
+      socketPath, timeout, "job " + jobOf(socketPath), [&](rpc::JobControlService::Client& s) {
         auto req = s.stopRequest();
         req.setTargetDir(text(targetDir));
         return req.send().then(
@@ -267,7 +267,7 @@ std::vector<JobEndpoint> discoverJobs(std::vector<std::string>* staleRemoved, st
       continue;
     }
     int connectErr = 0;
-    auto s = io.call<JobStatusInfo>(path, kStatusTimeout, "status of job " + jobOf(path), requestStatus, &connectErr);
+    auto s = io.call<JobStatusInfo>(path, kStatusTimeout, "job " + jobOf(path), requestStatus, &connectErr);
     if (s.ok()) {
       out.push_back(JobEndpoint{jobOf(path), path, std::move(*s)});
       continue;

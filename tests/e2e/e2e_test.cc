@@ -14,6 +14,11 @@ TEST_F(Cli, InfoListsEveryJobClassWithItsBackend) {
   for (const char* cls : {"WordCount", "WordCountIncremental", "RunningAverage", "DistinctWords", "SequenceChecker"})
     EXPECT_NE(r.out.find(cls), std::string::npos) << cls;
   EXPECT_NE(r.out.find("rocksdb (incremental)"), std::string::npos);
+  // The effective backend follows the configuration layers: -D beats configure().
+  Result d = cli({"info", kPlugin, "-D", "state.backend.type=rocksdb", "-D", "state.backend.incremental=false"});
+  ASSERT_EQ(d.exitCode, 0) << d.err;
+  std::string row = d.out.substr(d.out.find("\nWordCount "), 80);
+  EXPECT_NE(row.find("rocksdb (full)"), std::string::npos) << row;
 }
 
 TEST_F(Cli, WordCountOnTheBundledInputCountsEveryWord) {

@@ -1,33 +1,50 @@
+// `jobhost run`, the supervisor: checks the command line and the -s snapshot, then runs
+// the job's attempts in worker processes under the restart strategy, and serves the
+// control endpoint throughout (also while a worker restarts).
 #include "job_runner.h"
 
+#include <capnp/message.h>
+#include <capnp/serialize.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <random>
-#include <set>
 #include <thread>
 
 #include "checkpoint/checkpoint_coordinator.h"
-#include "control/job_control.h"
 #include "checkpoint/preflight.h"
-#include "config/configuration.h"
-#if __has_include("control/control_server.h")
 #include "control/control_server.h"
-#define JOBHOST_HAS_CONTROL_SERVER 1
-#endif
-#include "jobhost/job.h"
-#include "jobhost/stream.h"
-#include "plugin/plugin_loader.h"
-#include "runtime/job_execution.h"
+#include "control/job_control.h"
+#include "job_setup.h"
 #include "runtime/restart_strategy.h"
+#include "runtime/worker_protocol.capnp.h"
 
 namespace jobhost::host {
 
 namespace fs = std::filesystem;
+
+const char* jobStateName(JobState s) {
+  switch (s) {
+    case JobState::kCreated: return "CREATED";
+    case JobState::kRunning: return "RUNNING";
+    case JobState::kRestarting: return "RESTARTING";
+    case JobState::kCancelling: return "CANCELLING";
+    case JobState::kFinished: return "FINISHED";
+    case JobState::kFailed: return "FAILED";
+    case JobState::kCanceled: return "CANCELED";
+  }
+  return "?";
+}
 
 namespace {
 
@@ -44,51 +61,449 @@ std::string newJobId() {
   return buf;
 }
 
-std::string defaultCheckpointDir() {
-  if (const char* h = std::getenv("JOBHOST_HOME")) return (fs::path(h) / "checkpoints").string();
-  if (const char* h = std::getenv("HOME")) return (fs::path(h) / ".jobhost" / "checkpoints").string();
-  return (fs::temp_directory_path() / "jobhost-checkpoints").string();
+/// The run options as command-line words for the worker.
+std::vector<std::string> workerArguments(const RunOptions& o, const std::string& jobId, int attempt) {
+  std::vector<std::string> a = {"jobhost", "__worker", "--job-id", jobId, "--attempt", std::to_string(attempt)};
+  if (o.jobClass) a.insert(a.end(), {"-c", *o.jobClass});
+  if (o.parallelism) a.insert(a.end(), {"-p", std::to_string(*o.parallelism)});
+  for (const auto& d : o.defines) a.insert(a.end(), {"-D", d});
+  if (o.configFile) a.insert(a.end(), {"--config", *o.configFile});
+  if (o.fromSnapshot) a.insert(a.end(), {"-s", *o.fromSnapshot});
+  if (o.allowNonRestoredState) a.push_back("-n");
+  if (o.claimSnapshot) a.insert(a.end(), {"--restore-mode", "claim"});
+  a.push_back(o.pluginPath);
+  a.insert(a.end(), o.jobArgs.begin(), o.jobArgs.end());
+  return a;
 }
 
-}  // namespace
-
-void applyJobConfiguration(Job& job, Configuration* config);
-
-namespace {
-
-struct Prepared {
-  std::unique_ptr<Job> job;
-  Plan plan;
+/// One worker process and its channel.
+struct Worker {
+  pid_t pid = -1;
+  int channel = -1;  // our end of the socketpair
+  int crash = -1;    // read end of the crash-report pipe
 };
 
-/// Creates the job, applies configure() into `config` and builds the plan.
-Prepared prepareJob(const JobClassInfo& info, const RunOptions& o, Configuration* config, bool applyConfigure) {
-  Prepared p;
-  p.job.reset(info.create());
-  if (applyConfigure) applyJobConfiguration(*p.job, config);
-  StreamEnvironment env{JobArgs(o.jobArgs)};
-  p.job->build(env);
-  p.plan = env.takePlan();
-  return p;
+Worker spawnWorker(const std::vector<std::string>& args) {
+  int sv[2];
+  int crash[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0 || pipe2(crash, O_CLOEXEC) != 0)
+    throw std::runtime_error(std::string("cannot create the worker channel: ") + std::strerror(errno));
+  pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error(std::string("cannot start the worker process: ") + std::strerror(errno));
+  if (pid == 0) {
+    // Child: keep our ends open across exec, ignore Ctrl-C (the supervisor handles it).
+    int ch = dup(sv[1]);
+    int cr = dup(crash[1]);
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
+    sigset_t none;
+    sigemptyset(&none);
+    pthread_sigmask(SIG_SETMASK, &none, nullptr);
+    setenv("JOBHOST_WORKER_FD", std::to_string(ch).c_str(), 1);
+    setenv("JOBHOST_CRASH_FD", std::to_string(cr).c_str(), 1);
+    std::vector<char*> argv;
+    for (const auto& s : args) argv.push_back(const_cast<char*>(s.c_str()));
+    argv.push_back(nullptr);
+    execv("/proc/self/exe", argv.data());
+    _exit(127);
+  }
+  close(sv[1]);
+  close(crash[1]);
+  return {pid, sv[0], crash[0]};
+}
+
+std::string describeSignal(int sig) {
+  const char* n = sigabbrev_np(sig);
+  std::string s = n ? std::string("SIG") + n : "signal " + std::to_string(sig);
+  if (const char* d = strsignal(sig)) s += std::string(" (") + d + ")";
+  if (sig == SIGKILL) s += "; the OOM killer or a kill -9";
+  return s;
+}
+
+class JobRunner : public JobControl {
+ public:
+  explicit JobRunner(const RunOptions& o) : o_(o) {}
+  int run();
+
+  JobStatusInfo status() override {
+    std::lock_guard lock(mu_);
+    return info_;
+  }
+
+  state::Result<std::string> savepoint(const std::optional<std::string>& targetDir,
+                                       state::SnapshotFormat format) override {
+    std::string dir = targetDir.value_or(setup_.savepointDir);
+    if (dir.empty())
+      return state::Status::InvalidArgument(
+          "no savepoint directory: pass one, or set state.savepoints.dir in the configuration or with -D");
+    std::unique_lock lock(mu_);
+    if (info_.state != JobState::kRunning || workerChannel_ < 0)
+      return state::Status::InvalidArgument(std::string("the job is ") + jobStateName(info_.state) +
+                                            "; savepoints need a RUNNING job");
+    uint64_t id = ++nextRequest_;
+    int attempt = attempt_;
+    sendLocked([&](wire::ToWorker::Builder b) {
+      auto sp = b.initSavepoint();
+      sp.setRequestId(id);
+      sp.setTargetDir(fs::absolute(dir).string());
+      sp.setCanonical(format == state::SnapshotFormat::kCanonical);
+    });
+    bool done = changed_.wait_for(lock, std::chrono::minutes(10),
+                                  [&] { return savepoints_.count(id) || attempt_ != attempt || workerChannel_ < 0; });
+    auto it = savepoints_.find(id);
+    if (it == savepoints_.end())
+      return state::Status::IOError(done ? "the job attempt ended before the savepoint completed" : "savepoint timed out");
+    auto r = std::move(it->second);
+    savepoints_.erase(it);
+    return r;
+  }
+
+  state::Result<std::string> cancel(bool withSavepoint, const std::optional<std::string>& targetDir) override {
+    std::string path;
+    if (withSavepoint) {
+      auto sp = savepoint(targetDir, state::SnapshotFormat::kCanonical);
+      if (!sp.ok()) return sp.status();
+      path = *sp;
+    }
+    std::lock_guard lock(mu_);
+    cancelRequested_ = true;
+    if (info_.state == JobState::kRunning || info_.state == JobState::kRestarting) info_.state = JobState::kCancelling;
+    if (workerChannel_ >= 0) sendLocked([](wire::ToWorker::Builder b) { b.setCancel(); });
+    changed_.notify_all();
+    return path;
+  }
+
+  state::Result<std::string> stop(const std::optional<std::string>& targetDir) override {
+    auto r = cancel(true, targetDir);
+    if (r.ok()) {
+      std::lock_guard lock(mu_);
+      stopped_ = true;
+    }
+    return r;
+  }
+
+ private:
+  template <class Fill>
+  void sendLocked(Fill fill) {
+    capnp::MallocMessageBuilder message;
+    fill(message.initRoot<wire::ToWorker>());
+    try {
+      capnp::writeMessageToFd(workerChannel_, message);
+    } catch (const kj::Exception& e) {
+      spdlog::debug("worker channel: {}", e.getDescription().cStr());
+    }
+  }
+  void setState(JobState s) {
+    std::lock_guard lock(mu_);
+    if (cancelRequested_ && (s == JobState::kRunning || s == JobState::kRestarting)) return;
+    info_.state = s;
+    changed_.notify_all();
+  }
+  void signalReady();
+  /// Reads the worker's messages until it closes the channel; returns its end report.
+  std::optional<std::tuple<wire::EndKind, std::string, std::string, std::string, bool, int>> readWorker(int fd);
+
+  const RunOptions& o_;
+  JobSetup setup_;
+  std::mutex mu_;
+  std::condition_variable changed_;
+  JobStatusInfo info_;                 // guarded by mu_
+  int workerChannel_ = -1;             // guarded by mu_
+  int attempt_ = 0;                    // guarded by mu_
+  uint64_t nextRequest_ = 0;           // guarded by mu_
+  std::map<uint64_t, state::Result<std::string>> savepoints_;  // guarded by mu_
+  bool cancelRequested_ = false;       // guarded by mu_
+  bool stopped_ = false;               // guarded by mu_
+  bool readySignalled_ = false;
+};
+
+void JobRunner::signalReady() {
+  if (readySignalled_) return;
+  readySignalled_ = true;
+  const char* fdText = std::getenv("JOBHOST_READY_FD");
+  if (!fdText) return;
+  int fd = std::atoi(fdText);
+  if (fd <= 2) return;
+  std::string line = info_.jobId + "\n";
+  ssize_t n = ::write(fd, line.data(), line.size());
+  (void)n;
+  ::close(fd);
+}
+
+std::optional<std::tuple<wire::EndKind, std::string, std::string, std::string, bool, int>> JobRunner::readWorker(int fd) {
+  std::optional<std::tuple<wire::EndKind, std::string, std::string, std::string, bool, int>> ended;
+  for (;;) {
+    try {
+      capnp::StreamFdMessageReader reader(fd);
+      auto m = reader.getRoot<wire::FromWorker>();
+      switch (m.which()) {
+        case wire::FromWorker::RUNNING:
+          setState(JobState::kRunning);
+          signalReady();
+          break;
+        case wire::FromWorker::STATS: {
+          auto s = m.getStats();
+          std::lock_guard lock(mu_);
+          info_.recordsIn = s.getRecordsIn();
+          info_.recordsOut = s.getRecordsOut();
+          if (s.getLastCheckpointId()) {
+            info_.lastCheckpointId = s.getLastCheckpointId();
+            info_.lastCheckpointPath = s.getLastCheckpointPath();
+          }
+          break;
+        }
+        case wire::FromWorker::SAVEPOINT_DONE: {
+          auto d = m.getSavepointDone();
+          std::lock_guard lock(mu_);
+          if (d.getError().size() > 0)
+            savepoints_.emplace(d.getRequestId(), state::Status::IOError(d.getError().cStr()));
+          else
+            savepoints_.emplace(d.getRequestId(), std::string(d.getPath().cStr()));
+          changed_.notify_all();
+          break;
+        }
+        case wire::FromWorker::ENDED: {
+          auto e = m.getEnded();
+          ended.emplace(e.getKind(), e.getMessage(), e.getOperatorName(), e.getSubtask(), e.getRestoreFailure(),
+                        e.getExitCode());
+          break;
+        }
+      }
+    } catch (const kj::Exception&) {
+      return ended;  // EOF: the worker exited (or died)
+    }
+  }
+}
+
+int JobRunner::run() {
+  const RunOptions& o = o_;
+  JobSetup& setup = setup_;
+  if (int rc = setupJob(o, &setup); rc != 0) return rc;
+  for (const auto& w : setup.config.suspiciousKeys()) spdlog::warn("{}", w);
+  const std::string& className = setup.className;
+  auto restart = createRestartStrategy(setup.config);
+
+  // Restore preflight: only _metadata and the plan, before anything starts.
+  if (o.fromSnapshot) {
+    auto snapshot = resolveSnapshot(*o.fromSnapshot);
+    if (!snapshot.ok()) {
+      std::cerr << "error: cannot restore from " << *o.fromSnapshot << ": " << snapshot.status().message() << "\n";
+      return kExitIncompatible;
+    }
+    if (!snapshot->note.empty()) spdlog::info("{}", snapshot->note);
+    PreflightInput in;
+    in.metadata = &snapshot->metadata;
+    in.storage = snapshot->storage.get();
+    in.snapshotPath = snapshot->directory;
+    in.operators = setup.operators;
+    in.selectedClass = className;
+    in.pluginPath = o.pluginPath;
+    in.pluginDigest = setup.plugin->contentDigest();
+    for (const auto& c : setup.plugin->classes()) in.pluginClasses.push_back(c.name);
+    in.backend = setup.backend;
+    in.incremental = setup.incremental;
+    in.maxParallelism = setup.maxParallelism;
+    in.parallelism = setup.parallelism;
+    in.allowNonRestoredState = o.allowNonRestoredState;
+    PreflightReport report = runPreflight(in);
+    if (!report.compatible()) {
+      std::cerr << report.format(snapshot->directory);
+      return kExitIncompatible;
+    }
+    if (o.dryRun) {
+      std::cout << report.format(snapshot->directory);
+      return kExitOk;
+    }
+    for (const auto& f : report.findings) spdlog::warn("restore check [{}]: {}", f.check, f.message);
+  } else if (o.dryRun) {
+    std::cout << "nothing to check: no snapshot given (-s)\n";
+    return kExitOk;
+  }
+
+  const std::string jobId = newJobId();
+  fs::path jobDir = fs::path(setup.checkpointDir) / jobId;
+  bool checkpointing = setup.interval.count() > 0;
+  if (checkpointing) {
+    std::error_code ec;
+    fs::create_directories(jobDir / "shared", ec);
+    if (!ec) fs::create_directories(jobDir / "taskowned", ec);
+    if (ec) {
+      std::cerr << "error: cannot create the checkpoint directory " << jobDir.string() << ": " << ec.message()
+                << " (set state.checkpoints.dir to a writable directory)\n";
+      return kExitUsage;
+    }
+  }
+  {
+    std::lock_guard lock(mu_);
+    info_.jobId = jobId;
+    info_.jobClass = className;
+    info_.pluginPath = fs::absolute(o.pluginPath).string();
+    info_.backend = std::string(state::backendTypeName(setup.backend)) + (setup.incremental ? " (incremental)" : "");
+    info_.parallelism = setup.parallelism;
+    info_.startedMs = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+    info_.checkpointDir = checkpointing ? jobDir.string() : "";
+    info_.pid = static_cast<int>(getpid());
+  }
+  spdlog::info("job {} ({}) starting: backend {}{}, parallelism {}, checkpoints {}", jobId, className,
+               state::backendTypeName(setup.backend), setup.incremental ? " (incremental)" : "", setup.parallelism,
+               checkpointing ? "every " + formatDuration(setup.interval) + " to " + jobDir.string() : "off");
+
+  gControl.store(this);
+  std::unique_ptr<ControlServer> control;
+  {
+    auto server = ControlServer::start(*this, jobId);
+    if (server.ok()) control = std::move(*server);
+    else spdlog::warn("control endpoint unavailable ({}); list/savepoint/cancel cannot reach this job",
+                      server.status().message());
+  }
+
+  int exitCode = kExitOk;
+  bool cancelled = false;
+  for (int attempt = 1;; ++attempt) {
+    Worker w;
+    try {
+      w = spawnWorker(workerArguments(o, jobId, attempt));
+    } catch (const std::exception& e) {
+      spdlog::error("{}", e.what());
+      exitCode = kExitJobFailed;
+      break;
+    }
+    {
+      std::lock_guard lock(mu_);
+      workerChannel_ = w.channel;
+      attempt_ = attempt;
+      if (cancelRequested_) sendLocked([](wire::ToWorker::Builder b) { b.setCancel(); });
+    }
+    auto ended = readWorker(w.channel);
+    int status = 0;
+    waitpid(w.pid, &status, 0);
+    std::string crashReport;
+    {
+      char buf[1024];
+      ssize_t n;
+      while ((n = ::read(w.crash, buf, sizeof buf)) > 0) crashReport.append(buf, static_cast<size_t>(n));
+    }
+    {
+      std::lock_guard lock(mu_);
+      workerChannel_ = -1;
+      changed_.notify_all();
+    }
+    close(w.channel);
+    close(w.crash);
+
+    bool requested;
+    {
+      std::lock_guard lock(mu_);
+      requested = cancelRequested_;
+    }
+    std::string message, where;
+    bool restoreFailure = false;
+    if (ended) {
+      auto& [kind, msg, op, subtask, restore, code] = *ended;
+      if (kind == wire::EndKind::FINISHED) {
+        spdlog::info("job {} ({}) finished", jobId, className);
+        setState(JobState::kFinished);
+        break;
+      }
+      if (kind == wire::EndKind::SETUP_FAILED) {  // the worker printed why
+        exitCode = code;
+        setState(JobState::kFailed);
+        break;
+      }
+      if (kind == wire::EndKind::CANCELLED || requested) {
+        if (gInterrupted.load()) {
+          spdlog::info("job {} stopped by signal", jobId);
+          exitCode = kExitInterrupted;
+        } else {
+          spdlog::info("job {} {}", jobId, stopped_ ? "stopped with a savepoint" : "cancelled");
+        }
+        setState(JobState::kCanceled);
+        cancelled = true;
+        break;
+      }
+      message = msg;
+      where = op.empty() ? "" : "operator '" + op + "' " + subtask + ": ";
+      restoreFailure = restore;
+      if (restoreFailure) {
+        spdlog::error("job {} failed while restoring state, not retrying: {}", jobId, message);
+        exitCode = code ? code : kExitIncompatible;
+        setState(JobState::kFailed);
+        break;
+      }
+    } else {
+      // No report: the worker died.
+      if (WIFSIGNALED(status)) message = "the worker process was killed by " + describeSignal(WTERMSIG(status));
+      else message = "the worker process exited with code " + std::to_string(WEXITSTATUS(status)) + " without a report";
+      auto tab = crashReport.find('\t');
+      if (tab != std::string::npos) {
+        std::string rest = crashReport.substr(tab + 1);
+        auto tab2 = rest.find('\t');
+        std::string op = rest.substr(0, tab2);
+        std::string subtask = tab2 == std::string::npos ? "" : rest.substr(tab2 + 1);
+        while (!subtask.empty() && (subtask.back() == '\n')) subtask.pop_back();
+        if (!op.empty()) where = "operator '" + op + "' " + subtask + ": ";
+      }
+      if (requested) {
+        setState(JobState::kCanceled);
+        cancelled = true;
+        exitCode = gInterrupted.load() ? kExitInterrupted : kExitOk;
+        break;
+      }
+    }
+    {
+      std::lock_guard lock(mu_);
+      info_.lastFailure = where + message;
+    }
+    std::chrono::milliseconds delay{0};
+    if (!restart->onFailure(&delay)) {
+      setState(JobState::kFailed);
+      spdlog::error("job {} failed: Recovery is suppressed by {}; root cause: {}{}", jobId, restart->describe(), where,
+                    message);
+      exitCode = kExitJobFailed;
+      break;
+    }
+    spdlog::warn("job {} attempt {} failed: {}{}; restarting in {} ({})", jobId, attempt, where, message,
+                 formatDuration(delay), restart->describe());
+    {
+      std::lock_guard lock(mu_);
+      ++info_.restarts;
+    }
+    setState(JobState::kRestarting);
+    {
+      std::unique_lock lock(mu_);
+      changed_.wait_for(lock, delay, [&] { return cancelRequested_; });
+      if (cancelRequested_) {
+        info_.state = JobState::kCanceled;
+        cancelled = true;
+        exitCode = gInterrupted.load() ? kExitInterrupted : kExitOk;
+        break;
+      }
+    }
+  }
+  control.reset();  // the socket goes before the process does
+  gControl.store(nullptr);
+  if (checkpointing) {
+    if (cancelled && setup.deleteOnCancel) {
+      std::error_code rm;
+      fs::remove_all(jobDir, rm);
+      spdlog::info("deleted the checkpoints of cancelled job {} (DELETE_ON_CANCELLATION)", jobId);
+    } else {
+      std::lock_guard lock(mu_);
+      if (info_.lastCheckpointId)
+        spdlog::info("latest checkpoint: {} (restore with: jobhost run -s {} -c {} {})", info_.lastCheckpointPath,
+                     info_.lastCheckpointPath, className, o.pluginPath);
+    }
+  }
+  return exitCode;
 }
 
 }  // namespace
 
-void loadUserConfiguration(const std::optional<std::string>& configFile, const std::vector<std::string>& defines,
-                           const std::optional<int>& parallelism, Configuration* config) {
-  std::optional<std::string> file = configFile;
-  if (!file)
-    if (const char* d = std::getenv("JOBHOST_CONF_DIR"); d && fs::exists(fs::path(d) / "config.yaml"))
-      file = (fs::path(d) / "config.yaml").string();
-  if (file) config->loadYamlFile(*file);
-  for (const auto& d : defines) config->setFromArgument(d);
-  if (parallelism) config->set("parallelism.default", std::to_string(*parallelism), Configuration::Layer::kCommandLine);
-}
-
-void applyJobConfiguration(Job& job, Configuration* config) {
-  JobConfig jc;
-  callUser("configure()", [&] { job.configure(jc); });
-  for (auto& [k, v] : jc.values()) config->set(k, v, Configuration::Layer::kJob);
+int runJob(const RunOptions& o) {
+  JobRunner runner(o);
+  return runner.run();
 }
 
 void installSignalHandling() {
@@ -110,457 +525,5 @@ void installSignalHandling() {
     }
   }).detach();
 }
-
-
-const char* jobStateName(JobState s) {
-  switch (s) {
-    case JobState::kCreated: return "CREATED";
-    case JobState::kRunning: return "RUNNING";
-    case JobState::kRestarting: return "RESTARTING";
-    case JobState::kCancelling: return "CANCELLING";
-    case JobState::kFinished: return "FINISHED";
-    case JobState::kFailed: return "FAILED";
-    case JobState::kCanceled: return "CANCELED";
-  }
-  return "?";
-}
-
-namespace {
-
-/// Deletes a restored snapshot the job has claimed: its _metadata first (from then on it
-/// no longer exists), then its own files, then shared files no other complete checkpoint
-/// next to it references.
-void disposeClaimedSnapshot(const ResolvedSnapshot& snap) {
-  fs::path dir(snap.directory);
-  std::string rel = dir.filename().string();
-  std::set<std::string> stillUsed;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir.parent_path(), ec)) {
-    if (e.path() == dir || !fs::exists(e.path() / state::kMetadataFileName)) continue;
-    auto other = resolveSnapshot(e.path().string());
-    if (!other.ok()) continue;
-    for (const auto& f : other->metadata.referencedFiles()) stillUsed.insert(f.path);
-  }
-  state::CheckpointStorage& st = *snap.storage;
-  if (auto s = st.remove(rel + "/" + state::kMetadataFileName); !s.ok()) {
-    spdlog::warn("could not delete claimed snapshot {}: {}", snap.directory, s.toString());
-    return;
-  }
-  for (const auto& f : snap.metadata.referencedFiles())
-    if (!stillUsed.count(f.path) && f.path.rfind(rel + "/", 0) != 0) st.remove(f.path).ok();
-  st.removeAll(rel).ok();
-  fs::remove(dir, ec);
-  spdlog::info("deleted the claimed snapshot {} (restore mode claim)", snap.directory);
-}
-
-class JobRunner : public JobControl {
- public:
-  explicit JobRunner(const RunOptions& o) : o_(o) {}
-  int run();
-
-  JobStatusInfo status() override {
-    std::lock_guard lock(mu_);
-    JobStatusInfo s = info_;
-    if (execution_) {
-      s.recordsIn = execution_->recordsIn();
-      s.recordsOut = execution_->recordsOut();
-    }
-    if (coordinator_)
-      if (auto last = coordinator_->latestCompleted()) {
-        s.lastCheckpointId = last->checkpointId;
-        s.lastCheckpointPath = coordinator_->pathOf(last->checkpointId);
-      }
-    return s;
-  }
-
-  state::Result<std::string> savepoint(const std::optional<std::string>& targetDir,
-                                       state::SnapshotFormat format) override {
-    std::string dir = targetDir.value_or(savepointDir_);
-    if (dir.empty())
-      return state::Status::InvalidArgument(
-          "no savepoint directory: pass one, or set state.savepoints.dir in the configuration or with -D");
-    CheckpointCoordinator* c;
-    {
-      std::lock_guard lock(mu_);
-      if (info_.state != JobState::kRunning)
-        return state::Status::InvalidArgument(std::string("the job is ") + jobStateName(info_.state) +
-                                              "; savepoints need a RUNNING job");
-      c = coordinator_.get();
-    }
-    if (!c) return state::Status::InvalidArgument("the job has no checkpoint coordinator");
-    return c->triggerSavepoint(fs::absolute(dir).string(), format);
-  }
-
-  state::Result<std::string> cancel(bool withSavepoint, const std::optional<std::string>& targetDir) override {
-    std::string path;
-    if (withSavepoint) {
-      auto sp = savepoint(targetDir, state::SnapshotFormat::kCanonical);
-      if (!sp.ok()) return sp.status();
-      path = *sp;
-    }
-    std::lock_guard lock(mu_);
-    cancelRequested_ = true;
-    if (info_.state == JobState::kRunning || info_.state == JobState::kRestarting) info_.state = JobState::kCancelling;
-    if (execution_) execution_->cancel();
-    return path;
-  }
-
-  state::Result<std::string> stop(const std::optional<std::string>& targetDir) override {
-    auto r = cancel(true, targetDir);
-    if (r.ok()) {
-      std::lock_guard lock(mu_);
-      stopped_ = true;
-    }
-    return r;
-  }
-
- private:
-  void setState(JobState s) {
-    std::lock_guard lock(mu_);
-    if (cancelRequested_ && s == JobState::kRunning) return;
-    info_.state = s;
-  }
-  void signalReady();
-
-  const RunOptions& o_;
-  std::mutex mu_;
-  JobStatusInfo info_;                       // guarded by mu_
-  JobExecution* execution_ = nullptr;        // guarded by mu_
-  std::unique_ptr<CheckpointCoordinator> coordinator_;
-  std::string savepointDir_;
-  bool cancelRequested_ = false;             // guarded by mu_
-  bool stopped_ = false;                     // guarded by mu_
-  bool readySignalled_ = false;
-};
-
-void JobRunner::signalReady() {
-  if (readySignalled_) return;
-  readySignalled_ = true;
-  const char* fdText = std::getenv("JOBHOST_READY_FD");
-  if (!fdText) return;
-  int fd = std::atoi(fdText);
-  if (fd <= 2) return;
-  std::string line = info_.jobId + "\n";
-  ssize_t n = ::write(fd, line.data(), line.size());
-  (void)n;
-  ::close(fd);
-}
-
-}  // namespace
-
-int runJob(const RunOptions& o) {
-  JobRunner runner(o);
-  return runner.run();
-}
-
-namespace {
-
-int JobRunner::run() {
-  const RunOptions& o = o_;
-  PluginError perr;
-  auto plugin = PluginLibrary::open(o.pluginPath, &perr);
-  if (!plugin) {
-    std::cerr << "error: " << perr.message << "\n";
-    return kExitUsage;
-  }
-  const JobClassInfo* info = plugin->selectClass(o.jobClass, &perr);
-  if (!info) {
-    std::cerr << "error: " << perr.message << "\n";
-    return kExitUsage;
-  }
-  const std::string className = info->name;
-
-  Configuration config;
-  Prepared prepared;
-  state::BackendType backend;
-  bool incremental;
-  int parallelism, maxParallelism, numRetained;
-  std::chrono::milliseconds interval;
-  std::unique_ptr<RestartStrategy> restart;
-  std::string checkpointDir;
-  try {
-    loadUserConfiguration(o.configFile, o.defines, o.parallelism, &config);
-    prepared = prepareJob(*info, o, &config, true);
-    for (const auto& w : config.suspiciousKeys()) spdlog::warn("{}", w);
-    std::string b = config.getString("state.backend.type");
-    if (b != "hashmap" && b != "rocksdb")
-      throw ConfigError("state.backend.type = '" + b + "' (from " + config.origin("state.backend.type") +
-                        ") is unknown; use hashmap or rocksdb");
-    backend = b == "rocksdb" ? state::BackendType::kRocksDb : state::BackendType::kHashMap;
-    incremental = backend == state::BackendType::kRocksDb && config.getBool("state.backend.incremental");
-    parallelism = static_cast<int>(config.getInt("parallelism.default", 1, 32768));
-    maxParallelism = static_cast<int>(config.getInt("pipeline.max-parallelism", 1, 32768));
-    if (parallelism > maxParallelism)
-      throw ConfigError("parallelism " + std::to_string(parallelism) + " exceeds pipeline.max-parallelism " +
-                        std::to_string(maxParallelism));
-    numRetained = static_cast<int>(config.getInt("state.checkpoints.num-retained", 1, 1000000));
-    interval = config.getDuration("execution.checkpointing.interval");
-    restart = createRestartStrategy(config);
-    checkpointDir = config.get("state.checkpoints.dir").value_or("");
-    if (checkpointDir.empty()) checkpointDir = defaultCheckpointDir();
-  } catch (const ConfigError& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    return kExitUsage;
-  } catch (const JobArgumentError& e) {
-    std::cerr << "error: " << className << ": " << e.what() << "\n";
-    return kExitUsage;
-  } catch (const std::exception& e) {
-    std::cerr << "error: " << className << " failed while defining its dataflow: " << e.what() << "\n";
-    return kExitUsage;
-  }
-  std::vector<OperatorInfo> operators;
-  try {
-    operators = describeOperators(prepared.plan, parallelism);
-  } catch (const std::exception& e) {
-    std::cerr << "error: " << className << ": " << e.what() << "\n";
-    return kExitUsage;
-  }
-
-  // Restore preflight.
-  std::optional<ResolvedSnapshot> snapshot;
-  if (o.fromSnapshot) {
-    auto r = resolveSnapshot(*o.fromSnapshot);
-    if (!r.ok()) {
-      std::cerr << "error: cannot restore from " << *o.fromSnapshot << ": " << r.status().message() << "\n";
-      return kExitIncompatible;
-    }
-    snapshot = std::move(*r);
-    if (!snapshot->note.empty()) spdlog::info("{}", snapshot->note);
-    PreflightInput in;
-    in.metadata = &snapshot->metadata;
-    in.storage = snapshot->storage.get();
-    in.snapshotPath = snapshot->directory;
-    in.operators = operators;
-    in.selectedClass = className;
-    in.pluginPath = o.pluginPath;
-    in.pluginDigest = plugin->contentDigest();
-    for (const auto& c : plugin->classes()) in.pluginClasses.push_back(c.name);
-    in.backend = backend;
-    in.incremental = incremental;
-    in.maxParallelism = maxParallelism;
-    in.parallelism = parallelism;
-    in.allowNonRestoredState = o.allowNonRestoredState;
-    PreflightReport report = runPreflight(in);
-    if (!report.compatible()) {
-      std::cerr << report.format(snapshot->directory);
-      return kExitIncompatible;
-    }
-    if (o.dryRun) {
-      std::cout << report.format(snapshot->directory);
-      return kExitOk;
-    }
-    for (const auto& f : report.findings) spdlog::warn("restore check [{}]: {}", f.check, f.message);
-  } else if (o.dryRun) {
-    std::cout << "nothing to check: no snapshot given (-s)\n";
-    return kExitOk;
-  }
-
-  // Storage for this job's checkpoints.
-  const std::string jobId = newJobId();
-  fs::path jobDir = fs::absolute(fs::path(checkpointDir) / jobId);
-  std::unique_ptr<CheckpointCoordinator> coordinator;
-  if (interval.count() > 0) {
-    auto storage = state::openStorage(jobDir.string());
-    if (!storage.ok()) {
-      std::cerr << "error: state.checkpoints.dir: " << storage.status().message() << "\n";
-      return kExitUsage;
-    }
-    std::error_code ec;
-    fs::create_directories(jobDir / "shared", ec);
-    fs::create_directories(jobDir / "taskowned", ec);
-    if (ec) {
-      std::cerr << "error: cannot create checkpoint directory " << jobDir.string() << ": " << ec.message() << "\n";
-      return kExitUsage;
-    }
-    state::CheckpointMetadata templ;
-    templ.jobId = jobId;
-    templ.jobClass = className;
-    templ.pluginFile = fs::path(o.pluginPath).filename().string();
-    templ.pluginDigest = plugin->contentDigest();
-    templ.sdkVersion = info->sdkVersion;
-    templ.parallelism = parallelism;
-    templ.backend = state::backendTypeName(backend);
-    templ.incremental = incremental;
-    templ.maxParallelism = maxParallelism;
-    CoordinatorOptions co;
-    co.interval = interval;
-    co.numRetained = numRetained;
-    uint64_t firstId = snapshot ? snapshot->metadata.checkpointId + 1 : 1;
-    coordinator = std::make_unique<CheckpointCoordinator>(co, std::move(*storage), templ, firstId);
-  }
-  savepointDir_ = config.get("state.savepoints.dir").value_or("");
-  std::string retention = config.getString("execution.checkpointing.externalized-checkpoint-retention");
-  if (retention != "RETAIN_ON_CANCELLATION" && retention != "DELETE_ON_CANCELLATION") {
-    std::cerr << "error: execution.checkpointing.externalized-checkpoint-retention = '" << retention
-              << "' is unknown; use RETAIN_ON_CANCELLATION or DELETE_ON_CANCELLATION\n";
-    return kExitUsage;
-  }
-  {
-    std::lock_guard lock(mu_);
-    info_.jobId = jobId;
-    info_.jobClass = className;
-    info_.pluginPath = fs::absolute(o.pluginPath).string();
-    info_.backend = std::string(state::backendTypeName(backend)) + (incremental ? " (incremental)" : "");
-    info_.parallelism = parallelism;
-    info_.startedMs = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          std::chrono::system_clock::now().time_since_epoch()).count();
-    info_.checkpointDir = coordinator ? jobDir.string() : "";
-    info_.pid = static_cast<int>(getpid());
-  }
-  fs::path localDir = config.get("state.local.dir") ? fs::path(*config.get("state.local.dir")) / jobId
-                                                    : fs::temp_directory_path() / ("jobhost-" + jobId);
-  spdlog::info("job {} ({}) starting: backend {}{}, parallelism {}, checkpoints {}", jobId, className,
-               state::backendTypeName(backend), incremental ? " (incremental)" : "", parallelism,
-               coordinator ? "every " + formatDuration(interval) + " to " + jobDir.string() : "off");
-
-  ExecutionConfig ec;
-  ec.parallelism = parallelism;
-  ec.maxParallelism = maxParallelism;
-  ec.backend = backend;
-  ec.incremental = incremental;
-  ec.localStateDir = localDir.string();
-
-  if (coordinator && o.claimSnapshot && snapshot)
-    coordinator->setOnComplete([this, &snapshot, claimed = false](const state::CheckpointMetadata&) mutable {
-      if (claimed) return;
-      claimed = true;
-      disposeClaimedSnapshot(*snapshot);
-    });
-  if (coordinator) coordinator->start();
-  coordinator_ = std::move(coordinator);
-  auto& coordinatorRef = coordinator_;
-  gControl.store(this);
-#ifdef JOBHOST_HAS_CONTROL_SERVER
-  std::unique_ptr<ControlServer> control;
-  {
-    auto server = ControlServer::start(*this, jobId);
-    if (server.ok()) control = std::move(*server);
-    else spdlog::warn("control endpoint unavailable ({}); list/savepoint/cancel cannot reach this job",
-                      server.status().message());
-  }
-#else
-  std::unique_ptr<int> control;
-#endif
-  int attempt = 0;
-  int exitCode = kExitOk;
-  bool cancelled = false;
-  for (;;) {
-    ++attempt;
-    // Latest completed checkpoint of this job, else the initial snapshot.
-    std::optional<state::CheckpointMetadata> own = coordinatorRef ? coordinatorRef->latestCompleted() : std::nullopt;
-    RestoreSource rs;
-    if (own) {
-      rs.metadata = &*own;
-      rs.storage = &coordinatorRef->storage();
-    } else if (snapshot) {
-      rs.metadata = &snapshot->metadata;
-      rs.storage = snapshot->storage.get();
-      rs.allowNonRestoredState = o.allowNonRestoredState;
-    }
-    if (attempt > 1) {
-      try {
-        Configuration unused;
-        prepared = prepareJob(*info, o, &unused, false);
-      } catch (const std::exception& e) {
-        spdlog::error("{} failed while defining its dataflow on restart: {}", className, e.what());
-        exitCode = kExitJobFailed;
-        break;
-      }
-      if (own) spdlog::info("restoring from checkpoint {} ({})", own->checkpointId, coordinatorRef->pathOf(own->checkpointId));
-    }
-    auto exec = std::make_unique<JobExecution>(std::move(prepared.plan), ec, coordinatorRef.get());
-    state::Status ps = exec->prepare(rs.metadata ? &rs : nullptr);
-    if (!ps.ok()) {
-      spdlog::error("job {} failed while restoring state, not retrying: {}", jobId, ps.message());
-      exitCode = ps.isIncompatible() || ps.isCorruption() || ps.isNotFound() ? kExitIncompatible : kExitJobFailed;
-      break;
-    }
-    if (coordinatorRef) coordinatorRef->attach(exec.get());
-    exec->start();
-    {
-      std::lock_guard lock(mu_);
-      execution_ = exec.get();
-      if (cancelRequested_) exec->cancel();
-    }
-    setState(JobState::kRunning);
-    signalReady();
-    if (gInterrupted.load()) exec->cancel();
-    ExecutionResult result = exec->wait();
-    if (coordinatorRef) coordinatorRef->detach();
-    {
-      std::lock_guard lock(mu_);
-      execution_ = nullptr;
-    }
-    exec.reset();
-    if (result.kind == ExecutionResult::kFinished) {
-      spdlog::info("job {} ({}) finished", jobId, className);
-      setState(JobState::kFinished);
-      break;
-    }
-    bool requested;
-    {
-      std::lock_guard lock(mu_);
-      requested = cancelRequested_;
-    }
-    if (result.kind == ExecutionResult::kCancelled || requested) {
-      if (gInterrupted.load()) {
-        spdlog::info("job {} stopped by signal", jobId);
-        exitCode = kExitInterrupted;
-      } else {
-        spdlog::info("job {} {}", jobId, stopped_ ? "stopped with a savepoint" : "cancelled");
-      }
-      setState(JobState::kCanceled);
-      cancelled = true;
-      break;
-    }
-    std::string where = result.operatorName.empty() ? "" : "operator '" + result.operatorName + "' " + result.subtask + ": ";
-    std::chrono::milliseconds delay{0};
-    {
-      std::lock_guard lock(mu_);
-      info_.lastFailure = where + result.message;
-    }
-    if (!restart->onFailure(&delay)) {
-      setState(JobState::kFailed);
-      spdlog::error("job {} failed: Recovery is suppressed by {}; root cause: {}{}", jobId, restart->describe(), where,
-                    result.message);
-      exitCode = kExitJobFailed;
-      break;
-    }
-    spdlog::warn("job {} attempt {} failed: {}{}; restarting in {} ({})", jobId, attempt, where, result.message,
-                 formatDuration(delay), restart->describe());
-    {
-      std::lock_guard lock(mu_);
-      ++info_.restarts;
-    }
-    setState(JobState::kRestarting);
-    auto until = std::chrono::steady_clock::now() + delay;
-    while (std::chrono::steady_clock::now() < until && !gInterrupted.load())
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    if (gInterrupted.load()) {
-      exitCode = kExitInterrupted;
-      break;
-    }
-  }
-  control.reset();  // the socket goes before the process does
-  gControl.store(nullptr);
-  if (coordinatorRef) {
-    coordinatorRef->stop();
-    if (cancelled && retention == "DELETE_ON_CANCELLATION") {
-      coordinatorRef->discardAll();
-      std::error_code rmJob;
-      fs::remove_all(jobDir, rmJob);
-      spdlog::info("deleted the checkpoints of cancelled job {} (DELETE_ON_CANCELLATION)", jobId);
-    } else if (auto last = coordinatorRef->latestCompleted()) {
-      spdlog::info("latest checkpoint: {} (restore with: jobhost run -s {} -c {} {})",
-                   coordinatorRef->pathOf(last->checkpointId), coordinatorRef->pathOf(last->checkpointId), className,
-                   o.pluginPath);
-    }
-  }
-  std::error_code rmEc;
-  fs::remove_all(localDir, rmEc);
-  return exitCode;
-}
-
-}  // namespace
 
 }  // namespace jobhost::host

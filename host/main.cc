@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "job_runner.h"
+#include "job_worker.h"
 #include "jobhost/version.h"
 
 using namespace jobhost::host;
@@ -50,11 +51,11 @@ void addRunOptions(CLI::App* cmd, RunOptions& o) {
 
 /// For `run` and `check`: moves everything after the plugin path into *jobArgs.
 void splitJobArguments(std::vector<std::string>& args, std::vector<std::string>* jobArgs) {
-  static const std::set<std::string> withValue = {"-c", "--class", "-p", "--parallelism", "-D", "--config", "--restore-mode", "--claim-mode",
+  static const std::set<std::string> withValue = {"-c", "--class", "-p", "--parallelism", "-D", "--config", "--restore-mode", "--claim-mode", "--job-id", "--attempt",
                                                   "-s", "--from-snapshot"};
   size_t i = 0;
   while (i < args.size() && args[i].rfind("-", 0) == 0) ++i;  // global flags
-  if (i >= args.size() || (args[i] != "run" && args[i] != "check")) return;
+  if (i >= args.size() || (args[i] != "run" && args[i] != "check" && args[i] != "__worker")) return;
   for (++i; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--") {
@@ -102,7 +103,7 @@ int main(int argc, char** argv) {
   info->footer("Example:\n  jobhost info build/plugins/libwordcount_jobs.so\n\n" + std::string(kExitCodes));
 
   RunOptions runOpts;
-  auto* run = app.add_subcommand("run", "Run a job class in the foreground");
+  auto* run = app.add_subcommand("run", "Run a job class (in the foreground; -d: in the background)");
   addRunOptions(run, runOpts);
   run->add_flag("--dry-run", runOpts.dryRun, "Only check that the -s snapshot fits, like `jobhost check`");
   bool runDetachedFlag = false;
@@ -138,6 +139,15 @@ int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   std::vector<std::string> jobArgs;
   splitJobArguments(args, &jobArgs);
+  // The worker process of `run` (see job_worker.h); not for people.
+  RunOptions workerOpts;
+  WorkerParams workerParams;
+  auto* worker = app.add_subcommand("__worker", "");
+  worker->group("");  // hidden from --help
+  addRunOptions(worker, workerOpts);
+  worker->add_option("--job-id", workerParams.jobId)->required();
+  worker->add_option("--attempt", workerParams.attempt)->required();
+
   std::string convertFrom, convertTo;
   auto* convert = app.add_subcommand(
       "convert", "Rewrite any snapshot into the canonical format that both backends restore (the source is only read)");
@@ -201,6 +211,18 @@ int main(int argc, char** argv) {
   }
   if (verbose) spdlog::set_level(spdlog::level::debug);
 
+  if (*worker) {
+    workerOpts.jobArgs = jobArgs;
+    const char* ch = std::getenv("JOBHOST_WORKER_FD");
+    const char* cr = std::getenv("JOBHOST_CRASH_FD");
+    if (!ch || !cr) {
+      std::cerr << "error: __worker is started by `jobhost run`, not by hand\n";
+      return kExitUsage;
+    }
+    workerParams.channelFd = std::atoi(ch);
+    workerParams.crashFd = std::atoi(cr);
+    return runWorker(workerOpts, workerParams);
+  }
   if (*info) return infoCommand(infoPlugin, infoDefines, infoConfig);
   if (*inspect) return inspectCommand(inspectPath, inspectJson);
   if (*checkpoints) return checkpointsCommand(checkpointsDir);

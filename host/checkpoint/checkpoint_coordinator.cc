@@ -31,6 +31,51 @@ CheckpointCoordinator::CheckpointCoordinator(CoordinatorOptions options, std::un
 
 CheckpointCoordinator::~CheckpointCoordinator() { stop(); }
 
+state::Result<std::vector<std::string>> CheckpointCoordinator::recover() {
+  std::lock_guard lock(mu_);
+  std::vector<state::FileEntry> files;
+  if (Status s = storage_->list("", &files); !s.ok()) return s;
+  std::map<uint64_t, bool> chks;  // id -> has _metadata
+  for (const auto& f : files) {
+    auto slash = f.path.find('/');
+    if (slash == std::string::npos) continue;
+    std::string top = f.path.substr(0, slash);
+    if (top.rfind("chk-", 0) != 0) continue;
+    uint64_t id = 0;
+    try {
+      id = std::stoull(top.substr(4));
+    } catch (...) {
+      continue;
+    }
+    chks[id] |= f.path == top + "/" + state::kMetadataFileName;
+  }
+  std::vector<std::string> removed;
+  retained_.clear();
+  for (auto& [id, complete] : chks) {
+    nextId_ = std::max(nextId_, id + 1);
+    if (!complete) continue;
+    std::string bytes;
+    std::string dir = chkDir(id);
+    if (Status s = storage_->get(dir + "/" + state::kMetadataFileName, &bytes); !s.ok()) return s;
+    auto m = state::parseMetadata(bytes, dir, storage_->describe(dir + "/" + state::kMetadataFileName));
+    if (!m.ok()) return m.status();  // never run with an incomplete set (FLINK-22502)
+    retained_.push_back(std::move(*m));
+  }
+  while (static_cast<int>(retained_.size()) > std::max(1, options_.numRetained)) subsumeLocked();
+  std::set<std::string> referenced;
+  for (const auto& m : retained_)
+    for (const auto& f : m.referencedFiles()) referenced.insert(f.path);
+  for (auto& [id, complete] : chks) {
+    if (complete) continue;
+    if (storage_->removeAll(chkDir(id)).ok()) removed.push_back(storage_->describe(chkDir(id)) + " (never completed)");
+  }
+  for (const auto& f : files) {
+    if (f.path.rfind("shared/", 0) != 0 || referenced.count(f.path)) continue;
+    if (storage_->remove(f.path).ok()) removed.push_back(storage_->describe(f.path) + " (referenced by no checkpoint)");
+  }
+  return removed;
+}
+
 void CheckpointCoordinator::attach(JobExecution* execution) {
   std::lock_guard lock(mu_);
   execution_ = execution;

@@ -47,6 +47,12 @@ class CheckpointCoordinator : public CheckpointListener {
                         state::CheckpointMetadata templ, uint64_t firstCheckpointId);
   ~CheckpointCoordinator() override;
 
+  /// For a restarted attempt: loads the completed checkpoints already in the storage,
+  /// keeps the newest num-retained, deletes chk-<n> directories that never completed and
+  /// shared files no retained checkpoint references (nothing is uploading: the previous
+  /// attempt's process is gone), and continues numbering after the newest. Returns what
+  /// it removed, for the log.
+  state::Result<std::vector<std::string>> recover();
   /// Routes triggers to `execution` (one attempt). detach() before destroying it.
   void attach(JobExecution* execution);
   void detach();

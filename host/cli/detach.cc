@@ -22,6 +22,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -78,6 +79,11 @@ int runDetached(const std::vector<std::string>& cliArgs, const std::vector<std::
   auto dir = ensureRuntimeDir();
   if (!dir.ok()) {
     std::cerr << "error: cannot run detached: " << dir.status().message() << "\n";
+    return kExitUsage;
+  }
+  if (controlSocketPath(*dir, std::string(32, 'x')).size() > kMaxSocketPathLength) {
+    std::cerr << "error: cannot run detached: control sockets in " << *dir << " would be longer than "
+              << kMaxSocketPathLength << " bytes; set XDG_RUNTIME_DIR to a shorter directory of yours\n";
     return kExitUsage;
   }
   // The same command line without -d/--detached (only among our options: the job's own
@@ -150,6 +156,8 @@ int runDetached(const std::vector<std::string>& cliArgs, const std::vector<std::
   auto deadline = std::chrono::steady_clock::now() + kReadyTimeout;
   auto nextScan = std::chrono::steady_clock::now();
   std::string socketPath;
+  std::optional<std::chrono::steady_clock::time_point> answerDeadline;  // once the job id is known
+  bool answered = false;
   for (;;) {
     int status = 0;
     if (waitpid(pid, &status, WNOHANG) == pid) {
@@ -183,6 +191,7 @@ int runDetached(const std::vector<std::string>& cliArgs, const std::vector<std::
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     if (!jobId.empty() && socketPath.empty()) socketPath = controlSocketPath(*dir, jobId);
+    if (!jobId.empty() && !answerDeadline) answerDeadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
     if (jobId.empty() && std::chrono::steady_clock::now() >= nextScan) {
       // Fallback: a new socket whose job runs in our child.
       nextScan = std::chrono::steady_clock::now() + std::chrono::milliseconds(250);
@@ -198,7 +207,11 @@ int runDetached(const std::vector<std::string>& cliArgs, const std::vector<std::
     }
     if (!socketPath.empty()) {
       auto st = callStatus(socketPath, std::chrono::seconds(5));
-      if (st.ok()) break;
+      if (st.ok()) {
+        answered = true;
+        break;
+      }
+      if (answerDeadline && std::chrono::steady_clock::now() > *answerDeadline) break;  // runs, but cannot be reached
     }
   }
   close(ready[0]);
@@ -207,6 +220,9 @@ int runDetached(const std::vector<std::string>& cliArgs, const std::vector<std::
   if (lstat(finalLog.c_str(), &st) != 0 && rename(logPath.c_str(), finalLog.c_str()) == 0) logPath = finalLog;
   std::cout << "Job has been submitted with JobID " << jobId << "\n"
             << "Log: " << logPath << "\n";
+  if (!answered)
+    std::cerr << "warning: the job runs (pid " << pid << ") but its control socket " << socketPath
+              << " does not answer: list, savepoint, cancel and stop cannot reach it; see the log\n";
   return kExitOk;
 }
 

@@ -125,6 +125,12 @@ class ExchangeWriterImpl : public ExchangeWriter {
   std::atomic<uint64_t>* recordsOut_;
 };
 
+struct ThreadCrashInfo {
+  std::atomic<const char*>* slot = nullptr;
+  const char* subtask = nullptr;
+};
+thread_local ThreadCrashInfo tCrashInfo;
+
 struct TaskKeyContext {
   std::string key;
   int keyGroup = -1;
@@ -139,6 +145,7 @@ class OperatorContextImpl : public OperatorContext {
   TaskKeyContext* keyCtx = nullptr;
   ExchangeWriterImpl* writer = nullptr;
   const std::atomic<bool>* cancelFlag = nullptr;
+  std::atomic<const char*>* activeSlot = nullptr;
 
   int subtaskIndex() const override { return subtask; }
   int parallelism() const override { return par; }
@@ -161,6 +168,7 @@ class OperatorContextImpl : public OperatorContext {
   LineSink& stdoutSink() override { return LineSinks::instance().stdoutSink(); }
   LineSink& fileSink(const std::string& path) override { return LineSinks::instance().fileSink(path); }
   bool cancelled() const override { return cancelFlag->load(std::memory_order_relaxed); }
+  std::atomic<const char*>* activeOperatorSlot() override { return activeSlot; }
 };
 
 }  // namespace
@@ -177,6 +185,8 @@ struct JobExecution::Impl {
     std::vector<state::KeyedStateBackend*> backends;
     std::vector<int> backendOp;  // op index per backend
     TaskKeyContext keyCtx;
+    std::atomic<const char*> activeOperator{nullptr};  // see OperatorContext::activeOperatorSlot
+    std::string label;                                  // "(1/2)"
     std::unique_ptr<InputGate> gate;  // null for sources
     std::unique_ptr<ExchangeWriterImpl> writer;
     std::thread thread;
@@ -429,6 +439,8 @@ struct JobExecution::Impl {
   }
 
   void runTask(Task& t) {
+    tCrashInfo.slot = &t.activeOperator;
+    tCrashInfo.subtask = t.label.c_str();
     try {
       if (t.gate) runInput(t);
       else runSource(t);
@@ -448,6 +460,13 @@ struct JobExecution::Impl {
   std::mutex targetsMu;
   std::map<uint64_t, CheckpointTarget> targets;  // guarded by targetsMu
 };
+
+bool activeOperatorOfThisThread(const char** operatorName, const char** subtask) {
+  if (!tCrashInfo.slot) return false;
+  *operatorName = tCrashInfo.slot->load(std::memory_order_relaxed);
+  *subtask = tCrashInfo.subtask;
+  return *operatorName != nullptr;
+}
 
 std::vector<OperatorInfo> describeOperators(const Plan& plan, int parallelism) {
   std::vector<OperatorInfo> out;
@@ -533,6 +552,7 @@ Status JobExecution::prepare(const RestoreSource* source) {
       down = ops[i]->input();
     }
     t.ops = std::move(ops);
+    t.label = x.subtaskLabel(t);
     for (int id : st.nodes) t.nodes.push_back(&plan.nodes[static_cast<size_t>(id)]);
     if (st.outputExchange >= 0) t.nodes.push_back(&plan.nodes[static_cast<size_t>(st.outputExchange)]);
     state::KeyGroupRange range = state::keyGroupRangeFor(x.config.maxParallelism, st.parallelism, t.subtask);
@@ -548,6 +568,7 @@ Status JobExecution::prepare(const RestoreSource* source) {
       ctx->keyCtx = &t.keyCtx;
       ctx->writer = t.writer.get();
       ctx->cancelFlag = &x.cancelled;
+      ctx->activeSlot = &t.activeOperator;
       if (n.keyed) {
         state::BackendOptions bo;
         bo.operatorUid = n.uid;

@@ -120,6 +120,10 @@ class JobExecution {
   std::unique_ptr<Impl> impl_;
 };
 
+/// For a fatal-signal handler on a task thread: the operator whose user code was running
+/// and the subtask label, or false. Async-signal-safe (reads thread-local pointers).
+bool activeOperatorOfThisThread(const char** operatorName, const char** subtask);
+
 /// Stable key-group assignment of serialized key bytes.
 int keyGroupFor(std::string_view keyBytes, int maxParallelism);
 

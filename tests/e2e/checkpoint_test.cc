@@ -32,7 +32,7 @@ class Checkpoints : public Cli {
       for (auto& f : ckFlags("150ms")) args.push_back(f);
       for (auto& f : leg.flags) args.insert(args.end(), {"-D", f});
       args.insert(args.end(), {kPlugin, "--input", in.string()});
-      if (!last) args.insert(args.end(), {"--rate", "2500"});
+      if (!last) args.insert(args.end(), {"--rate", "2000"});
       auto before = jobDirs();
       std::string outFile = (tmp / ("leg-" + std::to_string(i) + ".out")).string();
       std::string errFile = (tmp / ("leg-" + std::to_string(i) + ".err")).string();
@@ -79,7 +79,7 @@ TEST_F(Checkpoints, RescalingFromEveryHandleTypeKeepsEveryCount) {
       {"rocksdb incremental 2->1", "WordCountIncremental", {}, 2, 1},
       {"rocksdb incremental 1->3", "WordCountIncremental", {}, 1, 3},
   };
-  fs::path in = input(120);
+  fs::path in = input(400);
   auto expected = expectedCounts(readFile(in));
   for (const auto& c : cases) {
     fs::remove_all(ckdir());
@@ -110,7 +110,7 @@ TEST_F(Checkpoints, ChainedRestoresKeepEveryCountOnEveryBackendAndAcrossFullIncr
         {"WordCountIncremental", 2, {}},
         {"WordCountIncremental", 2, {"state.backend.incremental=false"}}}},
   };
-  fs::path in = input(150);
+  fs::path in = input(400);
   auto expected = expectedCounts(readFile(in));
   for (const auto& c : cases) {
     fs::remove_all(ckdir());

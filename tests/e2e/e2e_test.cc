@@ -114,25 +114,25 @@ TEST_F(Cli, TheWordErrorExhaustsFixedDelayRestartsAndKeepsTheCheckpoints) {
 }
 
 TEST_F(Cli, KilledHeapWordCountRestoresToExactlyTheUninterruptedCounts) {
-  fs::path in = input(150);
+  fs::path in = input(400);
   std::string out = killAndRestore("WordCount", in, 1, 2, 137);
   EXPECT_EQ(finalCounts(out), expectedCounts(readFile(in)));
 }
 
 TEST_F(Cli, KilledHeapWordCountAtParallelismTwoRestoresExactly) {
-  fs::path in = input(150);
+  fs::path in = input(400);
   std::string out = killAndRestore("WordCount", in, 2, 2, 61);
   EXPECT_EQ(finalCounts(out), expectedCounts(readFile(in)));
 }
 
 TEST_F(Cli, KilledRocksDbIncrementalWordCountRestoresExactly) {
-  fs::path in = input(150);
+  fs::path in = input(400);
   std::string out = killAndRestore("WordCountIncremental", in, 1, 3, 29);
   EXPECT_EQ(finalCounts(out), expectedCounts(readFile(in)));
 }
 
 TEST_F(Cli, KilledRocksDbIncrementalWordCountAtParallelismTwoRestoresExactly) {
-  fs::path in = input(150);
+  fs::path in = input(400);
   std::string out = killAndRestore("WordCountIncremental", in, 2, 2, 83);
   EXPECT_EQ(finalCounts(out), expectedCounts(readFile(in)));
 }
@@ -172,6 +172,32 @@ TEST_F(Cli, APlainMemberVariableStartsOverAfterARestoreWhileDeclaredStateContinu
   EXPECT_NE(first.find(",member=1)"), std::string::npos) << first;
   EXPECT_EQ(first.find("(apple,state=1,"), std::string::npos) << "declared state was not restored: " << first;
   EXPECT_NE(r.out.find("(apple,state=400,"), std::string::npos);
+}
+
+}  // namespace
+
+namespace {
+
+TEST_F(Cli, ACrashingPluginIsATaskFailureThatNamesTheSignalAndOperatorAndRestarts) {
+  fs::path in = tmp / "in.txt";
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += "hello world\n";
+  text += "crash\n";
+  writeFile(in, text);
+  std::vector<std::string> args = {"run", "-c", "WordCount", "-D", "restart-strategy.fixed-delay.delay=50ms"};
+  for (auto& f : ckFlags("100ms")) args.push_back(f);
+  args.insert(args.end(), {kPlugin, "--input", in.string(), "--rate", "1000"});
+  Result r = cli(args);
+  EXPECT_EQ(r.exitCode, 1) << r.err;
+  EXPECT_NE(r.err.find("killed by SIGABRT"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("operator 'Tokenizer' (1/1)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("attempt 3 failed"), std::string::npos) << "the supervisor survives and restarts: " << r.err;
+  EXPECT_NE(r.err.find("Recovery is suppressed by"), std::string::npos) << r.err;
+  // The counts before the crash were checkpointed and restored on every attempt.
+  EXPECT_NE(r.err.find("restoring from checkpoint"), std::string::npos) << r.err;
+  auto dirs = jobDirs();
+  ASSERT_EQ(dirs.size(), 1u);
+  EXPECT_FALSE(completed(dirs[0]).empty());
 }
 
 }  // namespace

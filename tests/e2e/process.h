@@ -81,7 +81,19 @@ class Process {
       wait();
     }
   }
-  void signal(int sig) { kill(pid_, sig); }
+  /// Sends `sig` to the jobhost process only (its worker follows on its own).
+  void signal(int sig) {
+    if (sig == SIGKILL) return killTree();
+    kill(pid_, sig);
+  }
+  /// kill -9 of the whole process tree (supervisor and worker), and waits until every
+  /// process of the group is gone, so nothing writes checkpoints any more.
+  void killTree() {
+    kill(-pid_, SIGKILL);
+    kill(pid_, SIGKILL);
+    for (int i = 0; i < 500 && (kill(-pid_, 0) == 0 || running()); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   /// Waits up to `timeout`; kills the process if it is still running then.
   Result wait(std::chrono::milliseconds timeout = std::chrono::seconds(120)) {
     auto until = std::chrono::steady_clock::now() + timeout;

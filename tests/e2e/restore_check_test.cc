@@ -132,10 +132,10 @@ TEST_F(RestoreCheck, InspectShowsTheWriterHandlesAndFiles) {
 }
 
 TEST_F(RestoreCheck, ConvertTurnsAnIncrementalCheckpointIntoACanonicalSavepointTheHeapRestores) {
-  fs::path in = input(150);
+  fs::path in = input(400);
   std::vector<std::string> args = {"run", "-c", "WordCountIncremental", "-p", "2"};
   for (auto& f : ckFlags("100ms")) args.push_back(f);
-  args.insert(args.end(), {kPlugin, "--input", in.string(), "--rate", "3000"});
+  args.insert(args.end(), {kPlugin, "--input", in.string(), "--rate", "2000"});
   std::string out1;
   {
     Process p(jobhost(args), tmp / "c-out.txt", tmp / "c-err.txt");

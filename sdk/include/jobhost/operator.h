@@ -10,6 +10,7 @@
 // are owned by the host and outlive the operators they are given to.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -117,6 +118,9 @@ class OperatorContext {
   virtual LineSink& fileSink(const std::string& path) = 0;
   /// True once the job is being cancelled; long-running sources should return.
   virtual bool cancelled() const = 0;
+  /// Where the SDK records which operator of this task is running user code, so a crash
+  /// report can name it. May be null.
+  virtual std::atomic<const char*>* activeOperatorSlot() { return nullptr; }
 };
 
 /// One operator instance in one subtask.

@@ -168,13 +168,30 @@ class StreamEnvironment {
 
 namespace detail {
 
-/// Remembers the operator's name so exceptions from user code can name it.
+/// Remembers the operator's name so exceptions from user code can name it, and marks
+/// the operator as active while its user code runs (for crash reports).
 class NamedOp : public Operator {
  public:
-  void open(OperatorContext& ctx) override { name_ = ctx.operatorName(); }
+  void open(OperatorContext& ctx) override {
+    name_ = ctx.operatorName();
+    slot_ = ctx.activeOperatorSlot();
+  }
 
  protected:
+  template <class F>
+  decltype(auto) invoke(F&& f) {
+    struct Mark {
+      std::atomic<const char*>* slot;
+      const char* previous;
+      Mark(std::atomic<const char*>* s, const char* name) : slot(s), previous(s ? s->exchange(name, std::memory_order_relaxed) : nullptr) {}
+      ~Mark() {
+        if (slot) slot->store(previous, std::memory_order_relaxed);
+      }
+    } mark(slot_, name_.c_str());
+    return callUser(name_, std::forward<F>(f));
+  }
   std::string name_;
+  std::atomic<const char*>* slot_ = nullptr;
 };
 
 template <class In, class Out, class F>
@@ -182,7 +199,7 @@ class MapOp : public NamedOp, public Collector<In> {
  public:
   MapOp(F f, void* down) : f_(std::move(f)), down_(static_cast<Collector<Out>*>(down)) {}
   void* input() override { return static_cast<Collector<In>*>(this); }
-  void collect(const In& v) override { down_->collect(callUser(name_, [&] { return f_(v); })); }
+  void collect(const In& v) override { down_->collect(invoke([&] { return f_(v); })); }
 
  private:
   F f_;
@@ -194,7 +211,7 @@ class FlatMapOp : public NamedOp, public Collector<In> {
  public:
   FlatMapOp(F f, void* down) : f_(std::move(f)), down_(static_cast<Collector<Out>*>(down)) {}
   void* input() override { return static_cast<Collector<In>*>(this); }
-  void collect(const In& v) override { callUser(name_, [&] { f_(v, *down_); }); }
+  void collect(const In& v) override { invoke([&] { f_(v, *down_); }); }
 
  private:
   F f_;
@@ -207,7 +224,7 @@ class FilterOp : public NamedOp, public Collector<T> {
   FilterOp(F f, void* down) : f_(std::move(f)), down_(static_cast<Collector<T>*>(down)) {}
   void* input() override { return static_cast<Collector<T>*>(this); }
   void collect(const T& v) override {
-    if (callUser(name_, [&] { return static_cast<bool>(f_(v)); })) down_->collect(v);
+    if (invoke([&] { return static_cast<bool>(f_(v)); })) down_->collect(v);
   }
 
  private:
@@ -257,7 +274,7 @@ class ReduceOp : public NamedOp, public Collector<T>, public StateOwner {
   void collect(const T& v) override {
     std::optional<T> cur = acc_.value();
     if (cur) {
-      T next = callUser(name_, [&] { return f_(*cur, v); });
+      T next = invoke([&] { return f_(*cur, v); });
       acc_.update(next);
       down_->collect(next);
     } else {
@@ -286,10 +303,10 @@ class ProcessOp : public NamedOp, public Collector<typename Fn::InputType> {
     for (StateBase* s : fn_->declaredStates())
       s->bind(ctx.keyedState(), Serializer<K>::id(), Serializer<K>::version());
     keyed_.emplace(ctx);
-    callUser(name_, [&] { fn_->open(ctx); });
+    invoke([&] { fn_->open(ctx); });
   }
-  void collect(const In& v) override { callUser(name_, [&] { fn_->processElement(v, *keyed_, *down_); }); }
-  void close() override { callUser(name_, [&] { fn_->close(); }); }
+  void collect(const In& v) override { invoke([&] { fn_->processElement(v, *keyed_, *down_); }); }
+  void close() override { invoke([&] { fn_->close(); }); }
 
  private:
   std::unique_ptr<Fn> fn_;
@@ -324,7 +341,7 @@ class FunctionSinkOp : public NamedOp, public Collector<T> {
  public:
   explicit FunctionSinkOp(F f) : f_(std::move(f)) {}
   void* input() override { return static_cast<Collector<T>*>(this); }
-  void collect(const T& v) override { callUser(name_, [&] { f_(v); }); }
+  void collect(const T& v) override { invoke([&] { f_(v); }); }
 
  private:
   F f_;
@@ -337,9 +354,13 @@ class SourceOp : public SourceOperator, public SourceOutput<T> {
       : fn_(std::move(fn)), down_(static_cast<Collector<T>*>(down)) {}
   void open(OperatorContext& ctx) override {
     name_ = ctx.operatorName();
+    slot_ = ctx.activeOperatorSlot();
     callUser(name_, [&] { fn_->open(ctx); });
   }
-  PollStatus poll() override { return callUser(name_, [&] { return fn_->poll(*this); }); }
+  PollStatus poll() override {
+    if (slot_) slot_->store(name_.c_str(), std::memory_order_relaxed);
+    return callUser(name_, [&] { return fn_->poll(*this); });
+  }
   void emit(const T& v) override { down_->collect(v); }
   void close() override { fn_->close(); }
   std::string snapshotState() override { return fn_->snapshotPosition(); }
@@ -349,6 +370,7 @@ class SourceOp : public SourceOperator, public SourceOutput<T> {
   std::unique_ptr<SourceFunction<T>> fn_;
   Collector<T>* down_;
   std::string name_;
+  std::atomic<const char*>* slot_ = nullptr;
 };
 
 }  // namespace detail

@@ -1,0 +1,106 @@
+#include "job_setup.h"
+
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+#include <iostream>
+
+#include "jobhost/stream.h"
+#include "runtime/restart_strategy.h"
+
+namespace jobhost::host {
+
+namespace fs = std::filesystem;
+
+namespace {
+std::string defaultCheckpointDir() {
+  if (const char* h = std::getenv("JOBHOST_HOME")) return (fs::path(h) / "checkpoints").string();
+  if (const char* h = std::getenv("HOME")) return (fs::path(h) / ".jobhost" / "checkpoints").string();
+  return (fs::temp_directory_path() / "jobhost-checkpoints").string();
+}
+}  // namespace
+
+void loadUserConfiguration(const std::optional<std::string>& configFile, const std::vector<std::string>& defines,
+                           const std::optional<int>& parallelism, Configuration* config) {
+  std::optional<std::string> file = configFile;
+  if (!file)
+    if (const char* d = std::getenv("JOBHOST_CONF_DIR"); d && fs::exists(fs::path(d) / "config.yaml"))
+      file = (fs::path(d) / "config.yaml").string();
+  if (file) config->loadYamlFile(*file);
+  for (const auto& d : defines) config->setFromArgument(d);
+  if (parallelism) config->set("parallelism.default", std::to_string(*parallelism), Configuration::Layer::kCommandLine);
+}
+
+void applyJobConfiguration(Job& job, Configuration* config) {
+  JobConfig jc;
+  callUser("configure()", [&] { job.configure(jc); });
+  for (auto& [k, v] : jc.values()) config->set(k, v, Configuration::Layer::kJob);
+}
+
+Plan buildPlan(const JobSetup& setup, const RunOptions& o) {
+  std::unique_ptr<Job> job(setup.info->create());
+  StreamEnvironment env{JobArgs(o.jobArgs)};
+  job->build(env);
+  return env.takePlan();
+}
+
+int setupJob(const RunOptions& o, JobSetup* s) {
+  PluginError perr;
+  s->plugin = PluginLibrary::open(o.pluginPath, &perr);
+  if (!s->plugin) {
+    std::cerr << "error: " << perr.message << "\n";
+    return kExitUsage;
+  }
+  s->info = s->plugin->selectClass(o.jobClass, &perr);
+  if (!s->info) {
+    std::cerr << "error: " << perr.message << "\n";
+    return kExitUsage;
+  }
+  s->className = s->info->name;
+  Configuration& config = s->config;
+  try {
+    loadUserConfiguration(o.configFile, o.defines, o.parallelism, &config);
+    {
+      std::unique_ptr<Job> job(s->info->create());
+      applyJobConfiguration(*job, &config);
+    }
+    s->plan = buildPlan(*s, o);
+    std::string b = config.getString("state.backend.type");
+    if (b != "hashmap" && b != "rocksdb")
+      throw ConfigError("state.backend.type = '" + b + "' (from " + config.origin("state.backend.type") +
+                        ") is unknown; use hashmap or rocksdb");
+    s->backend = b == "rocksdb" ? state::BackendType::kRocksDb : state::BackendType::kHashMap;
+    s->incremental = s->backend == state::BackendType::kRocksDb && config.getBool("state.backend.incremental");
+    s->parallelism = static_cast<int>(config.getInt("parallelism.default", 1, 32768));
+    s->maxParallelism = static_cast<int>(config.getInt("pipeline.max-parallelism", 1, 32768));
+    if (s->parallelism > s->maxParallelism)
+      throw ConfigError("parallelism " + std::to_string(s->parallelism) + " exceeds pipeline.max-parallelism " +
+                        std::to_string(s->maxParallelism));
+    s->numRetained = static_cast<int>(config.getInt("state.checkpoints.num-retained", 1, 1000000));
+    s->interval = config.getDuration("execution.checkpointing.interval");
+    createRestartStrategy(config);  // validates the restart-strategy.* keys now
+    std::string dir = config.get("state.checkpoints.dir").value_or("");
+    s->checkpointDir = fs::absolute(dir.empty() ? defaultCheckpointDir() : dir).string();
+    s->savepointDir = config.get("state.savepoints.dir").value_or("");
+    std::string retention = config.getString("execution.checkpointing.externalized-checkpoint-retention");
+    if (retention != "RETAIN_ON_CANCELLATION" && retention != "DELETE_ON_CANCELLATION")
+      throw ConfigError("execution.checkpointing.externalized-checkpoint-retention = '" + retention +
+                        "' is unknown; use RETAIN_ON_CANCELLATION or DELETE_ON_CANCELLATION");
+    s->deleteOnCancel = retention == "DELETE_ON_CANCELLATION";
+    std::string local = config.get("state.local.dir").value_or("");
+    s->localDirRoot = local.empty() ? fs::temp_directory_path().string() : fs::absolute(local).string();
+    s->operators = describeOperators(s->plan, s->parallelism);
+  } catch (const ConfigError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return kExitUsage;
+  } catch (const JobArgumentError& e) {
+    std::cerr << "error: " << s->className << ": " << e.what() << "\n";
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << s->className << " failed while defining its dataflow: " << e.what() << "\n";
+    return kExitUsage;
+  }
+  return 0;
+}
+
+}  // namespace jobhost::host

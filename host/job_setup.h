@@ -1,0 +1,50 @@
+// host/job_setup.h — what `jobhost run` and its worker process both derive from the
+// command line: the loaded plugin, the selected class, the layered configuration and the
+// settings read from it, and the class's plan.
+//
+// Thread-safety: built once per process.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/configuration.h"
+#include "jobhost/job.h"
+#include "jobhost/operator.h"
+#include "jobhost/state/keyed_backend.h"
+#include "job_runner.h"
+#include "plugin/plugin_loader.h"
+#include "runtime/job_execution.h"
+
+namespace jobhost::host {
+
+struct JobSetup {
+  std::unique_ptr<PluginLibrary> plugin;  // kept loaded for the life of the process
+  const JobClassInfo* info = nullptr;
+  std::string className;
+  Configuration config;
+  Plan plan;  // from the first instance; each attempt builds its own
+  std::vector<OperatorInfo> operators;
+  state::BackendType backend = state::BackendType::kHashMap;
+  bool incremental = false;
+  int parallelism = 1;
+  int maxParallelism = 128;
+  int numRetained = 1;
+  std::chrono::milliseconds interval{0};
+  std::string checkpointDir;  // state.checkpoints.dir (absolute)
+  std::string savepointDir;   // state.savepoints.dir, may be empty
+  bool deleteOnCancel = false;
+  std::string localDirRoot;   // state.local.dir or the temp dir
+};
+
+/// Loads the plugin, selects the class, layers the configuration and builds the plan.
+/// On error prints one line to stderr and returns the exit code (kExitUsage); else 0.
+int setupJob(const RunOptions& options, JobSetup* setup);
+
+/// A fresh instance of the class and its plan (restarts never reuse objects, so plain
+/// member variables start over, as in Flink). Throws what build() throws.
+Plan buildPlan(const JobSetup& setup, const RunOptions& options);
+
+}  // namespace jobhost::host

@@ -1,0 +1,314 @@
+#include "job_worker.h"
+
+#include <capnp/message.h>
+#include <capnp/serialize.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "checkpoint/checkpoint_coordinator.h"
+#include "job_setup.h"
+#include "runtime/worker_protocol.capnp.h"
+
+namespace jobhost::host {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+/// Frames to the supervisor; several threads send.
+class Channel {
+ public:
+  explicit Channel(int fd) : fd_(fd) {}
+  template <class Fill>
+  void send(Fill fill) {
+    capnp::MallocMessageBuilder message;
+    fill(message.initRoot<wire::FromWorker>());
+    std::lock_guard lock(mu_);
+    try {
+      capnp::writeMessageToFd(fd_, message);
+    } catch (const kj::Exception&) {
+      // The supervisor is gone; PR_SET_PDEATHSIG ends us shortly.
+    }
+  }
+  int fd() const { return fd_; }
+
+ private:
+  int fd_;
+  std::mutex mu_;
+};
+
+// Written by the fatal-signal handler; see installCrashReporter.
+int gCrashFd = -1;
+
+void onFatalSignal(int sig) {
+  if (gCrashFd >= 0) {
+    char buf[512];
+    const char* op = nullptr;
+    const char* subtask = nullptr;
+    activeOperatorOfThisThread(&op, &subtask);
+    int n = 0;
+    const char* name = strsignal(sig);
+    // Only async-signal-safe calls: build the line by hand.
+    auto append = [&](const char* s) {
+      while (s && *s && n < static_cast<int>(sizeof buf) - 2) buf[n++] = *s++;
+    };
+    append(name ? name : "signal");
+    append("\t");
+    append(op ? op : "");
+    append("\t");
+    append(subtask ? subtask : "");
+    buf[n++] = '\n';
+    ssize_t w = ::write(gCrashFd, buf, static_cast<size_t>(n));
+    (void)w;
+  }
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+void installCrashReporter(int fd) {
+  gCrashFd = fd;
+  for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) {
+    struct sigaction sa{};
+    sa.sa_handler = onFatalSignal;
+    sa.sa_flags = SA_RESETHAND;
+    sigaction(sig, &sa, nullptr);
+  }
+}
+
+/// Disposes a claimed snapshot once (see job_runner.cc for the rules).
+void disposeClaimed(const ResolvedSnapshot& snap) {
+  fs::path dir(snap.directory);
+  if (!fs::exists(dir / state::kMetadataFileName)) return;
+  std::string rel = dir.filename().string();
+  std::set<std::string> stillUsed;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir.parent_path(), ec)) {
+    if (e.path() == dir || !fs::exists(e.path() / state::kMetadataFileName)) continue;
+    auto other = resolveSnapshot(e.path().string());
+    if (!other.ok()) continue;
+    for (const auto& f : other->metadata.referencedFiles()) stillUsed.insert(f.path);
+  }
+  state::CheckpointStorage& st = *snap.storage;
+  if (auto s = st.remove(rel + "/" + state::kMetadataFileName); !s.ok()) {
+    spdlog::warn("could not delete claimed snapshot {}: {}", snap.directory, s.toString());
+    return;
+  }
+  for (const auto& f : snap.metadata.referencedFiles())
+    if (!stillUsed.count(f.path) && f.path.rfind(rel + "/", 0) != 0) st.remove(f.path).ok();
+  st.removeAll(rel).ok();
+  fs::remove(dir, ec);
+  spdlog::info("deleted the claimed snapshot {} (restore mode claim)", snap.directory);
+}
+
+}  // namespace
+
+int runWorker(const RunOptions& o, const WorkerParams& w) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() == 1) return kExitJobFailed;  // the supervisor died before we got here
+  installCrashReporter(w.crashFd);
+  Channel channel(w.channelFd);
+  auto end = [&](wire::EndKind kind, const std::string& message, const std::string& op, const std::string& subtask,
+                 bool restoreFailure, int exitCode) {
+    channel.send([&](wire::FromWorker::Builder b) {
+      auto e = b.initEnded();
+      e.setKind(kind);
+      e.setMessage(message);
+      e.setOperatorName(op);
+      e.setSubtask(subtask);
+      e.setRestoreFailure(restoreFailure);
+      e.setExitCode(exitCode);
+    });
+    return exitCode;
+  };
+
+  JobSetup setup;
+  if (int rc = setupJob(o, &setup); rc != 0) return end(wire::EndKind::SETUP_FAILED, "setup failed", "", "", false, rc);
+  fs::path jobDir = fs::path(setup.checkpointDir) / w.jobId;
+
+  // The initial snapshot (-s) is restored only until the job has a checkpoint of its own.
+  std::optional<ResolvedSnapshot> initial;
+  if (o.fromSnapshot) {
+    auto r = resolveSnapshot(*o.fromSnapshot);
+    if (!r.ok()) return end(wire::EndKind::FAILED, r.status().message(), "", "", true, kExitIncompatible);
+    initial = std::move(*r);
+  }
+
+  std::unique_ptr<CheckpointCoordinator> coordinator;
+  if (setup.interval.count() > 0) {
+    auto storage = state::openStorage(jobDir.string());
+    if (!storage.ok()) return end(wire::EndKind::FAILED, storage.status().message(), "", "", true, kExitUsage);
+    state::CheckpointMetadata templ;
+    templ.jobId = w.jobId;
+    templ.jobClass = setup.className;
+    templ.pluginFile = fs::path(o.pluginPath).filename().string();
+    templ.pluginDigest = setup.plugin->contentDigest();
+    templ.sdkVersion = setup.info->sdkVersion;
+    templ.parallelism = setup.parallelism;
+    templ.backend = state::backendTypeName(setup.backend);
+    templ.incremental = setup.incremental;
+    templ.maxParallelism = setup.maxParallelism;
+    CoordinatorOptions co;
+    co.interval = setup.interval;
+    co.numRetained = setup.numRetained;
+    co.storageRootDescription = jobDir.string();
+    uint64_t firstId = initial ? initial->metadata.checkpointId + 1 : 1;
+    coordinator = std::make_unique<CheckpointCoordinator>(co, std::move(*storage), templ, firstId);
+    auto removed = coordinator->recover();
+    if (!removed.ok())
+      return end(wire::EndKind::FAILED, "cannot read the job's checkpoints: " + removed.status().message(), "", "",
+                 true, kExitIncompatible);
+    for (const auto& r : *removed) spdlog::info("cleaned up {}", r);
+    if (o.claimSnapshot && initial)
+      coordinator->setOnComplete([&initial, done = false](const state::CheckpointMetadata&) mutable {
+        if (done) return;
+        done = true;
+        disposeClaimed(*initial);
+      });
+  }
+
+  std::optional<state::CheckpointMetadata> own = coordinator ? coordinator->latestCompleted() : std::nullopt;
+  RestoreSource rs;
+  if (own) {
+    rs.metadata = &*own;
+    rs.storage = &coordinator->storage();
+    spdlog::info("restoring from checkpoint {} ({})", own->checkpointId, coordinator->pathOf(own->checkpointId));
+  } else if (initial) {
+    rs.metadata = &initial->metadata;
+    rs.storage = initial->storage.get();
+    rs.allowNonRestoredState = o.allowNonRestoredState;
+  }
+
+  ExecutionConfig ec;
+  ec.parallelism = setup.parallelism;
+  ec.maxParallelism = setup.maxParallelism;
+  ec.backend = setup.backend;
+  ec.incremental = setup.incremental;
+  ec.localStateDir = (fs::path(setup.localDirRoot) / ("jobhost-" + w.jobId + "-" + std::to_string(w.attempt))).string();
+
+  Plan plan;
+  try {
+    plan = w.attempt == 1 ? std::move(setup.plan) : buildPlan(setup, o);
+  } catch (const std::exception& e) {
+    return end(wire::EndKind::FAILED, std::string("build() failed: ") + e.what(), "", "", false, kExitJobFailed);
+  }
+  auto exec = std::make_unique<JobExecution>(std::move(plan), ec, coordinator.get());
+  state::Status ps = exec->prepare(rs.metadata ? &rs : nullptr);
+  if (!ps.ok()) {
+    std::error_code rm;
+    fs::remove_all(ec.localStateDir, rm);
+    int code = ps.isIncompatible() || ps.isCorruption() || ps.isNotFound() ? kExitIncompatible : kExitJobFailed;
+    return end(wire::EndKind::FAILED, ps.message(), "", "", true, code);
+  }
+  if (coordinator) {
+    coordinator->attach(exec.get());
+    coordinator->start();
+  }
+  exec->start();
+  channel.send([](wire::FromWorker::Builder b) { b.setRunning(); });
+
+  // Requests from the supervisor.
+  std::atomic<bool> finished{false};
+  std::vector<std::thread> savepointThreads;
+  std::mutex threadsMu;
+  std::thread reader([&] {
+    for (;;) {
+      try {
+        capnp::StreamFdMessageReader reader(channel.fd());
+        auto msg = reader.getRoot<wire::ToWorker>();
+        if (msg.isCancel()) {
+          exec->cancel();
+        } else if (msg.isSavepoint()) {
+          auto sp = msg.getSavepoint();
+          uint64_t id = sp.getRequestId();
+          std::string dir = sp.getTargetDir();
+          auto format = sp.getCanonical() ? state::SnapshotFormat::kCanonical : state::SnapshotFormat::kNative;
+          std::lock_guard lock(threadsMu);
+          savepointThreads.emplace_back([&, id, dir, format] {
+            state::Result<std::string> r = coordinator ? coordinator->triggerSavepoint(dir, format)
+                                                       : state::Result<std::string>(state::Status::InvalidArgument(
+                                                             "checkpointing is off for this job"));
+            channel.send([&](wire::FromWorker::Builder b) {
+              auto d = b.initSavepointDone();
+              d.setRequestId(id);
+              if (r.ok()) d.setPath(*r);
+              else d.setError(r.status().message());
+            });
+          });
+        }
+      } catch (const kj::Exception&) {
+        return;  // the supervisor closed its end, or we are shutting down
+      }
+      if (finished.load()) return;
+    }
+  });
+  std::thread stats([&] {
+    while (!finished.load()) {
+      for (int i = 0; i < 25 && !finished.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      auto last = coordinator ? coordinator->latestCompleted() : std::nullopt;
+      channel.send([&](wire::FromWorker::Builder b) {
+        auto s = b.initStats();
+        s.setRecordsIn(exec->recordsIn());
+        s.setRecordsOut(exec->recordsOut());
+        if (last) {
+          s.setLastCheckpointId(last->checkpointId);
+          s.setLastCheckpointPath(coordinator->pathOf(last->checkpointId));
+        }
+      });
+    }
+  });
+
+  ExecutionResult result = exec->wait();
+  finished.store(true);
+  stats.join();
+  if (coordinator) {
+    coordinator->detach();  // releases a savepoint still waiting
+    coordinator->stop();
+  }
+  {
+    std::lock_guard lock(threadsMu);
+    for (auto& t : savepointThreads) t.join();
+  }
+  auto last = coordinator ? coordinator->latestCompleted() : std::nullopt;
+  channel.send([&](wire::FromWorker::Builder b) {
+    auto s = b.initStats();
+    s.setRecordsIn(exec->recordsIn());
+    s.setRecordsOut(exec->recordsOut());
+    if (last) {
+      s.setLastCheckpointId(last->checkpointId);
+      s.setLastCheckpointPath(coordinator->pathOf(last->checkpointId));
+    }
+  });
+  exec.reset();
+  std::error_code rm;
+  fs::remove_all(ec.localStateDir, rm);
+  int rc = 0;
+  switch (result.kind) {
+    case ExecutionResult::kFinished:
+      rc = end(wire::EndKind::FINISHED, "", "", "", false, kExitOk);
+      break;
+    case ExecutionResult::kCancelled:
+      rc = end(wire::EndKind::CANCELLED, "", "", "", false, kExitOk);
+      break;
+    case ExecutionResult::kFailed:
+      rc = end(wire::EndKind::FAILED, result.message, result.operatorName, result.subtask, result.restoreFailure,
+               kExitJobFailed);
+      break;
+  }
+  ::shutdown(channel.fd(), SHUT_RDWR);
+  reader.join();
+  return rc;
+}
+
+}  // namespace jobhost::host

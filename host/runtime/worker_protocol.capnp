@@ -1,0 +1,50 @@
+# Messages between `jobhost run` (the supervisor) and its worker process, one Cap'n Proto
+# message per frame over a socketpair. The worker runs the job's tasks; a crash of user
+# code takes only the worker down.
+@0x8436f4e43ffd6b77;
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("jobhost::host::wire");
+
+struct ToWorker {
+  union {
+    savepoint :group {
+      requestId @0 :UInt64;
+      targetDir @1 :Text;
+      canonical @2 :Bool;
+    }
+    cancel @3 :Void;
+  }
+}
+
+struct FromWorker {
+  union {
+    running @0 :Void;
+    stats :group {
+      recordsIn @1 :UInt64;
+      recordsOut @2 :UInt64;
+      lastCheckpointId @3 :UInt64;
+      lastCheckpointPath @4 :Text;
+    }
+    savepointDone :group {
+      requestId @5 :UInt64;
+      path @6 :Text;
+      error @7 :Text;
+    }
+    ended :group {
+      kind @8 :EndKind;
+      message @9 :Text;
+      operatorName @10 :Text;
+      subtask @11 :Text;
+      restoreFailure @12 :Bool;
+      exitCode @13 :Int32;
+    }
+  }
+}
+
+enum EndKind {
+  finished @0;
+  failed @1;
+  cancelled @2;
+  setupFailed @3;
+}

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Drives the bash completion function the way bash does (COMP_WORDS/COMP_CWORD) and checks
+# the candidates: subcommands, options per subcommand, *.so for plugin positions,
+# directories for -s, -D keys and values, classes from `jobhost info`.
+#
+# usage: completion_test.sh COMPLETION_SCRIPT JOBHOST PLUGIN WORK_DIR
+set -euo pipefail
+
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+
+[[ $# -eq 4 ]] || fail "usage: completion_test.sh COMPLETION_SCRIPT JOBHOST PLUGIN WORK_DIR"
+script=$1 jobhost=$2 plugin=$3 work=$4
+rm -rf "$work"
+mkdir -p "$work/snapshots/chk-1" "$work/plugins"
+touch "$work/plugins/my_jobs.so" "$work/plugins/notes.txt" "$work/app.yaml"
+cd "$work"
+
+# shellcheck source=/dev/null
+source "$script"
+
+# complete CWORD WORD...: the candidates for word CWORD of the command line, sorted, one
+# a line. Runs as bash runs completion functions: without errexit/nounset.
+complete_at() {
+  local cword=$1
+  shift
+  (
+    set +euo pipefail
+    COMP_WORDS=("$@")
+    COMP_CWORD=$cword
+    COMPREPLY=()
+    _jobhost
+    printf '%s\n' "${COMPREPLY[@]}" | sort
+  )
+}
+# complete WORD...: completes the last word.
+complete_last() { complete_at $(($# - 1)) "$@"; }
+
+# check DESCRIPTION EXPECTED ACTUAL: EXPECTED is a space-separated candidate list.
+check() {
+  local want
+  want=$(tr ' ' '\n' <<<"$2" | grep -v '^$' | sort)
+  [[ $3 == "$want" ]] || fail "$1: expected [$(echo $want)], got [$(echo $3)]"
+}
+# has DESCRIPTION WORD ACTUAL / lacks ...: one candidate is / is not offered.
+has() { grep -qxF -- "$2" <<<"$3" || fail "$1: '$2' not offered (got: $(echo $3))"; }
+lacks() { ! grep -qxF -- "$2" <<<"$3" || fail "$1: '$2' offered but should not be"; }
+
+check "subcommands" "info run check inspect checkpoints convert" "$(complete_last jobhost "")"
+check "subcommand prefix" "check checkpoints" "$(complete_last jobhost ch)"
+check "global options" "--help --verbose --version" "$(complete_last jobhost --)"
+
+out=$(complete_last jobhost run --)
+for o in --class --parallelism --config --from-snapshot --allow-non-restored-state --dry-run --help; do
+  has "run options" "$o" "$out"
+done
+out=$(complete_last jobhost check --)
+has "check options" --from-snapshot "$out"
+lacks "check options" --dry-run "$out"
+check "inspect options" "--help --json" "$(complete_last jobhost inspect --)"
+
+check "plugin position (run)" "plugins/my_jobs.so" "$(complete_last jobhost run -p 2 plugins/)"
+check "plugin position (info)" "plugins/my_jobs.so" "$(complete_last jobhost info plugins/m)"
+check "-s takes directories" "snapshots/chk-1" "$(complete_last jobhost run -s snapshots/)"
+check "inspect takes directories" "snapshots/chk-1" "$(complete_last jobhost inspect snapshots/)"
+check "--config takes yaml" "app.yaml" "$(complete_last jobhost run --config a)"
+check "after the plugin: job arguments (any file)" "plugins/my_jobs.so plugins/notes.txt" \
+  "$(complete_last jobhost run -c X plugins/my_jobs.so --input plugins/)"
+
+check "-D keys" "state.backend.type= state.backend.incremental=" "$(complete_last jobhost run -D state.backend.)"
+check "-D values (bash splits at =)" "rocksdb" \
+  "$(complete_last jobhost run -D state.backend.type = r)"
+check "-D values right after =" "hashmap rocksdb" "$(complete_last jobhost run -D state.backend.type =)"
+check "a -D pair is skipped" "plugins/my_jobs.so" \
+  "$(complete_last jobhost run -D state.backend.type = rocksdb plugins/)"
+
+# -c reads the classes of the plugin on the line with `jobhost info` (the one given).
+out=$(complete_at 3 "$jobhost" run -c "" "$plugin")
+has "-c classes" WordCount "$out"
+has "-c classes" WordCountIncremental "$out"
+check "-c class prefix" "WordCount WordCountIncremental" "$(complete_at 3 "$jobhost" run -c Word "$plugin")"
+
+echo "PASS: bash completion"

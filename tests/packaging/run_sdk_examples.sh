@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Runs each class of the SDK guide's examples (sdk_examples/*.cpp, built into one plugin)
+# on a small input and checks what it prints, so the guide's code is not only compiled
+# but does what the guide says.
+#
+# usage: run_sdk_examples.sh JOBHOST PLUGIN WORK_DIR
+set -euo pipefail
+
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+
+[[ $# -eq 3 ]] || fail "usage: run_sdk_examples.sh JOBHOST PLUGIN WORK_DIR"
+jobhost=$1 plugin=$2 work=$3
+rm -rf "$work"
+mkdir -p "$work"
+export JOBHOST_HOME=$work/home
+unset JOBHOST_CONF_DIR
+
+# run CLASS ARGS...: runs the class, its stdout in $work/CLASS.out.
+run() {
+  local cls=$1
+  shift
+  if ! "$jobhost" run -c "$cls" "$plugin" "$@" >"$work/$cls.out" 2>"$work/$cls.log"; then
+    cat "$work/$cls.log" >&2
+    fail "jobhost run -c $cls failed"
+  fi
+}
+# expect CLASS LINE...: each line appears in CLASS's output.
+expect() {
+  local cls=$1
+  shift
+  for line in "$@"; do
+    grep -qxF -- "$line" "$work/$cls.out" || {
+      cat "$work/$cls.out" >&2
+      fail "$cls did not print '$line' (output above)"
+    }
+  done
+}
+
+printf 'to be or not to be\n' >"$work/words.txt"
+run WordCounter --input "$work/words.txt"
+expect WordCounter "(to,2)" "(be,2)" "(or,1)" "(not,1)"
+
+printf 'alice /home\nbob /cart\nalice /cart\nalice /home\nalice /pay\n' >"$work/visits.txt"
+run PageVisits --input "$work/visits.txt"
+expect PageVisits \
+  "bob visits=1 /cart=1 recent=/cart;" \
+  "alice visits=3 /home=2 recent=/home;/cart;/home;" \
+  "alice visits=4 /pay=1 recent=/cart;/home;/pay;"
+
+printf 's1 20.5 1\ns1 19 2\ns1 22.25 3\ns2 5 4\n' >"$work/readings.txt"
+run HottestReading --input "$work/readings.txt"
+expect HottestReading "s1 hottest 20.500000 at 1" "s1 hottest 22.250000 at 3" "s2 hottest 5.000000 at 4"
+[[ $(wc -l <"$work/HottestReading.out") -eq 3 ]] || fail "HottestReading printed a reading that is not the hottest"
+
+run EventsPerAccount --events 50 --accounts 5
+expect EventsPerAccount "(0,10)" "(1,10)" "(2,10)" "(3,10)" "(4,10)"
+
+echo "PASS: the SDK guide's example classes run"

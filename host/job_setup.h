@@ -32,6 +32,7 @@ struct JobSetup {
   int parallelism = 1;
   int maxParallelism = 128;
   int numRetained = 1;
+  int tolerableFailures = 0;
   std::chrono::milliseconds interval{0};
   std::string checkpointDir;  // state.checkpoints.dir (absolute)
   std::string savepointDir;   // state.savepoints.dir, may be empty

@@ -162,6 +162,7 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
     CoordinatorOptions co;
     co.interval = setup.interval;
     co.numRetained = setup.numRetained;
+    co.tolerableFailures = setup.tolerableFailures;
     co.storageRootDescription = jobDir.string();
     uint64_t firstId = initial ? initial->metadata.checkpointId + 1 : 1;
     coordinator = std::make_unique<CheckpointCoordinator>(co, std::move(*storage), templ, firstId);

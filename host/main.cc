@@ -148,6 +148,11 @@ int main(int argc, char** argv) {
   worker->add_option("--job-id", workerParams.jobId)->required();
   worker->add_option("--attempt", workerParams.attempt)->required();
 
+  std::string gcDir;
+  auto* gc = app.add_subcommand("gc", "Remove what a crash left in a job's checkpoint directory (never a referenced file)");
+  gc->add_option("job-dir", gcDir, "<state.checkpoints.dir>/<jobId>")->required();
+  gc->footer("Example:\n  jobhost gc ~/.jobhost/checkpoints/<jobId>\n\n" + std::string(kExitCodes));
+
   std::string convertFrom, convertTo;
   auto* convert = app.add_subcommand(
       "convert", "Rewrite any snapshot into the canonical format that both backends restore (the source is only read)");
@@ -227,6 +232,7 @@ int main(int argc, char** argv) {
   if (*inspect) return inspectCommand(inspectPath, inspectJson);
   if (*checkpoints) return checkpointsCommand(checkpointsDir);
   if (*convert) return convertCommand(convertFrom, convertTo);
+  if (*gc) return gcCommand(gcDir);
   if (*list) return listCommand();
   if (*savepoint) {
     if (disposePath) {

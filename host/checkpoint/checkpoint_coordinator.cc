@@ -177,6 +177,12 @@ void CheckpointCoordinator::abortLocked(uint64_t id, const std::string& reason) 
   spdlog::warn("checkpoint {} failed and was discarded: {}", id, reason);
   pending_.reset();
   done_.notify_all();
+  ++consecutiveFailures_;
+  if (execution_ && consecutiveFailures_ > options_.tolerableFailures && reason.find("attempt ended") == std::string::npos)
+    execution_->failExternally("checkpoint " + std::to_string(id) + " failed: " + reason + " (" +
+                               std::to_string(consecutiveFailures_) +
+                               " in a row; execution.checkpointing.tolerable-failed-checkpoints = " +
+                               std::to_string(options_.tolerableFailures) + ")");
   // Only files owned by this checkpoint go; shared uploads may be referenced later by
   // nothing, and are left for `jobhost gc`.
   Status s = storage_->removeAll(chkDir(id));
@@ -232,6 +238,7 @@ void CheckpointCoordinator::finalizeLocked(Pending p) {
     return;
   }
   ++completed_;
+  consecutiveFailures_ = 0;
   spdlog::info("completed checkpoint {} ({} new, {} total, {} ms): {}", p.id, humanBytes(m.stats.newBytes),
                humanBytes(m.stats.totalBytes), m.stats.asyncMicros / 1000, storage_->describe(dir));
   retained_.push_back(m);

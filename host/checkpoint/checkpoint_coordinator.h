@@ -36,6 +36,9 @@ namespace jobhost::host {
 struct CoordinatorOptions {
   std::chrono::milliseconds interval{0};  // 0: no periodic checkpoints
   int numRetained = 1;
+  /// Consecutive failed checkpoints tolerated; one more fails the job
+  /// (execution.checkpointing.tolerable-failed-checkpoints). Savepoints do not count.
+  int tolerableFailures = 0;
   std::string storageRootDescription;  // for messages, e.g. /abs/checkpoints/<jobId>
 };
 
@@ -112,6 +115,7 @@ class CheckpointCoordinator : public CheckpointListener {
   uint64_t nextId_;                              // guarded by mu_
   std::deque<state::CheckpointMetadata> retained_;  // guarded by mu_
   uint64_t completed_ = 0;                       // guarded by mu_
+  int consecutiveFailures_ = 0;                  // guarded by mu_
   bool stop_ = false;                            // guarded by mu_
   std::function<void(const state::CheckpointMetadata&)> onComplete_;
   std::thread thread_;

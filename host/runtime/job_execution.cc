@@ -653,6 +653,8 @@ void JobExecution::cancel() {
   impl_->cancelAll();
 }
 
+void JobExecution::failExternally(const std::string& reason) { impl_->fail(reason, "", ""); }
+
 bool JobExecution::triggerCheckpoint(const CheckpointTarget& target) {
   Impl& x = *impl_;
   if (!running()) return false;

@@ -104,6 +104,8 @@ class JobExecution {
   /// Blocks until every task has ended.
   ExecutionResult wait();
   void cancel();
+  /// Fails the attempt from outside the tasks (e.g. too many failed checkpoints).
+  void failExternally(const std::string& reason);
   /// Asks the sources to inject a barrier. False if the job is not running.
   bool triggerCheckpoint(const CheckpointTarget& target);
   void notifyCheckpointComplete(uint64_t checkpointId);

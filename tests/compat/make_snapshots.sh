@@ -6,8 +6,8 @@
 #
 # It refuses to write into an existing directory: committed snapshots are never
 # regenerated. Each snapshot is a real run of the example plugin over the bundled
-# plugins/wordcount/data/words.txt, throttled (--rate 50, 14 lines) so that checkpoints
-# (every 100 ms) complete while the input is still being read.
+# plugins/wordcount/data/words.txt, throttled (--rate 10: 14 lines in 1.4 s) so that checkpoints
+# (every 500 ms) complete while the input is still being read.
 set -euo pipefail
 BUILD=${1:?usage: make_snapshots.sh BUILD_DIR OUT_DIR}
 OUT=${2:?usage: make_snapshots.sh BUILD_DIR OUT_DIR}
@@ -27,8 +27,8 @@ trap 'rm -rf "$work"' EXIT
 run() {
   local name=$1 cls=$2
   shift 2
-  "$JOBHOST" run -c "$cls" "$@" -D "state.checkpoints.dir=$work/$name" -D execution.checkpointing.interval=100ms \
-    "$PLUGIN" --input "$WORDS" --rate 50 >"$work/$name.out" 2>"$work/$name.err"
+  "$JOBHOST" run -c "$cls" "$@" -D "state.checkpoints.dir=$work/$name" -D execution.checkpointing.interval=500ms \
+    "$PLUGIN" --input "$WORDS" --rate 10 >"$work/$name.out" 2>"$work/$name.err"
   local jobdir
   jobdir=$(ls -d "$work/$name"/*/)
   ls -d "$jobdir"chk-* >/dev/null  # at least one completed checkpoint

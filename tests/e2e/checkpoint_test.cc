@@ -249,3 +249,52 @@ TEST_F(Checkpoints, SocketWordCountCountsAndFailsAfterTheFourthError) {
 }
 
 }  // namespace
+
+namespace {
+
+/// A small tmpfs for disk-full tests; unavailable without mount rights (then skipped).
+struct SmallFilesystem {
+  fs::path dir;
+  bool mounted = false;
+  SmallFilesystem(const fs::path& where, const std::string& size) : dir(where) {
+    fs::create_directories(dir);
+    std::string cmd = "mount -t tmpfs -o size=" + size + " tmpfs " + dir.string() + " 2>/dev/null";
+    mounted = std::system(cmd.c_str()) == 0;
+  }
+  ~SmallFilesystem() {
+    if (mounted) std::system(("umount -l " + dir.string() + " 2>/dev/null").c_str());
+  }
+};
+
+TEST_F(Checkpoints, ACheckpointThatCannotBeWrittenIsDeclinedAndTheJobKeepsRunningWithinTheTolerance) {
+  SmallFilesystem small(tmp / "small", "400k");
+  if (!small.mounted) GTEST_SKIP() << "cannot mount a tmpfs here (needs root)";
+  // Distinct words make the state grow past what the small disk holds twice over.
+  fs::path in = tmp / "distinct.txt";
+  std::string text;
+  for (int i = 0; i < 12000; ++i) text += "word" + std::to_string(i) + "-padding-padding\n";
+  writeFile(in, text);
+  auto run = [&](const std::string& tolerable) {
+    return cli({"run", "-c", "WordCount", "-D", "state.checkpoints.dir=" + small.dir.string(), "-D",
+                "execution.checkpointing.interval=100ms", "-D", "restart-strategy.type=none", "-D",
+                "execution.checkpointing.tolerable-failed-checkpoints=" + tolerable, kPlugin, "--input", in.string(),
+                "--rate", "6000", "--output", (tmp / ("out-" + tolerable + ".txt")).string()});
+  };
+  Result tolerant = run("1000");
+  EXPECT_EQ(tolerant.exitCode, 0) << tolerant.err;
+  EXPECT_NE(tolerant.err.find("No space left on device"), std::string::npos) << tolerant.err;
+  EXPECT_NE(tolerant.err.find("completed checkpoint"), std::string::npos) << tolerant.err;
+  EXPECT_EQ(finalCounts(readFile(tmp / "out-1000.txt")).size(), 12000u);
+  // The checkpoint that completed before the disk filled is intact and restorable.
+  fs::path jobDir;
+  for (const auto& e : fs::directory_iterator(small.dir)) jobDir = e.path();
+  Result check = cli({"check", "-s", jobDir.string(), "-c", "WordCount", kPlugin, "--input", in.string()});
+  EXPECT_EQ(check.exitCode, 0) << check.err;
+  fs::remove_all(jobDir);
+
+  Result strict = run("0");
+  EXPECT_EQ(strict.exitCode, 1) << strict.err;
+  EXPECT_NE(strict.err.find("tolerable-failed-checkpoints = 0"), std::string::npos) << strict.err;
+}
+
+}  // namespace

@@ -60,6 +60,32 @@ void makeDeadSocket(const fs::path& p) {
   close(fd);
 }
 
+/// Every job this test binary starts (not only this file's) serves a control socket; jobs
+/// killed by tests would leave stale sockets in the user's runtime directory. Point
+/// XDG_RUNTIME_DIR at a private directory for the whole binary and remove it at the end.
+class PrivateRuntimeDir : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    if (const char* x = std::getenv("XDG_RUNTIME_DIR")) old_ = x;
+    std::random_device rd;
+    dir_ = fs::temp_directory_path() / ("jobhost-e2e-run-" + std::to_string(getpid()) + "-" + std::to_string(rd() % 100000));
+    fs::create_directories(dir_);
+    fs::permissions(dir_, fs::perms::owner_all, fs::perm_options::replace);
+    setenv("XDG_RUNTIME_DIR", dir_.c_str(), 1);
+  }
+  void TearDown() override {
+    if (old_) setenv("XDG_RUNTIME_DIR", old_->c_str(), 1);
+    else unsetenv("XDG_RUNTIME_DIR");
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+
+ private:
+  fs::path dir_;
+  std::optional<std::string> old_;
+};
+[[maybe_unused]] const auto* const kPrivateRuntimeDir = ::testing::AddGlobalTestEnvironment(new PrivateRuntimeDir);
+
 class Control : public Cli {
  protected:
   std::optional<std::string> oldXdg_;

@@ -92,7 +92,7 @@ int main(int argc, char** argv) {
   app.add_flag("-v,--verbose", verbose, "Debug logging");
 
   std::string infoPlugin;
-  auto* info = app.add_subcommand("info", "List the job classes of a plugin (runs no plugin code)");
+  auto* info = app.add_subcommand("info", "List the job classes of a plugin and their effective backend and checkpoint settings");
   info->add_option("plugin", infoPlugin, "The plugin library (.so)")->required();
   std::vector<std::string> infoDefines;
   std::optional<std::string> infoConfig;

@@ -137,6 +137,61 @@ TEST_F(BadInput, CorruptBytesInTheMiddleOfMetadataAreRefusedAtRestore) {
   }
 }
 
+/// The real hashmap `_metadata` with its operator list replaced by a list of `count`
+/// empty structs: 8 more bytes on disk, `count` operators for a reader that trusts it.
+/// (Found by tests/fuzz/metadata_fuzz.cc.) Cap'n Proto layout: 12-byte jobhost header,
+/// segment table (u32 count-1 = 0, u32 size in words), then the segment: root struct
+/// pointer, root struct data, its pointers (jobId, writer, backend, operators, stats).
+std::string metadataClaimingOperators(const std::string& real, uint32_t count) {
+  auto u32 = [](const std::string& s, size_t at) {
+    uint32_t v = 0;
+    for (int i = 0; i < 4; ++i) v |= uint32_t(static_cast<uint8_t>(s[at + i])) << (8 * i);
+    return v;
+  };
+  auto put32 = [](std::string& s, size_t at, uint32_t v) {
+    for (int i = 0; i < 4; ++i) s[at + i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  };
+  std::string m = real;
+  const size_t seg = 20;  // first word of the segment
+  EXPECT_EQ(u32(m, 12), 0u) << "one segment expected";
+  const uint32_t words = u32(m, 16);
+  EXPECT_EQ(m.size(), seg + size_t(words) * 8);
+  const uint32_t dataWords = u32(m, seg + 4) & 0xffff;          // root struct data size
+  const size_t operatorsPtr = 1 + dataWords + 3;                 // word index of the pointer
+  const uint32_t offset = words - static_cast<uint32_t>(operatorsPtr + 1);  // to the new tag word
+  put32(m, seg + operatorsPtr * 8, offset << 2 | 1);             // list pointer...
+  put32(m, seg + operatorsPtr * 8 + 4, 0u << 3 | 7);             // ...inline composite, 0 words
+  std::string tag(8, '\0');
+  put32(tag, 0, count << 2);                                     // count elements of 0 data, 0 pointers
+  m += tag;
+  put32(m, 16, words + 1);
+  return m;
+}
+
+// A file of 1.7 KB must not make jobhost allocate gigabytes: refused at once, exit 3.
+// Today parseMetadata() allows a traversal of 64 Mi words (512 MiB) whatever the file's
+// size, so this file parses into 60 million OperatorSnapshot objects (~7 GB) and ends in
+// std::bad_alloc ("terminate called", SIGABRT) or the OOM killer. The run is confined to
+// 4 GiB of address space so that it cannot take the machine with it.
+TEST_F(BadInput, AMetadataFileThatClaimsMillionsOfOperatorsIsRefusedQuickly) {
+  fs::path chk = copyOf("hashmap-keygroups");
+  writeFile(chk / "_metadata", metadataClaimingOperators(readFile(chk / "_metadata"), 60'000'000));
+  const auto t0 = std::chrono::steady_clock::now();
+  Result r = run({"/bin/sh", "-c", "ulimit -v 4194304 && exec \"$0\" \"$@\"", kJobhost, "check", "-s", chk.string(), "-c",
+                  "WordCount", kPlugin},
+                 tmp.path, std::chrono::seconds(60));
+  const auto seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  expectCleanFailure("a 1.7 KB _metadata claiming 60 million operators", r, 3);
+  expectHas("60 million operators", r, (chk / "_metadata").string());
+  EXPECT_LT(seconds, 5.0) << "took " << seconds << " s:\n" << r.err;
+
+  // A million operators fit in memory: still not a plausible snapshot, and must not be
+  // reported as compatible (today: exit 0, "is compatible", after ~1.5 s).
+  writeFile(chk / "_metadata", metadataClaimingOperators(readFile(kCompat / "hashmap-keygroups" / "_metadata"), 1'000'000));
+  r = failing("a _metadata claiming a million empty operators", {"check", "-s", chk.string(), "-c", "WordCount", kPlugin}, 3);
+  expectHas("a million operators", r, (chk / "_metadata").string());
+}
+
 TEST_F(BadInput, ANewerMetadataFormatVersionNamesBothVersions) {
   fs::path chk = copyOf("hashmap-keygroups");
   std::string meta = readFile(chk / "_metadata");
@@ -176,6 +231,26 @@ TEST_F(BadInput, ATruncatedSharedFileFailsTheRestoreAtOnceNamingTheFile) {
   fs::resize_file(sst, fs::file_size(sst) / 2);
   Result r = restoreFails("truncated shared file", chk, "WordCountIncremental");
   expectHas("truncated shared file", r, sst.string());
+}
+
+// Same size, garbage inside: the size check passes and RocksDB finds the damage when it
+// opens the restored instance. The message must name the snapshot's file (the one the
+// user can look at or replace), not only the temporary working copy RocksDB opened
+// (today: "... Corruption: block checksum mismatch ... in /tmp/jobhost-<id>-1/counts-0/db/000011.sst").
+TEST_F(BadInput, AGarbledSharedFileFailsTheRestoreAtOnceNamingTheSnapshotsFile) {
+  fs::path chk = chkIn(copyOf("rocksdb-incremental"));
+  std::vector<fs::path> ssts;
+  for (const auto& e : fs::directory_iterator(chk.parent_path() / "shared")) ssts.push_back(e.path());
+  ASSERT_FALSE(ssts.empty());
+  std::sort(ssts.begin(), ssts.end());
+  fs::path sst = ssts.back();
+  std::string bytes = readFile(sst);
+  ASSERT_GT(bytes.size(), 400u);
+  for (size_t i = 200; i < bytes.size() - 100; ++i) bytes[i] = '\xff';
+  writeFile(sst, bytes);
+  Result r = restoreFails("garbled shared file", chk, "WordCountIncremental");
+  expectHas("garbled shared file", r, "orrupt");
+  expectHas("garbled shared file", r, sst.string());
 }
 
 TEST_F(BadInput, ATruncatedOrGarbledKeyGroupFileFailsTheRestoreAtOnceNamingTheFile) {

@@ -114,10 +114,11 @@ TEST(CompatList, EveryCommittedSnapshotIsTested) {
   for (const auto& s : kSnapshots) listed.insert(s.dir);
   for (const auto& v : fs::directory_iterator(kCompatRoot)) {
     if (!v.is_directory()) continue;
-    for (const auto& s : fs::directory_iterator(v.path()))
-      if (s.is_directory())
-        EXPECT_TRUE(listed.count(v.path().filename().string() + "/" + s.path().filename().string()))
-            << s.path() << " is committed but not in kSnapshots of tests/e2e/compat_test.cc";
+    for (const auto& s : fs::directory_iterator(v.path())) {
+      if (!s.is_directory()) continue;
+      EXPECT_TRUE(listed.count(v.path().filename().string() + "/" + s.path().filename().string()))
+          << s.path() << " is committed but not in kSnapshots of tests/e2e/compat_test.cc";
+    }
   }
 }
 

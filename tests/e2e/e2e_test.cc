@@ -201,3 +201,53 @@ TEST_F(Cli, ACrashingPluginIsATaskFailureThatNamesTheSignalAndOperatorAndRestart
 }
 
 }  // namespace
+
+namespace {
+
+/// Pids of the direct children of `pid` (the worker of a jobhost run).
+std::vector<pid_t> childrenOf(pid_t pid) {
+  std::vector<pid_t> out;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
+  pid_t c;
+  while (in >> c) out.push_back(c);
+  return out;
+}
+
+TEST_F(Cli, AWorkerKilledLikeByTheOomKillerIsRestartedFromTheLatestCheckpointAndCountsStayExact) {
+  fs::path in = input(400);
+  std::vector<std::string> args = {"run", "-c", "WordCountIncremental", "-D", "restart-strategy.fixed-delay.delay=100ms"};
+  for (auto& f : ckFlags("100ms")) args.push_back(f);
+  args.insert(args.end(), {kPlugin, "--input", in.string(), "--rate", "2500"});
+  Process p(jobhost(args), tmp / "oom.out", tmp / "oom.err");
+  ASSERT_TRUE(waitForCheckpoint(p, 2)) << readFile(tmp / "oom.err");
+  auto workers = childrenOf(p.pid());
+  ASSERT_EQ(workers.size(), 1u) << "one worker process";
+  kill(workers[0], SIGKILL);
+  Result r = p.wait();
+  EXPECT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_NE(r.err.find("killed by SIGKILL"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("restoring from checkpoint"), std::string::npos) << r.err;
+  EXPECT_EQ(finalCounts(r.out), expectedCounts(readFile(in)));
+}
+
+TEST_F(Cli, SigtermStopsAForegroundJobCleanlyKeepsItsCheckpointsAndExits130) {
+  fs::path in = input(400);
+  std::vector<std::string> args = {"run", "-c", "WordCount"};
+  for (auto& f : ckFlags("100ms")) args.push_back(f);
+  args.insert(args.end(), {kPlugin, "--input", in.string(), "--rate", "1000"});
+  Process p(jobhost(args), tmp / "term.out", tmp / "term.err");
+  ASSERT_TRUE(waitForCheckpoint(p, 1)) << readFile(tmp / "term.err");
+  p.signal(SIGTERM);
+  Result r = p.wait(std::chrono::seconds(30));
+  EXPECT_EQ(r.exitCode, 130) << r.err;
+  EXPECT_NE(r.err.find("stopped by signal"), std::string::npos) << r.err;
+  EXPECT_TRUE(childrenOf(p.pid()).empty());
+  // The last line printed is a whole line: sinks were flushed, nothing was cut.
+  ASSERT_FALSE(r.out.empty());
+  EXPECT_EQ(r.out.back(), '\n');
+  auto dirs = jobDirs();
+  ASSERT_EQ(dirs.size(), 1u);
+  EXPECT_FALSE(completed(dirs[0]).empty()) << "RETAIN_ON_CANCELLATION is the default";
+}
+
+}  // namespace

@@ -91,8 +91,11 @@ class Process {
   void killTree() {
     kill(-pid_, SIGKILL);
     kill(pid_, SIGKILL);
-    for (int i = 0; i < 500 && (kill(-pid_, 0) == 0 || running()); ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    for (int i = 0; i < 500; ++i) {
+      bool alive = running();  // reaps the supervisor: a zombie would still count in the group
+      if (!alive && kill(-pid_, 0) != 0) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
   }
   /// Waits up to `timeout`; kills the process if it is still running then.
   Result wait(std::chrono::milliseconds timeout = std::chrono::seconds(120)) {
@@ -120,6 +123,7 @@ class Process {
     res.err = readFile(err_);
     return res;
   }
+  pid_t pid() const { return pid_; }
   bool running() {
     if (done_) return false;
     if (waitpid(pid_, &status_, WNOHANG) == pid_) done_ = true;  // reaped here: keep the status

@@ -48,8 +48,10 @@ for t in "${TARGETS[@]}"; do
   else
     status=1
     summary+=("FAIL  $t: see $log; reproducer: $(ls "$ARTIFACTS"/"$t"-* 2>/dev/null | tr '\n' ' ')")
-    # The report itself: from the sanitizer's or libFuzzer's first line of it.
-    grep -n -m1 -A40 -E '^==[0-9]+==(ERROR|WARNING)|runtime error|deadly signal|invariant violated|ERROR: libFuzzer' "$log" || tail -40 "$log"
+    # The report itself: its first line and the frames in our code.
+    echo "---- $t: $log"
+    grep -m1 -E '^==[0-9]+== ?(ERROR|WARNING)|runtime error|deadly signal|invariant violated|ERROR: libFuzzer' "$log" || tail -20 "$log"
+    grep -E '^ +#[0-9]+ .* in (jobhost::|LLVMFuzzerTestOneInput)' "$log" | head -12 | cut -c1-240 || true
   fi
   rm -rf "$scratch"
 done

@@ -38,17 +38,20 @@ complete_at() {
 # complete WORD...: completes the last word.
 complete_last() { complete_at $(($# - 1)) "$@"; }
 
+# oneline LINES: the lines joined by spaces, for messages.
+oneline() { paste -sd' ' <<<"$1"; }
 # check DESCRIPTION EXPECTED ACTUAL: EXPECTED is a space-separated candidate list.
 check() {
   local want
   want=$(tr ' ' '\n' <<<"$2" | grep -v '^$' | sort)
-  [[ $3 == "$want" ]] || fail "$1: expected [$(echo $want)], got [$(echo $3)]"
+  [[ $3 == "$want" ]] || fail "$1: expected [$(oneline "$want")], got [$(oneline "$3")]"
 }
 # has DESCRIPTION WORD ACTUAL / lacks ...: one candidate is / is not offered.
-has() { grep -qxF -- "$2" <<<"$3" || fail "$1: '$2' not offered (got: $(echo $3))"; }
+has() { grep -qxF -- "$2" <<<"$3" || fail "$1: '$2' not offered (got: $(oneline "$3"))"; }
 lacks() { ! grep -qxF -- "$2" <<<"$3" || fail "$1: '$2' offered but should not be"; }
 
-check "subcommands" "info run check inspect checkpoints convert" "$(complete_last jobhost "")"
+check "subcommands" "info run check inspect checkpoints convert gc list savepoint cancel stop" \
+  "$(complete_last jobhost "")"
 check "subcommand prefix" "check checkpoints" "$(complete_last jobhost ch)"
 check "global options" "--help --verbose --version" "$(complete_last jobhost --)"
 
@@ -59,7 +62,12 @@ done
 out=$(complete_last jobhost check --)
 has "check options" --from-snapshot "$out"
 lacks "check options" --dry-run "$out"
+has "run options" --detached "$(complete_last jobhost run --)"
 check "inspect options" "--help --json" "$(complete_last jobhost inspect --)"
+check "info options" "--help --config" "$(complete_last jobhost info --)"
+check "savepoint --format" "canonical native" "$(complete_last jobhost savepoint 3f2a --format "")"
+check "stop -p takes directories" "snapshots/chk-1" "$(complete_last jobhost stop -p snapshots/)"
+check "--restore-mode values" "claim no-claim" "$(complete_last jobhost run --restore-mode "")"
 
 check "plugin position (run)" "plugins/my_jobs.so" "$(complete_last jobhost run -p 2 plugins/)"
 check "plugin position (info)" "plugins/my_jobs.so" "$(complete_last jobhost info plugins/m)"
@@ -70,16 +78,28 @@ check "after the plugin: job arguments (any file)" "plugins/my_jobs.so plugins/n
   "$(complete_last jobhost run -c X plugins/my_jobs.so --input plugins/)"
 
 check "-D keys" "state.backend.type= state.backend.incremental=" "$(complete_last jobhost run -D state.backend.)"
+check "-D keys (info)" "state.backend.type= state.backend.incremental=" "$(complete_last jobhost info -D state.backend.)"
 check "-D values (bash splits at =)" "rocksdb" \
   "$(complete_last jobhost run -D state.backend.type = r)"
 check "-D values right after =" "hashmap rocksdb" "$(complete_last jobhost run -D state.backend.type =)"
 check "a -D pair is skipped" "plugins/my_jobs.so" \
   "$(complete_last jobhost run -D state.backend.type = rocksdb plugins/)"
 
-# -c reads the classes of the plugin on the line with `jobhost info` (the one given).
+# -c reads the classes of the plugin on the line (its .jhmeta section, or `jobhost info`).
 out=$(complete_at 3 "$jobhost" run -c "" "$plugin")
 has "-c classes" WordCount "$out"
 has "-c classes" WordCountIncremental "$out"
 check "-c class prefix" "WordCount WordCountIncremental" "$(complete_at 3 "$jobhost" run -c Word "$plugin")"
+
+if command -v readelf >/dev/null; then
+  check "-c classes from .jhmeta, no plugin code run" "WordCount WordCountIncremental" \
+    "$(complete_at 3 /nonexistent/jobhost run -c Word "$plugin")"
+fi
+# Without readelf, the classes come from `jobhost info`: hide readelf with a PATH that
+# has only the tools the fallback needs.
+mkdir -p "$work/bin"
+for tool in awk sed sort; do ln -sf "$(command -v $tool)" "$work/bin/$tool"; done
+check "-c classes without readelf" "WordCount WordCountIncremental" \
+  "$(PATH=$work/bin complete_at 3 "$jobhost" run -c Word "$plugin")"
 
 echo "PASS: bash completion"

@@ -92,9 +92,11 @@ if [[ $generator == DEB ]]; then
   fields=$(dpkg-deb -f "$pkg" Package Version Architecture Depends Recommends)
   echo "$fields"
   depends=$(dpkg-deb -f "$pkg" Depends)
-  # Debian 12 package names of the libraries jobhost links.
-  for dep in librocksdb7.8 libcapnp-0.9.2 libspdlog1.10 libfmt9 libyaml-cpp0.7 libboost-filesystem1.74.0; do
-    grep -qE "(^|[ ,])$dep([ ,(]|$)" <<<"$depends" || fail "Depends lacks $dep: $depends"
+  # Debian 12 package names of the libraries jobhost links. spdlog's shlibs name the
+  # virtual package libspdlog1.10-fmt9 (provided by libspdlog1.10): spdlog's ABI
+  # includes the fmt it was built with.
+  for dep in librocksdb7.8 libcapnp-0.9.2 'libspdlog1.10(-fmt9)?' libfmt9 libyaml-cpp0.7 libboost-filesystem1.74.0; do
+    grep -qE "(^|[ ,|])${dep//./\\.}([ ,(|]|$)" <<<"$depends" || fail "Depends lacks $dep: $depends"
   done
   grep -qw libboost-dev <<<"$(dpkg-deb -f "$pkg" Recommends)" || fail "Recommends lacks libboost-dev"
   conffiles=$(dpkg-deb -I "$pkg" conffiles 2>/dev/null) || fail "the DEB has no conffiles"

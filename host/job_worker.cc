@@ -209,8 +209,9 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
   if (!ps.ok()) {
     std::error_code rm;
     fs::remove_all(ec.localStateDir, rm);
-    int code = ps.isIncompatible() || ps.isCorruption() || ps.isNotFound() ? kExitIncompatible : kExitJobFailed;
-    return end(wire::EndKind::FAILED, ps.message(), "", "", true, code);
+    bool restoreFailure = ps.isIncompatible() || ps.isCorruption() || ps.isNotFound();
+    return end(wire::EndKind::FAILED, ps.message(), "", "", restoreFailure,
+               restoreFailure ? kExitIncompatible : kExitJobFailed);
   }
   if (coordinator) {
     coordinator->attach(exec.get());

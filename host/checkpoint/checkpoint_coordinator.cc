@@ -23,7 +23,56 @@ std::string humanBytes(uint64_t b) {
   return buf;
 }
 std::string chkDir(uint64_t id) { return "chk-" + std::to_string(id); }
+int64_t nowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 }  // namespace
+
+const char* checkpointStatusName(CheckpointRecord::Status s) {
+  switch (s) {
+    case CheckpointRecord::Status::kInProgress: return "IN_PROGRESS";
+    case CheckpointRecord::Status::kCompleted: return "COMPLETED";
+    case CheckpointRecord::Status::kFailed: return "FAILED";
+  }
+  return "?";
+}
+
+std::vector<CheckpointDependency> checkpointDependencies(const state::CheckpointMetadata& m) {
+  std::map<uint64_t, CheckpointDependency> deps;
+  std::set<std::string> seen;
+  for (const auto& op : m.operators)
+    for (const auto& sub : op.subtasks)
+      if (auto* inc = std::get_if<state::IncrementalStateHandle>(&sub.keyed))
+        for (const auto& f : inc->sharedFiles) {
+          if (f.createdByCheckpoint == m.checkpointId || !seen.insert(f.file.path).second) continue;
+          auto& d = deps[f.createdByCheckpoint];
+          d.checkpointId = f.createdByCheckpoint;
+          ++d.files;
+          d.bytes += f.file.size;
+        }
+  std::vector<CheckpointDependency> out;
+  for (auto& [id, d] : deps) out.push_back(d);
+  return out;
+}
+
+CheckpointRecord recordFromMetadata(const state::CheckpointMetadata& m, const std::string& path) {
+  CheckpointRecord r;
+  r.id = m.checkpointId;
+  r.status = CheckpointRecord::Status::kCompleted;
+  r.savepoint = m.kind == state::SnapshotKind::kSavepoint;
+  r.canonical = m.format == state::SnapshotFormat::kCanonical;
+  r.triggerTimeMs = m.timestampMs;
+  r.durationMicros = m.stats.asyncMicros;  // measured from the trigger (see finalizeLocked)
+  r.syncMicros = m.stats.syncMicros;
+  r.asyncMicros = r.durationMicros > r.syncMicros ? r.durationMicros - r.syncMicros : 0;
+  r.newBytes = m.stats.newBytes;
+  r.totalBytes = m.stats.totalBytes;
+  r.dependsOn = checkpointDependencies(m);
+  r.incremental = !r.canonical && m.backend == "rocksdb" && m.incremental;
+  r.path = path;
+  return r;
+}
 
 CheckpointCoordinator::CheckpointCoordinator(CoordinatorOptions options, std::unique_ptr<state::CheckpointStorage> storage,
                                              state::CheckpointMetadata templ, uint64_t firstCheckpointId)
@@ -62,6 +111,7 @@ state::Result<std::vector<std::string>> CheckpointCoordinator::recover() {
     retained_.push_back(std::move(*m));
   }
   while (static_cast<int>(retained_.size()) > std::max(1, options_.numRetained)) subsumeLocked();
+  for (const auto& m : retained_) recordLocked(recordFromMetadata(m, storage_->describe(chkDir(m.checkpointId))));
   std::set<std::string> referenced;
   for (const auto& m : retained_)
     for (const auto& f : m.referencedFiles()) referenced.insert(f.path);
@@ -117,6 +167,42 @@ void CheckpointCoordinator::setOnComplete(std::function<void(const state::Checkp
   onComplete_ = std::move(fn);
 }
 
+void CheckpointCoordinator::setOnHistoryChange(std::function<void(const CheckpointRecord&)> fn) {
+  std::lock_guard lock(mu_);
+  onHistory_ = std::move(fn);
+}
+
+std::vector<CheckpointRecord> CheckpointCoordinator::history() const {
+  std::lock_guard lock(mu_);
+  return {history_.begin(), history_.end()};
+}
+
+void CheckpointCoordinator::recordLocked(const CheckpointRecord& r) {
+  auto it = std::find_if(history_.rbegin(), history_.rend(), [&](const CheckpointRecord& h) {
+    return h.id == r.id && h.triggerTimeMs == r.triggerTimeMs;
+  });
+  if (it != history_.rend()) {
+    *it = r;
+  } else {
+    history_.push_back(r);
+    while (history_.size() > kHistoryLimit) history_.pop_front();
+  }
+  if (onHistory_) onHistory_(r);
+}
+
+void CheckpointCoordinator::failRecordLocked(uint64_t id, const std::string& reason) {
+  for (auto it = history_.rbegin(); it != history_.rend(); ++it) {
+    if (it->id != id || it->status != CheckpointRecord::Status::kInProgress) continue;
+    CheckpointRecord r = *it;
+    r.status = CheckpointRecord::Status::kFailed;
+    r.failureReason = reason;
+    int64_t elapsedMs = std::max<int64_t>(0, nowMs() - r.triggerTimeMs);
+    r.durationMicros = static_cast<uint64_t>(elapsedMs) * 1000;
+    recordLocked(r);
+    return;
+  }
+}
+
 bool CheckpointCoordinator::triggerCheckpoint() {
   std::lock_guard lock(mu_);
   if (!execution_ || !execution_->running()) return false;
@@ -143,6 +229,12 @@ bool CheckpointCoordinator::triggerCheckpoint() {
     pending_.reset();
     return false;
   }
+  CheckpointRecord r;
+  r.id = target.checkpointId;
+  r.triggerTimeMs = pending_->timestampMs;
+  r.incremental = template_.backend == "rocksdb" && template_.incremental;
+  r.path = storage_->describe(target.exclusiveDir);
+  recordLocked(r);
   return true;
 }
 
@@ -169,12 +261,14 @@ void CheckpointCoordinator::abortLocked(uint64_t id, const std::string& reason) 
     Status s = sp->storage->removeAll(sp->dir);
     if (!s.ok()) spdlog::warn("could not clean up {}: {}", sp->storage->describe(sp->dir), s.toString());
     sp->result = Status::IOError("savepoint failed: " + reason);
+    failRecordLocked(id, reason);
     pending_.reset();
     done_.notify_all();
     if (execution_) execution_->notifyCheckpointAborted(id);
     return;
   }
   spdlog::warn("checkpoint {} failed and was discarded: {}", id, reason);
+  failRecordLocked(id, reason);
   pending_.reset();
   done_.notify_all();
   ++consecutiveFailures_;
@@ -242,6 +336,7 @@ void CheckpointCoordinator::finalizeLocked(Pending p) {
   spdlog::info("completed checkpoint {} ({} new, {} total, {} ms): {}", p.id, humanBytes(m.stats.newBytes),
                humanBytes(m.stats.totalBytes), m.stats.asyncMicros / 1000, storage_->describe(dir));
   retained_.push_back(m);
+  recordLocked(recordFromMetadata(m, storage_->describe(dir)));
   if (execution_) execution_->notifyCheckpointComplete(p.id);
   subsumeLocked();
   if (onComplete_) onComplete_(m);
@@ -267,6 +362,13 @@ void CheckpointCoordinator::subsumeLocked() {
     s = storage_->removeAll(dir);
     if (!s.ok()) spdlog::warn("could not remove {}: {}", storage_->describe(dir), s.toString());
     spdlog::debug("subsumed checkpoint {}", old.checkpointId);
+    for (auto it = history_.rbegin(); it != history_.rend(); ++it)
+      if (it->id == old.checkpointId && it->triggerTimeMs == old.timestampMs) {
+        CheckpointRecord r = *it;
+        r.subsumed = true;
+        recordLocked(r);
+        break;
+      }
   }
 }
 
@@ -289,6 +391,7 @@ void CheckpointCoordinator::finalizeSavepointLocked(Pending p, state::Checkpoint
   std::string path = sp->storage->describe(sp->dir);
   spdlog::info("completed savepoint {} ({} total, {} ms): {}", p.id, humanBytes(m.stats.totalBytes),
                m.stats.asyncMicros / 1000, path);
+  recordLocked(recordFromMetadata(m, path));
   sp->result = path;
   done_.notify_all();
 }
@@ -331,6 +434,15 @@ state::Result<std::string> CheckpointCoordinator::triggerSavepoint(const std::st
     pending_.reset();
     return Status::InvalidArgument("the job is not running");
   }
+  {
+    CheckpointRecord r;
+    r.id = target.checkpointId;
+    r.savepoint = true;
+    r.canonical = format == state::SnapshotFormat::kCanonical;
+    r.triggerTimeMs = pending_->timestampMs;
+    r.path = req.storage->describe(req.dir);
+    recordLocked(r);
+  }
   if (!done_.wait_until(lock, deadline, [&] { return req.result.has_value(); })) {
     if (pending_ && pending_->savepoint == &req) abortLocked(pending_->id, "timed out");
     return Status::IOError("savepoint timed out");
@@ -343,6 +455,14 @@ void CheckpointCoordinator::discardAll() {
   for (const auto& m : retained_)
     if (Status s = storage_->remove(chkDir(m.checkpointId) + "/" + state::kMetadataFileName); !s.ok() && !s.isNotFound())
       spdlog::warn("could not delete checkpoint {}: {}", m.checkpointId, s.toString());
+  for (const auto& m : retained_)
+    for (auto it = history_.rbegin(); it != history_.rend(); ++it)
+      if (it->id == m.checkpointId && it->triggerTimeMs == m.timestampMs && !it->subsumed) {
+        CheckpointRecord r = *it;
+        r.subsumed = true;
+        recordLocked(r);
+        break;
+      }
   retained_.clear();
   Status s = storage_->removeAll("");
   if (!s.ok()) spdlog::warn("could not delete {}: {}", options_.storageRootDescription, s.toString());

@@ -27,6 +27,7 @@
 #include <string>
 #include <thread>
 
+#include "checkpoint/checkpoint_record.h"
 #include "jobhost/state/checkpoint_metadata.h"
 #include "jobhost/state/checkpoint_storage.h"
 #include "runtime/job_execution.h"
@@ -80,6 +81,15 @@ class CheckpointCoordinator : public CheckpointListener {
   /// Called with every completed checkpoint (for tests and status).
   void setOnComplete(std::function<void(const state::CheckpointMetadata&)> fn);
 
+  /// The newest records kept in the history (checkpoints and savepoints of this attempt,
+  /// in progress, completed, failed or subsumed; plus the checkpoints recover() found).
+  static constexpr size_t kHistoryLimit = 200;
+  /// The history, oldest first (at most kHistoryLimit records).
+  std::vector<CheckpointRecord> history() const;
+  /// Called (under the coordinator's lock: do not call back into it) with a record each
+  /// time one is added or changes: triggered, completed, failed, subsumed.
+  void setOnHistoryChange(std::function<void(const CheckpointRecord&)> fn);
+
   void acknowledge(uint64_t checkpointId, TaskSnapshot snapshot) override;
   void decline(uint64_t checkpointId, const state::Status& reason) override;
 
@@ -103,6 +113,10 @@ class CheckpointCoordinator : public CheckpointListener {
   void abortLocked(uint64_t id, const std::string& reason);
   void subsumeLocked();
   void loop();
+  /// Adds `r`, or replaces the record with the same id and trigger time; notifies.
+  void recordLocked(const CheckpointRecord& r);
+  /// The newest IN_PROGRESS record of checkpoint `id` becomes FAILED with `reason`.
+  void failRecordLocked(uint64_t id, const std::string& reason);
 
   CoordinatorOptions options_;
   std::unique_ptr<state::CheckpointStorage> storage_;
@@ -118,6 +132,8 @@ class CheckpointCoordinator : public CheckpointListener {
   int consecutiveFailures_ = 0;                  // guarded by mu_
   bool stop_ = false;                            // guarded by mu_
   std::function<void(const state::CheckpointMetadata&)> onComplete_;
+  std::deque<CheckpointRecord> history_;         // guarded by mu_
+  std::function<void(const CheckpointRecord&)> onHistory_;  // guarded by mu_
   std::thread thread_;
 };
 

@@ -50,6 +50,45 @@ struct JobStatus {
   recordsIn @13 :UInt64;
   recordsOut @14 :UInt64;
   pid @15 :Int32;
+  lastFailureMs @16 :Int64;     # epoch ms of lastFailure; 0: none
+  checkpointsCompleted @17 :UInt64;  # since the job started, all attempts
+  checkpointsFailed @18 :UInt64;
+}
+
+enum CheckpointStatus {
+  inProgress @0;
+  completed @1;
+  failed @2;
+}
+
+# One entry of a job's checkpoint history (host/checkpoint/checkpoint_record.h).
+struct CheckpointRecord {
+  id @0 :UInt64;
+  status @1 :CheckpointStatus;
+  savepoint @2 :Bool;           # kind: savepoint, else checkpoint
+  incremental @3 :Bool;         # rocksdb incremental (may reference older checkpoints' files)
+  canonical @4 :Bool;           # canonical format (savepoints)
+  triggerTimeMs @5 :Int64;      # epoch ms
+  durationMicros @6 :UInt64;    # trigger to published _metadata
+  syncMicros @7 :UInt64;        # synchronous part (slowest task)
+  asyncMicros @8 :UInt64;       # the rest: durationMicros - syncMicros
+  newBytes @9 :UInt64;          # files written by this checkpoint
+  totalBytes @10 :UInt64;       # all files it references (shared files included)
+  dependsOn @11 :List(Dependency);  # older checkpoints whose files it references
+  path @12 :Text;               # absolute directory
+  failureReason @13 :Text;
+  subsumed @14 :Bool;           # deleted by retention since it completed
+
+  struct Dependency {
+    checkpointId @0 :UInt64;
+    files @1 :UInt32;
+    bytes @2 :UInt64;
+  }
+}
+
+struct ConfigEntry {
+  key @0 :Text;
+  value @1 :Text;
 }
 
 interface JobControlService {
@@ -69,4 +108,11 @@ interface JobControlService {
 
   stop @3 (targetDir :Text) -> (savepointPath :Text);
   # A savepoint, then a clean stop (sinks flushed).
+
+  checkpointHistory @4 () -> (records :List(CheckpointRecord));
+  # The newest checkpoints and savepoints (at most 200), oldest first, including failed and
+  # subsumed ones. Jobs of older jobhost versions answer UNIMPLEMENTED.
+
+  configuration @5 () -> (entries :List(ConfigEntry));
+  # The configuration in effect (all layers applied), sorted by key.
 }

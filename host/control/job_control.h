@@ -1,5 +1,5 @@
 // host/control/job_control.h — what a running job offers its control endpoint:
-// status, savepoints, cancel and stop. Implemented by the job runner; called by the
+// status, checkpoint history, configuration, savepoints, cancel and stop. Implemented by the job runner; called by the
 // control server (Cap'n Proto RPC over a Unix socket) from its own thread.
 //
 // Thread-safety: every method is thread-safe and may block (savepoints take as long as
@@ -7,9 +7,12 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "checkpoint/checkpoint_record.h"
 #include "jobhost/state/keyed_backend.h"
 #include "jobhost/state/status.h"
 
@@ -34,12 +37,21 @@ struct JobStatusInfo {
   uint64_t recordsIn = 0;
   uint64_t recordsOut = 0;
   int pid = 0;
+  int64_t lastFailureMs = 0;          // epoch ms of lastFailure; 0: none
+  uint64_t checkpointsCompleted = 0;  // since the job started (all attempts)
+  uint64_t checkpointsFailed = 0;
 };
 
 class JobControl {
  public:
   virtual ~JobControl() = default;
   virtual JobStatusInfo status() = 0;
+  /// The newest checkpoints and savepoints (at most CheckpointCoordinator::kHistoryLimit),
+  /// oldest first, including failed and subsumed ones. (Not pure: older implementations,
+  /// e.g. test doubles, answer with an empty history.)
+  virtual std::vector<CheckpointRecord> checkpointHistory() { return {}; }
+  /// The configuration in effect (every layer applied): key -> value.
+  virtual std::map<std::string, std::string> configuration() { return {}; }
   /// A savepoint into `targetDir` (default: state.savepoints.dir). Returns its path.
   virtual state::Result<std::string> savepoint(const std::optional<std::string>& targetDir,
                                                state::SnapshotFormat format) = 0;

@@ -614,10 +614,13 @@ Status JobExecution::prepare(const RestoreSource* source) {
       }
       t.contexts.push_back(std::move(ctx));
     }
-    try {
-      for (size_t i = 0; i < t.ops.size(); ++i) t.ops[i]->open(*t.contexts[i]);
-    } catch (const std::exception& e) {
-      return Status::InvalidArgument("operator '" + t.nodes.back()->name + "' failed to open: " + e.what());
+    // Not a restore failure: opening (e.g. connecting a socket) may succeed on a retry.
+    for (size_t i = 0; i < t.ops.size(); ++i) {
+      try {
+        t.ops[i]->open(*t.contexts[i]);
+      } catch (const std::exception& e) {
+        return Status::IOError("operator '" + t.nodes[i]->name + "' " + t.label + " failed to open: " + e.what());
+      }
     }
   }
   return Status::OK();

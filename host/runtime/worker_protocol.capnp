@@ -39,7 +39,40 @@ struct FromWorker {
       restoreFailure @12 :Bool;
       exitCode @13 :Int32;
     }
+    checkpointEvent @14 :CheckpointEvent;  # a history record was added or changed
   }
+}
+
+# One record of the coordinator's checkpoint history (checkpoint/checkpoint_record.h);
+# (id, triggerTimeMs) identifies it.
+struct CheckpointEvent {
+  id @0 :UInt64;
+  status @1 :CheckpointStatus;
+  savepoint @2 :Bool;
+  incremental @3 :Bool;
+  canonical @4 :Bool;
+  triggerTimeMs @5 :Int64;
+  durationMicros @6 :UInt64;
+  syncMicros @7 :UInt64;
+  asyncMicros @8 :UInt64;
+  newBytes @9 :UInt64;
+  totalBytes @10 :UInt64;
+  dependsOn @11 :List(Dependency);
+  path @12 :Text;
+  failureReason @13 :Text;
+  subsumed @14 :Bool;
+
+  struct Dependency {
+    checkpointId @0 :UInt64;
+    files @1 :UInt32;
+    bytes @2 :UInt64;
+  }
+}
+
+enum CheckpointStatus {
+  inProgress @0;
+  completed @1;
+  failed @2;
 }
 
 enum EndKind {

@@ -242,8 +242,9 @@ TEST_F(Checkpoints, SocketWordCountCountsAndFailsAfterTheFourthError) {
     EXPECT_EQ(r.exitCode, 1) << r.err;
     EXPECT_NE(r.err.find("Recovery is suppressed by FixedDelayRestartStrategy(maxAttempts=3"), std::string::npos) << r.err;
   }
-  Result refused = cli({"run", "-c", "WordCount", "-D", "restart-strategy.type=none", kPlugin, "--port", "1"});
+  Result refused = cli({"run", "-c", "WordCount", "-D", "restart-strategy.fixed-delay.delay=10ms", kPlugin, "--port", "1"});
   EXPECT_EQ(refused.exitCode, 1);
+  EXPECT_NE(refused.err.find("attempt 3 failed"), std::string::npos) << "a refused connection is retried: " << refused.err;
   EXPECT_NE(refused.err.find("cannot connect to localhost:1"), std::string::npos) << refused.err;
   EXPECT_NE(refused.err.find("nc -lk 1"), std::string::npos) << refused.err;
 }

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <iostream>
 #include <map>
@@ -22,6 +23,7 @@
 #include <thread>
 
 #include "checkpoint/checkpoint_coordinator.h"
+#include "checkpoint/checkpoint_record_capnp.h"
 #include "checkpoint/preflight.h"
 #include "control/control_server.h"
 #include "control/job_control.h"
@@ -130,6 +132,15 @@ class JobRunner : public JobControl {
     return info_;
   }
 
+  std::vector<CheckpointRecord> checkpointHistory() override {
+    std::lock_guard lock(mu_);
+    return {history_.begin(), history_.end()};
+  }
+
+  std::map<std::string, std::string> configuration() override {
+    return setup_.config.effective();  // built before the control endpoint starts; read-only since
+  }
+
   state::Result<std::string> savepoint(const std::optional<std::string>& targetDir,
                                        state::SnapshotFormat format) override {
     std::string dir = targetDir.value_or(setup_.savepointDir);
@@ -200,6 +211,11 @@ class JobRunner : public JobControl {
     changed_.notify_all();
   }
   void signalReady();
+  /// A record from the worker: replaces the one with the same id and trigger time, or is
+  /// appended (the newest kHistoryLimit are kept); counts completions and failures.
+  void recordCheckpointLocked(const CheckpointRecord& r);
+  /// After a worker ended: what it left in progress will never complete.
+  void failInProgressLocked(const std::string& reason);
   /// Reads the worker's messages until it closes the channel; returns its end report.
   std::optional<std::tuple<wire::EndKind, std::string, std::string, std::string, bool, int>> readWorker(int fd);
 
@@ -214,8 +230,39 @@ class JobRunner : public JobControl {
   std::map<uint64_t, state::Result<std::string>> savepoints_;  // guarded by mu_
   bool cancelRequested_ = false;       // guarded by mu_
   bool stopped_ = false;               // guarded by mu_
+  std::deque<CheckpointRecord> history_;  // guarded by mu_
   bool readySignalled_ = false;
 };
+
+void JobRunner::recordCheckpointLocked(const CheckpointRecord& r) {
+  auto it = std::find_if(history_.rbegin(), history_.rend(), [&](const CheckpointRecord& h) {
+    return h.id == r.id && h.triggerTimeMs == r.triggerTimeMs;
+  });
+  auto before = it != history_.rend() ? std::optional(it->status) : std::nullopt;
+  if (!r.savepoint && before != r.status) {
+    if (r.status == CheckpointRecord::Status::kCompleted) ++info_.checkpointsCompleted;
+    if (r.status == CheckpointRecord::Status::kFailed) ++info_.checkpointsFailed;
+  }
+  if (it != history_.rend()) {
+    *it = r;
+    return;
+  }
+  history_.push_back(r);
+  while (history_.size() > CheckpointCoordinator::kHistoryLimit) history_.pop_front();
+}
+
+void JobRunner::failInProgressLocked(const std::string& reason) {
+  auto now = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+                 .count();
+  for (auto& h : history_) {
+    if (h.status != CheckpointRecord::Status::kInProgress) continue;
+    CheckpointRecord r = h;
+    r.status = CheckpointRecord::Status::kFailed;
+    r.failureReason = reason;
+    r.durationMicros = static_cast<uint64_t>(std::max<int64_t>(0, now - r.triggerTimeMs)) * 1000;
+    recordCheckpointLocked(r);
+  }
+}
 
 void JobRunner::signalReady() {
   if (readySignalled_) return;
@@ -260,6 +307,12 @@ std::optional<std::tuple<wire::EndKind, std::string, std::string, std::string, b
           else
             savepoints_.emplace(d.getRequestId(), std::string(d.getPath().cStr()));
           changed_.notify_all();
+          break;
+        }
+        case wire::FromWorker::CHECKPOINT_EVENT: {
+          CheckpointRecord r = readCheckpointRecord(m.getCheckpointEvent());
+          std::lock_guard lock(mu_);
+          recordCheckpointLocked(r);
           break;
         }
         case wire::FromWorker::ENDED: {
@@ -388,6 +441,7 @@ int JobRunner::run() {
     {
       std::lock_guard lock(mu_);
       workerChannel_ = -1;
+      failInProgressLocked("the job attempt ended before it completed");
       changed_.notify_all();
     }
     close(w.channel);
@@ -455,6 +509,9 @@ int JobRunner::run() {
     {
       std::lock_guard lock(mu_);
       info_.lastFailure = where + message;
+      info_.lastFailureMs = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                std::chrono::system_clock::now().time_since_epoch())
+                                .count();
     }
     std::chrono::milliseconds delay{0};
     if (!restart->onFailure(&delay)) {

@@ -18,6 +18,23 @@ std::string defaultCheckpointDir() {
   if (const char* h = std::getenv("HOME")) return (fs::path(h) / ".jobhost" / "checkpoints").string();
   return (fs::temp_directory_path() / "jobhost-checkpoints").string();
 }
+/// A storage location key as a local path: a plain path or a file:/// URI. Other schemes
+/// are refused (the storage interface allows adding them later).
+std::string localPathOf(const Configuration& config, const std::string& key) {
+  std::string v = config.get(key).value_or("");
+  if (v.rfind("file://", 0) == 0) {
+    std::string path = v.substr(7);
+    if (path.empty() || path[0] != '/')
+      throw ConfigError(key + " = '" + v + "': a file URI needs an absolute path, e.g. file:///var/lib/jobhost");
+    return path;
+  }
+  auto colon = v.find("://");
+  if (colon != std::string::npos)
+    throw ConfigError(key + " = '" + v + "' (from " + config.origin(key) + "): the storage scheme '" +
+                      v.substr(0, colon) + "' is not supported; use a local path or file:///");
+  return v;
+}
+
 }  // namespace
 
 void loadUserConfiguration(const std::optional<std::string>& configFile, const std::vector<std::string>& defines,
@@ -81,9 +98,9 @@ int setupJob(const RunOptions& o, JobSetup* s) {
     s->tolerableFailures =
         static_cast<int>(config.getInt("execution.checkpointing.tolerable-failed-checkpoints", 0, 1000000));
     createRestartStrategy(config);  // validates the restart-strategy.* keys now
-    std::string dir = config.get("state.checkpoints.dir").value_or("");
+    std::string dir = localPathOf(config, "state.checkpoints.dir");
     s->checkpointDir = fs::absolute(dir.empty() ? defaultCheckpointDir() : dir).string();
-    s->savepointDir = config.get("state.savepoints.dir").value_or("");
+    s->savepointDir = localPathOf(config, "state.savepoints.dir");
     std::string retention = config.getString("execution.checkpointing.externalized-checkpoint-retention");
     if (retention != "RETAIN_ON_CANCELLATION" && retention != "DELETE_ON_CANCELLATION")
       throw ConfigError("execution.checkpointing.externalized-checkpoint-retention = '" + retention +

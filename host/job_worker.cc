@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "checkpoint/checkpoint_coordinator.h"
+#include "checkpoint/checkpoint_record_capnp.h"
 #include "job_setup.h"
 #include "runtime/worker_protocol.capnp.h"
 
@@ -171,6 +172,11 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
       return end(wire::EndKind::FAILED, "cannot read the job's checkpoints: " + removed.status().message(), "", "",
                  true, kExitIncompatible);
     for (const auto& r : *removed) spdlog::info("cleaned up {}", r);
+    // The supervisor keeps the history across attempts (it already has what recover()
+    // found): from here on every change goes to it.
+    coordinator->setOnHistoryChange([&channel](const CheckpointRecord& r) {
+      channel.send([&](wire::FromWorker::Builder b) { writeCheckpointRecord(b.initCheckpointEvent(), r); });
+    });
     if (o.claimSnapshot && initial)
       coordinator->setOnComplete([&initial, done = false](const state::CheckpointMetadata&) mutable {
         if (done) return;

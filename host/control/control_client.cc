@@ -18,6 +18,7 @@
 #include <cstring>
 #include <functional>
 
+#include "checkpoint/checkpoint_record_capnp.h"
 #include "control/control.capnp.h"
 #include "control/control_server.h"
 
@@ -171,6 +172,9 @@ kj::Promise<JobStatusInfo> requestStatus(rpc::JobControlService::Client& s) {
     s.recordsIn = w.getRecordsIn();
     s.recordsOut = w.getRecordsOut();
     s.pid = w.getPid();
+    s.lastFailureMs = w.getLastFailureMs();
+    s.checkpointsCompleted = w.getCheckpointsCompleted();
+    s.checkpointsFailed = w.getCheckpointsFailed();
     return s;
   });
 }
@@ -226,6 +230,34 @@ state::Result<std::string> callStop(const std::string& socketPath, const std::op
         req.setTargetDir(text(targetDir));
         return req.send().then(
             [](capnp::Response<rpc::JobControlService::StopResults>&& r) { return str(r.getSavepointPath()); });
+      });
+}
+
+state::Result<std::vector<CheckpointRecord>> callCheckpointHistory(const std::string& socketPath,
+                                                                  std::chrono::milliseconds timeout) {
+  ClientIo io;
+  return io.call<std::vector<CheckpointRecord>>(
+      socketPath, timeout, "job " + jobOf(socketPath), [&](rpc::JobControlService::Client& s) {
+        return s.checkpointHistoryRequest().send().then(
+            [](capnp::Response<rpc::JobControlService::CheckpointHistoryResults>&& r) {
+              std::vector<CheckpointRecord> out;
+              for (auto rec : r.getRecords()) out.push_back(readCheckpointRecord(rec));
+              return out;
+            });
+      });
+}
+
+state::Result<std::map<std::string, std::string>> callConfiguration(const std::string& socketPath,
+                                                                    std::chrono::milliseconds timeout) {
+  ClientIo io;
+  return io.call<std::map<std::string, std::string>>(
+      socketPath, timeout, "job " + jobOf(socketPath), [&](rpc::JobControlService::Client& s) {
+        return s.configurationRequest().send().then(
+            [](capnp::Response<rpc::JobControlService::ConfigurationResults>&& r) {
+              std::map<std::string, std::string> out;
+              for (auto e : r.getEntries()) out[str(e.getKey())] = str(e.getValue());
+              return out;
+            });
       });
 }
 

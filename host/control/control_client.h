@@ -10,6 +10,7 @@
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -47,6 +48,12 @@ state::Result<std::string> callSavepoint(const std::string& socketPath, const st
 state::Result<std::string> callCancel(const std::string& socketPath, bool withSavepoint,
                                       const std::optional<std::string>& targetDir,
                                       std::chrono::milliseconds timeout = kSavepointTimeout);
+/// The job's checkpoint history (oldest first; see JobControl::checkpointHistory).
+state::Result<std::vector<CheckpointRecord>> callCheckpointHistory(const std::string& socketPath,
+                                                                  std::chrono::milliseconds timeout = kStatusTimeout);
+/// The job's configuration in effect.
+state::Result<std::map<std::string, std::string>> callConfiguration(const std::string& socketPath,
+                                                                    std::chrono::milliseconds timeout = kStatusTimeout);
 state::Result<std::string> callStop(const std::string& socketPath, const std::optional<std::string>& targetDir,
                                     std::chrono::milliseconds timeout = kSavepointTimeout);
 

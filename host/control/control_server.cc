@@ -24,6 +24,7 @@
 #include <mutex>
 #include <thread>
 
+#include "checkpoint/checkpoint_record_capnp.h"
 #include "control/control.capnp.h"
 
 namespace jobhost::host {
@@ -327,7 +328,33 @@ class ServiceImpl final : public rpc::JobControlService::Server {
       b.setRecordsIn(s.recordsIn);
       b.setRecordsOut(s.recordsOut);
       b.setPid(s.pid);
+      b.setLastFailureMs(s.lastFailureMs);
+      b.setCheckpointsCompleted(s.checkpointsCompleted);
+      b.setCheckpointsFailed(s.checkpointsFailed);
     });
+  }
+
+  kj::Promise<void> checkpointHistory(CheckpointHistoryContext context) override {
+    JobControl& job = impl_.job;
+    return impl_.offload<std::vector<CheckpointRecord>>([&job] { return job.checkpointHistory(); })
+        .then([context](std::vector<CheckpointRecord> records) mutable {
+          auto list = context.getResults().initRecords(static_cast<unsigned>(records.size()));
+          for (unsigned i = 0; i < records.size(); ++i) writeCheckpointRecord(list[i], records[i]);
+        });
+  }
+
+  kj::Promise<void> configuration(ConfigurationContext context) override {
+    JobControl& job = impl_.job;
+    return impl_.offload<std::map<std::string, std::string>>([&job] { return job.configuration(); })
+        .then([context](std::map<std::string, std::string> entries) mutable {
+          auto list = context.getResults().initEntries(static_cast<unsigned>(entries.size()));
+          unsigned i = 0;
+          for (const auto& [k, v] : entries) {
+            list[i].setKey(text(k));
+            list[i].setValue(text(v));
+            ++i;
+          }
+        });
   }
 
   kj::Promise<void> savepoint(SavepointContext context) override {

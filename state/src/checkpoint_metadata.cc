@@ -5,6 +5,7 @@
 #include <capnp/serialize.h>
 #include <kj/exception.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "checkpoint_metadata.capnp.h"
@@ -223,7 +224,9 @@ Result<CheckpointMetadata> parseMetadata(std::string_view bytes, const std::stri
   Status err;
   try {
     capnp::ReaderOptions opts;
-    opts.traversalLimitInWords = 64 * 1024 * 1024;
+    // Bound the work by the file's size: a small corrupt file must not claim millions of
+    // (zero-sized) elements. Cap'n Proto counts every list element as at least one word.
+    opts.traversalLimitInWords = std::max<uint64_t>(4096, words.size() * 4);
     capnp::FlatArrayMessageReader reader(words.asPtr(), opts);
     auto root = reader.getRoot<schema::CheckpointMetadata>();
     m.formatVersion = root.getFormatVersion();
@@ -311,6 +314,8 @@ Result<CheckpointMetadata> parseMetadata(std::string_view bytes, const std::stri
     }
   } catch (const kj::Exception& e) {
     return Status::Corruption(where + " is truncated or corrupt: " + std::string(e.getDescription().cStr()));
+  } catch (const std::exception& e) {  // e.g. bad_alloc from an implausible count
+    return Status::Corruption(where + " is corrupt: " + e.what());
   }
   if (!err.ok()) return Status::Corruption(where + ": " + err.message());
   return m;

@@ -833,6 +833,28 @@ class RocksDbBackend final : public KeyedStateBackend {
 // ----------------------------------------------------------------------------------
 // Restore
 
+namespace {
+/// RocksDB names the local copy of a file it cannot read (".../db/000011.sst"); add which
+/// file of the snapshot that is, so the user knows what is broken where.
+Status nameSnapshotFiles(const Status& s, CheckpointStorage& st, const std::vector<const KeyedStateHandle*>& handles) {
+  std::string msg = s.message();
+  std::string extra;
+  for (const KeyedStateHandle* h : handles) {
+    const auto* inc = std::get_if<IncrementalStateHandle>(h);
+    if (!inc) continue;
+    for (const auto* list : {&inc->sharedFiles, &inc->privateFiles})
+      for (const auto& f : *list)
+        if (msg.find("/" + f.localName) != std::string::npos && extra.find(f.file.path) == std::string::npos)
+          extra += (extra.empty() ? "" : ", ") + st.describe(f.file.path) + " (local copy " + f.localName + ")";
+  }
+  if (extra.empty()) return s;
+  std::string named = msg + "; the damaged snapshot file: " + extra;
+  if (s.isCorruption()) return Status::Corruption(named);
+  if (s.isNotFound()) return Status::NotFound(named);
+  return Status::IOError(named);
+}
+}  // namespace
+
 Status RocksDbBackend::restore(const RestoreInput& input) {
   if (input.storage == nullptr)
     return Status::InvalidArgument("rocksdb restore: no checkpoint storage");
@@ -861,6 +883,7 @@ Status RocksDbBackend::restore(const RestoreInput& input) {
       if (!s.ok()) break;
     }
   }
+  if (!s.ok()) s = nameSnapshotFiles(s, st, handles);
   // A restored backend is a new lineage that depends on none of the restored files.
   backendId_ = randomBackendId();
   {

@@ -299,3 +299,68 @@ TEST_F(Checkpoints, ACheckpointThatCannotBeWrittenIsDeclinedAndTheJobKeepsRunnin
 }
 
 }  // namespace
+
+namespace {
+
+TEST_F(Checkpoints, NoClaimNeverTouchesTheRestoredSnapshotAndClaimDeletesItAfterTheFirstOwnCheckpoint) {
+  fs::path chk = checkpointOf("WordCountIncremental");
+  fs::path sourceJob = chk.parent_path();
+  auto before = treeChecksums(sourceJob);
+  fs::path in = input(100);
+  auto restore = [&](const std::string& mode) {
+    std::vector<std::string> args = {"run", "-s", chk.string(), "-c", "WordCountIncremental", "--restore-mode", mode};
+    for (auto& f : ckFlags("50ms")) args.push_back(f);
+    args.insert(args.end(), {kPlugin, "--input", in.string(), "--rate", "3000"});
+    return cli(args);
+  };
+  Result noClaim = restore("no-claim");
+  ASSERT_EQ(noClaim.exitCode, 0) << noClaim.err;
+  EXPECT_GE(std::count(noClaim.err.begin(), noClaim.err.end(), '\n'), 3);
+  EXPECT_NE(noClaim.err.find("completed checkpoint"), std::string::npos) << noClaim.err;
+  EXPECT_EQ(treeChecksums(sourceJob), before) << "no-claim must leave the snapshot byte for byte as it was";
+
+  Result claim = restore("claim");
+  ASSERT_EQ(claim.exitCode, 0) << claim.err;
+  EXPECT_NE(claim.err.find("deleted the claimed snapshot"), std::string::npos) << claim.err;
+  EXPECT_FALSE(fs::exists(chk / "_metadata"));
+  // The new job's own checkpoints restore without the claimed files.
+  fs::path newest;
+  for (const auto& d : jobDirs())
+    if (d != sourceJob && !completed(d).empty() && claim.err.find(d.filename().string()) != std::string::npos) newest = d;
+  ASSERT_FALSE(newest.empty());
+  Result check = cli({"check", "-s", newest.string(), "-c", "WordCountIncremental", kPlugin, "--input", in.string()});
+  EXPECT_EQ(check.exitCode, 0) << check.err;
+}
+
+TEST_F(Checkpoints, CancellingDeletesCheckpointsOnlyWithDeleteOnCancellation) {
+  for (const std::string retention : {"DELETE_ON_CANCELLATION", "RETAIN_ON_CANCELLATION"}) {
+    fs::remove_all(ckdir());
+    std::vector<std::string> args = {"run", "-c", "WordCount", "-D",
+                                     "execution.checkpointing.externalized-checkpoint-retention=" + retention};
+    for (auto& f : ckFlags("100ms")) args.push_back(f);
+    args.insert(args.end(), {kPlugin, "--input", input(400).string(), "--rate", "1000"});
+    Process p(jobhost(args), tmp / "cancel.out", tmp / "cancel.err");
+    ASSERT_TRUE(waitForCheckpoint(p, 1)) << readFile(tmp / "cancel.err");
+    fs::path jobDir = jobDirs().at(0);
+    Result c = cli({"cancel", jobDir.filename().string()});
+    EXPECT_EQ(c.exitCode, 0) << c.err << c.out;
+    Result r = p.wait(std::chrono::seconds(60));
+    EXPECT_EQ(r.exitCode, 0) << r.err;
+    if (retention == "DELETE_ON_CANCELLATION")
+      EXPECT_FALSE(fs::exists(jobDir)) << "checkpoints of a cancelled job are deleted";
+    else
+      EXPECT_FALSE(completed(jobDir).empty()) << "checkpoints of a cancelled job are kept";
+  }
+}
+
+TEST_F(Checkpoints, ACheckpointDirectoryGivenAsAFileUriWorksAndOtherSchemesAreRefused) {
+  Result ok = cli({"run", "-c", "WordCount", "-D", "state.checkpoints.dir=file://" + ckdir().string(), kPlugin,
+                   "--input", kWords});
+  EXPECT_EQ(ok.exitCode, 0) << ok.err;
+  EXPECT_EQ(jobDirs().size(), 1u);
+  Result bad = cli({"run", "-c", "WordCount", "-D", "state.checkpoints.dir=s3://bucket/ck", kPlugin, "--input", kWords});
+  EXPECT_EQ(bad.exitCode, 2);
+  EXPECT_NE(bad.err.find("storage scheme 's3' is not supported"), std::string::npos) << bad.err;
+}
+
+}  // namespace

@@ -1,0 +1,106 @@
+# host/ui/ui_api.capnp — the JSON documents of `jobhost ui`'s REST API (README "Web
+# dashboard"), encoded with capnp::JsonCodec. Field names are the JSON keys.
+#
+# JsonCodec writes 64-bit integers as JSON strings; counts, bytes, ids and epoch
+# milliseconds are therefore Float64 here (exact up to 2^53, which is what JavaScript can
+# hold anyway) so that they are JSON numbers.
+@0xb5e3f1a4c7d20e91;
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("jobhost::host::uiapi");
+
+struct Job {
+  id @0 :Text;                  # 32 hex digits
+  jobClass @1 :Text;
+  pluginPath @2 :Text;          # absolute; only the file name for jobs known from disk alone
+  backend @3 :Text;             # "hashmap", "rocksdb (incremental)", ...
+  parallelism @4 :Int32;
+  status @5 :Text;              # CREATED RUNNING RESTARTING CANCELLING FINISHED FAILED CANCELED, or ENDED
+  running @6 :Bool;             # answers on its control socket
+  source @7 :Text;              # "control" (a running job) or "disk" (found under the checkpoint directory)
+  startTimeMs @8 :Float64;      # epoch ms; 0 if unknown
+  restarts @9 :Int32;
+  lastFailure @10 :Text;        # the cause of the last failure ("" if none)
+  lastFailureTimeMs @11 :Float64;
+  recordsIn @12 :Float64;
+  recordsOut @13 :Float64;
+  sampledAtMs @14 :Float64;     # when the counters were read (for rates)
+  lastCheckpointId @15 :Float64;
+  lastCheckpointPath @16 :Text;
+  checkpointDir @17 :Text;      # <state.checkpoints.dir>/<jobId>
+  checkpointsCompleted @18 :Float64;
+  checkpointsFailed @19 :Float64;
+  pid @20 :Int32;
+}
+
+struct JobList {
+  jobs @0 :List(Job);
+  readOnly @1 :Bool;            # savepoint and cancel are disabled
+  checkpointDir @2 :Text;       # where finished jobs are looked for
+  problems @3 :List(Text);      # jobs that could not be asked, ...
+  serverTimeMs @4 :Float64;
+}
+
+struct ConfigEntry {
+  key @0 :Text;
+  value @1 :Text;
+}
+
+struct JobDetail {
+  job @0 :Job;
+  configuration @1 :List(ConfigEntry);  # in effect (running jobs; else the last seen)
+  readOnly @2 :Bool;
+}
+
+struct Dependency {
+  checkpointId @0 :Float64;
+  files @1 :UInt32;
+  bytes @2 :Float64;
+}
+
+struct Checkpoint {
+  id @0 :Float64;
+  status @1 :Text;              # COMPLETED, FAILED, IN_PROGRESS
+  kind @2 :Text;                # checkpoint, savepoint
+  type @3 :Text;                # full, incremental, canonical, native
+  triggerTimeMs @4 :Float64;
+  durationMs @5 :Float64;       # end to end
+  syncDurationMs @6 :Float64;
+  asyncDurationMs @7 :Float64;
+  newBytes @8 :Float64;
+  totalBytes @9 :Float64;
+  dependsOn @10 :List(Float64); # checkpoint ids whose files it references
+  dependencies @11 :List(Dependency);
+  path @12 :Text;
+  failureReason @13 :Text;
+  subsumed @14 :Bool;           # deleted by retention
+  restorable @15 :Bool;         # complete and still on disk
+  restoreCommand @16 :Text;     # jobhost run -s <path> -c <Class> <plugin.so>; "" unless restorable
+}
+
+struct CheckpointList {
+  jobId @0 :Text;
+  jobClass @1 :Text;
+  source @2 :Text;              # "control" or "disk"
+  checkpoints @3 :List(Checkpoint);  # oldest first
+}
+
+struct SavepointRequest {
+  format @0 :Text;              # "canonical" (default) or "native"; nothing else is accepted
+}
+
+struct SavepointResult {
+  jobId @0 :Text;
+  path @1 :Text;
+  restoreCommand @2 :Text;
+}
+
+struct CancelResult {
+  jobId @0 :Text;
+  status @1 :Text;
+}
+
+struct Error {
+  status @0 :Int32;
+  error @1 :Text;
+}

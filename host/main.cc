@@ -12,6 +12,7 @@
 #include "job_runner.h"
 #include "job_worker.h"
 #include "jobhost/version.h"
+#include "ui/dashboard.h"
 
 using namespace jobhost::host;
 
@@ -207,6 +208,31 @@ int main(int argc, char** argv) {
       "Example:\n  jobhost stop --savepoint-path /savepoints 3f2a\n\n"
       "Exit codes:\n  0  stopped\n  1  the savepoint failed (the job keeps running)\n  2  bad arguments or unknown job id\n");
 
+  // The web dashboard and REST API (host/ui/, README "Web dashboard").
+  UiCommandOptions uiOpts;
+  auto* ui = app.add_subcommand("ui", "Serve the web dashboard and REST API for the jobs of this user on this machine");
+  ui->add_option("--port", uiOpts.port, "TCP port (0: any free port; the address is printed)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
+  ui->add_option("--address", uiOpts.address,
+                 "Address to bind; loopback by default (anything else serves every machine that can reach it, "
+                 "without authentication)")
+      ->capture_default_str();
+  ui->add_option("--checkpoint-dir", uiOpts.checkpointDir,
+                 "Where to look for finished jobs (default: state.checkpoints.dir of the configuration)");
+  ui->add_flag("--read-only", uiOpts.readOnly, "Disable savepoint and cancel (also: ui.read-only: true in the configuration)");
+  ui->add_option("--config", uiOpts.configFile, "YAML configuration file, as for run")->check(CLI::ExistingFile);
+  ui->add_option("-D", uiOpts.defines, "Configuration override key=value (repeatable), as for run")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  ui->footer(
+      "Examples:\n"
+      "  jobhost ui                                  # prints: Dashboard: http://127.0.0.1:8081/\n"
+      "  jobhost ui --port 0 --read-only             # any free port; no savepoint or cancel\n"
+      "  curl -s http://127.0.0.1:8081/api/jobs      # the REST API (README \"Web dashboard\")\n\n"
+      "Exit codes:\n  2    bad arguments or configuration, or the address cannot be bound\n"
+      "  130  stopped by Ctrl-C or SIGTERM\n");
+
   try {
     std::vector<std::string> reversed(args.rbegin(), args.rend());
     app.parse(reversed);
@@ -234,6 +260,7 @@ int main(int argc, char** argv) {
   if (*convert) return convertCommand(convertFrom, convertTo);
   if (*gc) return gcCommand(gcDir);
   if (*list) return listCommand();
+  if (*ui) return uiCommand(uiOpts);
   if (*savepoint) {
     if (disposePath) {
       if (!savepointJob.empty()) {

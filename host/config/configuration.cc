@@ -162,6 +162,7 @@ std::optional<std::chrono::milliseconds> parseDuration(const std::string& text) 
   else if (unit == "min" || unit == "m" || unit == "minute" || unit == "minutes") ms = n * 60000;
   else if (unit == "h" || unit == "hour" || unit == "hours") ms = n * 3600000;
   else return std::nullopt;
+  if (!(ms >= 0) || ms > 9.0e15) return std::nullopt;  // beyond ~285,000 years: a typo
   return std::chrono::milliseconds(static_cast<int64_t>(ms));
 }
 

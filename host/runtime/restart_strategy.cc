@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <climits>
 
+#include <fmt/format.h>
+
 namespace jobhost::host {
 
 using Clock = std::chrono::steady_clock;
@@ -76,7 +78,7 @@ class ExponentialDelay : public RestartStrategy {
   }
   std::string describe() const override {
     return "ExponentialDelayRestartStrategy(initialBackoff=" + formatDuration(initial_) +
-           ", maxBackoff=" + formatDuration(max_) + ", multiplier=" + std::to_string(mult_).substr(0, 4) +
+           ", maxBackoff=" + formatDuration(max_) + ", multiplier=" + fmt::format("{:g}", mult_) +
            ", attempts=" + std::to_string(attempts_) + ")";
   }
 

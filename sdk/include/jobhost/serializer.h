@@ -192,6 +192,10 @@ struct Serializer<std::vector<T>> {
   }
   static std::vector<T> read(ByteReader& r) {
     uint64_t n = r.readVarint();
+    // Elements take at least a byte unless T encodes to nothing; never trust a count that
+    // could only be met by millions of empty elements.
+    if (n > r.remaining() && n > (uint64_t{1} << 20))
+      throw SerializationError("implausible element count " + std::to_string(n));
     std::vector<T> v;
     v.reserve(std::min<uint64_t>(n, r.remaining()));
     for (uint64_t i = 0; i < n; ++i) v.push_back(Serializer<T>::read(r));

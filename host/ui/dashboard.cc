@@ -1,0 +1,597 @@
+// The REST API and page of `jobhost ui` (see dashboard.h); the HTTP server is in
+// http_server.cc.
+#include "ui/dashboard.h"
+
+// GCC 12 reports a false -Wmaybe-uninitialized inside kj/capnp templates.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <capnp/compat/json.h>
+#include <capnp/message.h>
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <set>
+
+#include "checkpoint/checkpoint_coordinator.h"
+#include "control/control_client.h"
+#include "control/control_server.h"
+#include "ui/ui_api.capnp.h"
+#include "ui/ui_assets.h"
+
+namespace jobhost::host {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr size_t kJobIdLength = 32;
+constexpr size_t kMaxSeenJobs = 1000;
+constexpr size_t kMaxDiskJobs = 200;  // newest job directories listed
+constexpr std::chrono::milliseconds kUiSavepointTimeout = std::chrono::minutes(10);
+
+int64_t nowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+bool isHex(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
+
+/// A job id as jobhost makes them: 32 lower-case hex digits.
+bool isJobId(const std::string& s) {
+  return s.size() == kJobIdLength && std::all_of(s.begin(), s.end(), [](char c) { return isHex(c) && !std::isupper(c); });
+}
+
+/// A job id or a prefix of one from a URL: 1 to 32 hex digits; lower-cased.
+std::optional<std::string> jobIdPrefix(const std::string& s) {
+  if (s.empty() || s.size() > kJobIdLength || !std::all_of(s.begin(), s.end(), isHex)) return std::nullopt;
+  std::string out = s;
+  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return std::tolower(c); });
+  return out;
+}
+
+capnp::Text::Reader text(const std::string& s) { return capnp::Text::Reader(s.data(), s.size()); }
+
+template <class Reader>
+std::string encode(Reader r) {
+  capnp::JsonCodec codec;
+  kj::String s = codec.encode(r);
+  return std::string(s.cStr(), s.size());
+}
+
+HttpReply json(int status, std::string body) { return HttpReply{status, "application/json; charset=utf-8", std::move(body)}; }
+
+HttpReply error(int status, const std::string& message) {
+  capnp::MallocMessageBuilder m;
+  auto e = m.initRoot<uiapi::Error>();
+  e.setStatus(status);
+  e.setError(text(message));
+  return json(status, encode(e.asReader()));
+}
+
+HttpReply asset(std::string_view body, const char* type) { return HttpReply{200, type, std::string(body)}; }
+
+/// The path of a request target, split at '/'. nullopt if it is not an origin-form path
+/// ("/..."). One trailing slash is ignored; empty segments ("//") are kept (and match no
+/// route).
+std::optional<std::vector<std::string>> segments(const std::string& target) {
+  std::string path = target.substr(0, target.find_first_of("?#"));
+  if (path.empty() || path[0] != '/') return std::nullopt;
+  if (path.size() > 1 && path.back() == '/') path.pop_back();
+  std::vector<std::string> out;
+  if (path == "/") return out;
+  size_t pos = 1;
+  for (;;) {
+    size_t next = path.find('/', pos);
+    out.push_back(path.substr(pos, next == std::string::npos ? std::string::npos : next - pos));
+    if (next == std::string::npos) break;
+    pos = next + 1;
+  }
+  return out;
+}
+
+std::string statusOf(const JobStatusInfo& s) { return jobStateName(s.state); }
+
+void fillJob(uiapi::Job::Builder b, const JobStatusInfo& s, bool running, const std::string& source,
+             const std::string& status, int64_t sampledAtMs) {
+  b.setId(text(s.jobId));
+  b.setJobClass(text(s.jobClass));
+  b.setPluginPath(text(s.pluginPath));
+  b.setBackend(text(s.backend));
+  b.setParallelism(s.parallelism);
+  b.setStatus(text(status));
+  b.setRunning(running);
+  b.setSource(text(source));
+  b.setStartTimeMs(static_cast<double>(s.startedMs));
+  b.setRestarts(s.restarts);
+  b.setLastFailure(text(s.lastFailure));
+  b.setLastFailureTimeMs(static_cast<double>(s.lastFailureMs));
+  b.setRecordsIn(static_cast<double>(s.recordsIn));
+  b.setRecordsOut(static_cast<double>(s.recordsOut));
+  b.setSampledAtMs(static_cast<double>(sampledAtMs));
+  b.setLastCheckpointId(static_cast<double>(s.lastCheckpointId));
+  b.setLastCheckpointPath(text(s.lastCheckpointPath));
+  b.setCheckpointDir(text(s.checkpointDir));
+  b.setCheckpointsCompleted(static_cast<double>(s.checkpointsCompleted));
+  b.setCheckpointsFailed(static_cast<double>(s.checkpointsFailed));
+  b.setPid(running ? s.pid : 0);
+}
+
+bool hasMetadata(const std::string& dir) {
+  if (dir.empty()) return false;
+  std::error_code ec;
+  return fs::is_regular_file(fs::path(dir) / state::kMetadataFileName, ec);
+}
+
+void fillCheckpoint(uiapi::Checkpoint::Builder b, const CheckpointRecord& r, const std::string& jobClass,
+                    const std::string& plugin) {
+  b.setId(static_cast<double>(r.id));
+  b.setStatus(checkpointStatusName(r.status));
+  b.setKind(r.savepoint ? "savepoint" : "checkpoint");
+  b.setType(r.canonical ? "canonical" : r.incremental ? "incremental" : r.savepoint ? "native" : "full");
+  b.setTriggerTimeMs(static_cast<double>(r.triggerTimeMs));
+  b.setDurationMs(static_cast<double>(r.durationMicros) / 1000.0);
+  b.setSyncDurationMs(static_cast<double>(r.syncMicros) / 1000.0);
+  b.setAsyncDurationMs(static_cast<double>(r.asyncMicros) / 1000.0);
+  b.setNewBytes(static_cast<double>(r.newBytes));
+  b.setTotalBytes(static_cast<double>(r.totalBytes));
+  auto ids = b.initDependsOn(static_cast<unsigned>(r.dependsOn.size()));
+  auto deps = b.initDependencies(static_cast<unsigned>(r.dependsOn.size()));
+  for (unsigned i = 0; i < r.dependsOn.size(); ++i) {
+    ids.set(i, static_cast<double>(r.dependsOn[i].checkpointId));
+    deps[i].setCheckpointId(static_cast<double>(r.dependsOn[i].checkpointId));
+    deps[i].setFiles(r.dependsOn[i].files);
+    deps[i].setBytes(static_cast<double>(r.dependsOn[i].bytes));
+  }
+  b.setPath(text(r.path));
+  b.setFailureReason(text(r.failureReason));
+  b.setSubsumed(r.subsumed);
+  bool restorable = r.status == CheckpointRecord::Status::kCompleted && !r.subsumed && hasMetadata(r.path);
+  b.setRestorable(restorable);
+  b.setRestoreCommand(restorable ? text(Dashboard::restoreCommand(r.path, jobClass, plugin)) : text(""));
+}
+
+/// Subdirectories of `dir` whose names are job ids, newest first (by modification time).
+std::vector<std::string> jobDirectories(const std::string& dir) {
+  std::vector<std::pair<fs::file_time_type, std::string>> found;
+  std::error_code ec;
+  for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    std::string name = it->path().filename().string();
+    std::error_code e2;
+    if (!isJobId(name) || !it->is_directory(e2) || it->is_symlink(e2)) continue;
+    found.emplace_back(fs::last_write_time(it->path(), e2), name);
+  }
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<std::string> out;
+  for (auto& [t, name] : found) out.push_back(name);
+  return out;
+}
+
+/// Job ids with a control socket in the runtime directory (checked as discoverJobs does).
+std::set<std::string> socketJobIds() {
+  std::set<std::string> out;
+  std::string dir = runtimeDirPath();
+  struct stat st {};
+  if (lstat(dir.c_str(), &st) != 0) return out;
+  auto checked = ensureRuntimeDir();
+  if (!checked.ok()) return out;
+  if (DIR* d = opendir(checked->c_str())) {
+    while (dirent* e = readdir(d)) {
+      std::string name = e->d_name;
+      if (name.size() == kJobIdLength + 5 && name.compare(kJobIdLength, 5, ".sock") == 0 &&
+          isJobId(name.substr(0, kJobIdLength)))
+        out.insert(name.substr(0, kJobIdLength));
+    }
+    closedir(d);
+  }
+  return out;
+}
+
+bool sameRecord(const CheckpointRecord& a, const CheckpointRecord& b) {
+  return a.id == b.id && a.triggerTimeMs == b.triggerTimeMs;
+}
+
+}  // namespace
+
+struct Dashboard::Target {
+  std::string id;
+  std::optional<JobStatusInfo> running;  // it answered on its control socket
+  std::string socketPath;
+};
+
+struct Dashboard::DiskJob {
+  JobStatusInfo status;  // what the files and the dashboard's memory tell
+  std::string source;
+  std::string state;
+};
+
+Dashboard::Dashboard(Options options) : options_(std::move(options)) {}
+
+std::string Dashboard::restoreCommand(const std::string& path, const std::string& jobClass, const std::string& plugin) {
+  auto quote = [](const std::string& s) {
+    bool plain = !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) || std::string_view("_-./:=@%+,").find(c) != std::string_view::npos;
+    });
+    if (plain) return s;
+    std::string q = "'";
+    for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return q + "'";
+  };
+  return "jobhost run -s " + quote(path) + " -c " + quote(jobClass) + " " + quote(plugin);
+}
+
+std::optional<HttpReply> Dashboard::quick(const std::string& method, const std::string& target) const {
+  bool get = method == "GET" || method == "HEAD";
+  auto seg = segments(target);
+  if (!seg) return error(400, "bad request target: expected a path starting with '/'");
+  auto onlyGet = [&](HttpReply r) -> HttpReply { return get ? r : error(405, "method not allowed: use GET"); };
+  if (seg->empty() || (seg->size() == 1 && (*seg)[0] == "index.html"))
+    return onlyGet(asset(ui_assets::kIndexHtml, "text/html; charset=utf-8"));
+  if (seg->size() == 1 && (*seg)[0] == "app.js") return onlyGet(asset(ui_assets::kAppJs, "text/javascript; charset=utf-8"));
+  if (seg->size() == 1 && (*seg)[0] == "app.css") return onlyGet(asset(ui_assets::kAppCss, "text/css; charset=utf-8"));
+  if (seg->empty() || (*seg)[0] != "api") return HttpReply{404, "text/plain; charset=utf-8", "not found\n"};
+  const auto& s = *seg;
+  if (s.size() < 2 || s[1] != "jobs") return error(404, "no such API endpoint; see README \"Web dashboard\"");
+  if (s.size() == 2) return get ? std::nullopt : std::optional(error(405, "method not allowed: use GET"));
+  if (s.size() > 4) return error(404, "no such API endpoint; see README \"Web dashboard\"");
+  if (!jobIdPrefix(s[2])) return error(400, "invalid job id: expected 32 hex digits or a unique prefix of them");
+  if (s.size() == 3 || s[3] == "checkpoints")
+    return get ? std::nullopt : std::optional(error(405, "method not allowed: use GET"));
+  if (s[3] == "savepoints" || s[3] == "cancel") {
+    if (method != "POST") return error(405, "method not allowed: use POST");
+    if (options_.readOnly)
+      return error(403, "this dashboard is read-only (--read-only or ui.read-only: true): savepoints and cancel are disabled");
+    return std::nullopt;
+  }
+  return error(404, "no such API endpoint; see README \"Web dashboard\"");
+}
+
+HttpReply Dashboard::handle(const std::string& method, const std::string& target, const std::string& body) {
+  if (auto r = quick(method, target)) return *r;
+  auto s = *segments(target);  // quick() accepted it: /api/jobs[/<id>[/<what>]]
+  try {
+    if (s.size() == 2) return listJobs();
+    std::string id = *jobIdPrefix(s[2]);
+    if (s.size() == 3) return jobDetail(id);
+    if (s[3] == "checkpoints") return checkpoints(id);
+    if (s[3] == "savepoints") return savepoint(id, body);
+    if (s[3] == "cancel") return cancel(id);
+  } catch (const std::exception& e) {
+    return error(500, std::string("internal error: ") + e.what());
+  } catch (const kj::Exception& e) {
+    return error(500, std::string("internal error: ") + e.getDescription().cStr());
+  }
+  return error(404, "no such API endpoint");
+}
+
+// ---------------------------------------------------------------------------------------
+// What the dashboard knows
+
+void Dashboard::remember(const JobStatusInfo& s) {
+  std::lock_guard lock(mu_);
+  auto& e = seen_[s.jobId];
+  e.status = s;
+  e.lastSeenMs = nowMs();
+  if (seen_.size() > kMaxSeenJobs) {
+    auto oldest = std::min_element(seen_.begin(), seen_.end(),
+                                   [](const auto& a, const auto& b) { return a.second.lastSeenMs < b.second.lastSeenMs; });
+    seen_.erase(oldest);
+  }
+}
+
+std::optional<Dashboard::Seen> Dashboard::seen(const std::string& id) const {
+  std::lock_guard lock(mu_);
+  auto it = seen_.find(id);
+  if (it == seen_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::string Dashboard::jobDirOf(const std::string& id) const {
+  if (auto s = seen(id); s && !s->status.checkpointDir.empty()) return s->status.checkpointDir;
+  return (fs::path(options_.checkpointDir) / id).string();  // id: validated job id
+}
+
+std::optional<Dashboard::DiskJob> Dashboard::diskJob(const std::string& id, const std::string& jobDir) const {
+  DiskJob j;
+  auto remembered = seen(id);
+  if (remembered) {
+    j.status = remembered->status;
+    j.source = "disk";
+    // The socket goes away before the process ends: the final state is unknown unless the
+    // job already reported it.
+    auto st = remembered->status.state;
+    j.state = st == JobState::kFinished || st == JobState::kFailed || st == JobState::kCanceled ? statusOf(remembered->status)
+                                                                                                : "ENDED";
+  }
+  std::error_code ec;
+  if (fs::is_directory(jobDir, ec)) {
+    auto latest = resolveSnapshot(jobDir);
+    if (latest.ok()) {
+      const auto& m = latest->metadata;
+      if (!remembered) {
+        j.status.jobId = id;
+        j.status.jobClass = m.jobClass;
+        j.status.pluginPath = m.pluginFile;  // only the file name is recorded
+        j.status.backend = m.backend + (m.backend == "rocksdb" && m.incremental ? " (incremental)" : "");
+        j.status.parallelism = m.parallelism;
+        j.source = "disk";
+        j.state = "ENDED";
+      }
+      j.status.checkpointDir = jobDir;
+      j.status.lastCheckpointId = m.checkpointId;
+      j.status.lastCheckpointPath = latest->directory;
+    } else if (!remembered) {
+      return std::nullopt;  // no complete checkpoint: nothing to show or restore
+    }
+  } else if (!remembered) {
+    return std::nullopt;
+  }
+  return j;
+}
+
+std::vector<CheckpointRecord> Dashboard::diskHistory(const std::string& jobDir) const {
+  std::vector<std::pair<uint64_t, fs::path>> chks;
+  std::error_code ec;
+  for (auto it = fs::directory_iterator(jobDir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    std::string n = it->path().filename().string();
+    std::error_code e2;
+    if (n.size() <= 4 || n.rfind("chk-", 0) != 0 || !it->is_directory(e2) || it->is_symlink(e2)) continue;
+    if (!std::all_of(n.begin() + 4, n.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }) ||
+        n.size() > 24)
+      continue;
+    chks.emplace_back(std::stoull(n.substr(4)), it->path());
+  }
+  std::sort(chks.begin(), chks.end());
+  std::vector<CheckpointRecord> out;
+  for (const auto& [id, p] : chks) {
+    if (!hasMetadata(p.string())) {
+      CheckpointRecord r;
+      r.id = id;
+      r.status = CheckpointRecord::Status::kFailed;
+      r.path = p.string();
+      r.failureReason = "incomplete: no _metadata (it never completed)";
+      out.push_back(r);
+      continue;
+    }
+    auto snap = resolveSnapshot(p.string());
+    if (!snap.ok()) {
+      CheckpointRecord r;
+      r.id = id;
+      r.status = CheckpointRecord::Status::kFailed;
+      r.path = p.string();
+      r.failureReason = "unreadable _metadata: " + snap.status().message();
+      out.push_back(r);
+      continue;
+    }
+    out.push_back(recordFromMetadata(snap->metadata, snap->directory));
+  }
+  return out;
+}
+
+std::optional<Dashboard::Target> Dashboard::resolve(const std::string& prefix, HttpReply* err) {
+  std::set<std::string> sockets = socketJobIds();
+  std::set<std::string> ids = sockets;
+  for (const auto& d : jobDirectories(options_.checkpointDir)) ids.insert(d);
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [id, s] : seen_) ids.insert(id);
+  }
+  std::vector<std::string> matches;
+  for (const auto& id : ids)
+    if (id.compare(0, prefix.size(), prefix) == 0) matches.push_back(id);
+  if (matches.empty()) {
+    *err = error(404, "no job with id " + prefix + " (neither running nor under " + options_.checkpointDir + ")");
+    return std::nullopt;
+  }
+  if (matches.size() > 1) {
+    *err = error(400, "job id prefix " + prefix + " is ambiguous: it matches " + std::to_string(matches.size()) + " jobs");
+    return std::nullopt;
+  }
+  Target t;
+  t.id = matches[0];
+  if (sockets.count(t.id)) {
+    t.socketPath = controlSocketPath(runtimeDirPath(), t.id);
+    auto s = callStatus(t.socketPath);
+    if (s.ok() && s->jobId == t.id) {
+      remember(*s);
+      t.running = *s;
+    }
+  }
+  return t;
+}
+
+// ---------------------------------------------------------------------------------------
+// Endpoints
+
+HttpReply Dashboard::listJobs() {
+  std::vector<std::string> stale, problems;
+  auto running = discoverJobs(&stale, &problems);
+  int64_t sampled = nowMs();
+  for (const auto& j : running) remember(j.status);
+  std::set<std::string> listed;
+  for (const auto& j : running) listed.insert(j.jobId);
+
+  std::vector<DiskJob> ended;
+  auto addEnded = [&](const std::string& id, const std::string& dir) {
+    if (listed.count(id)) return;
+    if (auto d = diskJob(id, dir)) {
+      listed.insert(id);
+      ended.push_back(std::move(*d));
+    }
+  };
+  auto dirs = jobDirectories(options_.checkpointDir);
+  if (dirs.size() > kMaxDiskJobs) dirs.resize(kMaxDiskJobs);
+  for (const auto& id : dirs) addEnded(id, (fs::path(options_.checkpointDir) / id).string());
+  std::vector<std::string> remembered;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [id, s] : seen_) remembered.push_back(id);
+  }
+  for (const auto& id : remembered) addEnded(id, jobDirOf(id));
+  std::sort(ended.begin(), ended.end(), [](const DiskJob& a, const DiskJob& b) {
+    return a.status.startedMs != b.status.startedMs ? a.status.startedMs > b.status.startedMs
+                                                    : a.status.jobId < b.status.jobId;
+  });
+
+  capnp::MallocMessageBuilder m;
+  auto list = m.initRoot<uiapi::JobList>();
+  auto jobs = list.initJobs(static_cast<unsigned>(running.size() + ended.size()));
+  unsigned i = 0;
+  for (const auto& j : running) fillJob(jobs[i++], j.status, true, "control", statusOf(j.status), sampled);
+  for (const auto& d : ended) fillJob(jobs[i++], d.status, false, d.source, d.state, sampled);
+  list.setReadOnly(options_.readOnly);
+  list.setCheckpointDir(text(options_.checkpointDir));
+  auto probs = list.initProblems(static_cast<unsigned>(problems.size()));
+  for (unsigned k = 0; k < problems.size(); ++k) probs.set(k, text(problems[k]));
+  list.setServerTimeMs(static_cast<double>(sampled));
+  return json(200, encode(list.asReader()));
+}
+
+HttpReply Dashboard::jobDetail(const std::string& prefix) {
+  HttpReply err;
+  auto t = resolve(prefix, &err);
+  if (!t) return err;
+  capnp::MallocMessageBuilder m;
+  auto detail = m.initRoot<uiapi::JobDetail>();
+  std::map<std::string, std::string> config;
+  if (t->running) {
+    fillJob(detail.initJob(), *t->running, true, "control", statusOf(*t->running), nowMs());
+    auto c = callConfiguration(t->socketPath);
+    if (c.ok()) {
+      config = *c;
+      std::lock_guard lock(mu_);
+      seen_[t->id].configuration = config;
+    }
+  } else {
+    auto d = diskJob(t->id, jobDirOf(t->id));
+    if (!d) return error(404, "job " + t->id + " has ended and left no complete checkpoint");
+    fillJob(detail.initJob(), d->status, false, d->source, d->state, nowMs());
+    if (auto s = seen(t->id)) config = s->configuration;
+  }
+  auto entries = detail.initConfiguration(static_cast<unsigned>(config.size()));
+  unsigned i = 0;
+  for (const auto& [k, v] : config) {
+    entries[i].setKey(text(k));
+    entries[i].setValue(text(v));
+    ++i;
+  }
+  detail.setReadOnly(options_.readOnly);
+  return json(200, encode(detail.asReader()));
+}
+
+HttpReply Dashboard::checkpoints(const std::string& prefix) {
+  HttpReply err;
+  auto t = resolve(prefix, &err);
+  if (!t) return err;
+  std::vector<CheckpointRecord> records;
+  std::string jobClass, plugin, source;
+  if (t->running) {
+    jobClass = t->running->jobClass;
+    plugin = t->running->pluginPath;
+    source = "control";
+    auto h = callCheckpointHistory(t->socketPath);
+    if (h.ok()) {
+      records = std::move(*h);
+      std::lock_guard lock(mu_);
+      seen_[t->id].history = records;
+    } else if (!t->running->checkpointDir.empty()) {
+      records = diskHistory(t->running->checkpointDir);  // a job of an older jobhost
+    }
+  } else {
+    auto d = diskJob(t->id, jobDirOf(t->id));
+    if (!d) return error(404, "job " + t->id + " has ended and left no complete checkpoint");
+    jobClass = d->status.jobClass;
+    plugin = d->status.pluginPath;
+    source = "disk";
+    if (auto s = seen(t->id)) records = s->history;  // what it reported while running
+    for (auto& r : diskHistory(jobDirOf(t->id))) {
+      auto it = std::find_if(records.begin(), records.end(), [&](const auto& x) { return sameRecord(x, r); });
+      if (it == records.end()) {
+        // An incomplete directory of a checkpoint the job reported as failed is that one.
+        bool known = std::any_of(records.begin(), records.end(), [&](const auto& x) { return x.id == r.id; });
+        if (!known || r.status == CheckpointRecord::Status::kCompleted) records.push_back(r);
+      }
+    }
+    for (auto& r : records)
+      if (r.status == CheckpointRecord::Status::kInProgress) {
+        r.status = CheckpointRecord::Status::kFailed;
+        r.failureReason = "the job ended before it completed";
+      }
+    std::stable_sort(records.begin(), records.end(), [](const auto& a, const auto& b) {
+      return a.triggerTimeMs != b.triggerTimeMs && a.triggerTimeMs && b.triggerTimeMs ? a.triggerTimeMs < b.triggerTimeMs
+                                                                                      : a.id < b.id;
+    });
+  }
+  capnp::MallocMessageBuilder m;
+  auto list = m.initRoot<uiapi::CheckpointList>();
+  list.setJobId(text(t->id));
+  list.setJobClass(text(jobClass));
+  list.setSource(text(source));
+  auto out = list.initCheckpoints(static_cast<unsigned>(records.size()));
+  for (unsigned i = 0; i < records.size(); ++i) fillCheckpoint(out[i], records[i], jobClass, plugin);
+  return json(200, encode(list.asReader()));
+}
+
+HttpReply Dashboard::savepoint(const std::string& prefix, const std::string& body) {
+  if (options_.readOnly) return error(403, "this dashboard is read-only");
+  // The body may choose the format, nothing else (never a path).
+  state::SnapshotFormat format = state::SnapshotFormat::kCanonical;
+  if (body.find_first_not_of(" \t\r\n") != std::string::npos) {
+    capnp::MallocMessageBuilder m;
+    auto req = m.initRoot<uiapi::SavepointRequest>();
+    try {
+      capnp::JsonCodec codec;
+      codec.setRejectUnknownFields(true);
+      codec.setMaxNestingDepth(4);
+      codec.decode(kj::ArrayPtr<const char>(body.data(), body.size()), capnp::toDynamic(req));
+    } catch (const kj::Exception&) {
+      return error(400, "the body must be a JSON object {\"format\": \"canonical\" | \"native\"} and nothing else");
+    }
+    std::string f = req.hasFormat() ? std::string(req.getFormat().cStr()) : "";
+    if (f == "native") format = state::SnapshotFormat::kNative;
+    else if (!f.empty() && f != "canonical") return error(400, "format must be \"canonical\" or \"native\"");
+  }
+  HttpReply err;
+  auto t = resolve(prefix, &err);
+  if (!t) return err;
+  if (!t->running) return error(409, "job " + t->id + " is not running");
+  if (t->running->state != JobState::kRunning)
+    return error(409, "job " + t->id + " is " + statusOf(*t->running) + "; savepoints need a RUNNING job");
+  auto config = callConfiguration(t->socketPath);
+  if (config.ok()) {
+    auto it = config->find("state.savepoints.dir");
+    if (it == config->end() || it->second.empty())
+      return error(409, "job " + t->id +
+                            " has no state.savepoints.dir; start it with -D state.savepoints.dir=<dir> (the dashboard "
+                            "never takes a directory from the request)");
+  }
+  if (t->running->checkpointDir.empty()) return error(409, "job " + t->id + " runs without checkpointing");
+  auto path = callSavepoint(t->socketPath, std::nullopt, format, kUiSavepointTimeout);
+  if (!path.ok()) return error(500, path.status().message());
+  capnp::MallocMessageBuilder m;
+  auto res = m.initRoot<uiapi::SavepointResult>();
+  res.setJobId(text(t->id));
+  res.setPath(text(*path));
+  res.setRestoreCommand(text(restoreCommand(*path, t->running->jobClass, t->running->pluginPath)));
+  return json(200, encode(res.asReader()));
+}
+
+HttpReply Dashboard::cancel(const std::string& prefix) {
+  if (options_.readOnly) return error(403, "this dashboard is read-only");
+  HttpReply err;
+  auto t = resolve(prefix, &err);
+  if (!t) return err;
+  if (!t->running) return error(409, "job " + t->id + " is not running");
+  auto r = callCancel(t->socketPath, false, std::nullopt, kStatusTimeout);
+  if (!r.ok()) return error(500, r.status().message());
+  capnp::MallocMessageBuilder m;
+  auto res = m.initRoot<uiapi::CancelResult>();
+  res.setJobId(text(t->id));
+  res.setStatus("CANCELLING");
+  return json(200, encode(res.asReader()));
+}
+
+}  // namespace jobhost::host

@@ -40,9 +40,22 @@ std::string localPathOf(const Configuration& config, const std::string& key) {
 void loadUserConfiguration(const std::optional<std::string>& configFile, const std::vector<std::string>& defines,
                            const std::optional<int>& parallelism, Configuration* config) {
   std::optional<std::string> file = configFile;
-  if (!file)
-    if (const char* d = std::getenv("JOBHOST_CONF_DIR"); d && fs::exists(fs::path(d) / "config.yaml"))
-      file = (fs::path(d) / "config.yaml").string();
+  if (!file) {
+    // $JOBHOST_CONF_DIR, else the installed default next to the binary, else /etc/jobhost.
+    std::vector<fs::path> dirs;
+    if (const char* d = std::getenv("JOBHOST_CONF_DIR")) dirs.emplace_back(d);
+    else {
+      std::error_code ec;
+      fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+      if (!ec) dirs.push_back(exe.parent_path().parent_path() / "etc" / "jobhost");
+      dirs.emplace_back("/etc/jobhost");
+    }
+    for (const auto& d : dirs)
+      if (fs::exists(d / "config.yaml")) {
+        file = (d / "config.yaml").string();
+        break;
+      }
+  }
   if (file) config->loadYamlFile(*file);
   for (const auto& d : defines) config->setFromArgument(d);
   if (parallelism) config->set("parallelism.default", std::to_string(*parallelism), Configuration::Layer::kCommandLine);

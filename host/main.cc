@@ -30,7 +30,7 @@ void addRunOptions(CLI::App* cmd, RunOptions& o) {
   cmd->add_option("-c,--class", o.jobClass, "Job class to run (optional if the plugin has one class)");
   cmd->add_option("-p,--parallelism", o.parallelism, "Subtasks per keyed operator (parallelism.default)")
       ->check(CLI::Range(1, 32768));
-  cmd->add_option("-D", o.defines, "Configuration override key=value (repeatable)")
+  cmd->add_option("-D", o.defines, "Configuration override key=value (repeatable; keys: README \"Configuration\")")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("--config", o.configFile, "YAML configuration file (default: $JOBHOST_CONF_DIR/config.yaml)")
@@ -84,10 +84,10 @@ int main(int argc, char** argv) {
   spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e %^%-5l%$ %v");
   if (const char* lvl = std::getenv("JOBHOST_LOG_LEVEL")) spdlog::set_level(spdlog::level::from_str(lvl));
 
-  CLI::App app{"jobhost — run stateful streaming jobs from a plugin library"};
+  CLI::App app{"jobhost — run stateful streaming jobs from a plugin library", "jobhost"};
   app.footer(kExitCodes);
   app.require_subcommand(1);
-  app.set_version_flag("--version", std::string("jobhost ") + JOBHOST_SDK_VERSION + " (SDK " + JOBHOST_SDK_VERSION +
+  app.set_version_flag("--version", std::string("jobhost ") + JOBHOST_VERSION + " (SDK " + JOBHOST_SDK_VERSION +
                                         ", ABI " + JOBHOST_ABI_TAG + ")");
   bool verbose = false;
   app.add_flag("-v,--verbose", verbose, "Debug logging");

@@ -16,7 +16,10 @@ start=$(date +%s)
 
 launcher=()
 if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DJOBHOST_SANITIZE=ON "${launcher[@]}" >/dev/null
+# -O1 -g1: about twice as fast to compile as -O2 -g, still file:line in every report;
+# assertions stay on (no NDEBUG).
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1" -DJOBHOST_SANITIZE=ON \
+  "${launcher[@]}" >/dev/null
 targets=(jobhost_unit_tests jobhost_rocksdb_tests jobhost_plugin_tests)
 ninja -C "$BUILD" -j"$JOBS" "${targets[@]}"
 built=$(date +%s)

@@ -169,10 +169,10 @@ std::string metadataClaimingOperators(const std::string& real, uint32_t count) {
 }
 
 // A file of 1.7 KB must not make jobhost allocate gigabytes: refused at once, exit 3.
-// Today parseMetadata() allows a traversal of 64 Mi words (512 MiB) whatever the file's
-// size, so this file parses into 60 million OperatorSnapshot objects (~7 GB) and ends in
-// std::bad_alloc ("terminate called", SIGABRT) or the OOM killer. The run is confined to
-// 4 GiB of address space so that it cannot take the machine with it.
+// (Regression: parseMetadata() used to allow a traversal of 64 Mi words whatever the
+// file's size, so this file parsed into 60 million OperatorSnapshot objects, ~7 GB, and
+// ended in std::bad_alloc — "terminate called", SIGABRT — or the OOM killer.) The run is
+// confined to 4 GiB of address space so that a regression cannot take the machine down.
 TEST_F(BadInput, AMetadataFileThatClaimsMillionsOfOperatorsIsRefusedQuickly) {
   fs::path chk = copyOf("hashmap-keygroups");
   writeFile(chk / "_metadata", metadataClaimingOperators(readFile(chk / "_metadata"), 60'000'000));
@@ -186,7 +186,7 @@ TEST_F(BadInput, AMetadataFileThatClaimsMillionsOfOperatorsIsRefusedQuickly) {
   EXPECT_LT(seconds, 5.0) << "took " << seconds << " s:\n" << r.err;
 
   // A million operators fit in memory: still not a plausible snapshot, and must not be
-  // reported as compatible (today: exit 0, "is compatible", after ~1.5 s).
+  // reported as compatible (it used to be: exit 0, "is compatible", after ~1.5 s).
   writeFile(chk / "_metadata", metadataClaimingOperators(readFile(kCompat / "hashmap-keygroups" / "_metadata"), 1'000'000));
   r = failing("a _metadata claiming a million empty operators", {"check", "-s", chk.string(), "-c", "WordCount", kPlugin}, 3);
   expectHas("a million operators", r, (chk / "_metadata").string());
@@ -236,7 +236,8 @@ TEST_F(BadInput, ATruncatedSharedFileFailsTheRestoreAtOnceNamingTheFile) {
 // Same size, garbage inside: the size check passes and RocksDB finds the damage when it
 // opens the restored instance. The message must name the snapshot's file (the one the
 // user can look at or replace), not only the temporary working copy RocksDB opened
-// (today: "... Corruption: block checksum mismatch ... in /tmp/jobhost-<id>-1/counts-0/db/000011.sst").
+// (regression: it used to say only "... Corruption: block checksum mismatch ... in
+// /tmp/jobhost-<id>-1/counts-0/db/000011.sst").
 TEST_F(BadInput, AGarbledSharedFileFailsTheRestoreAtOnceNamingTheSnapshotsFile) {
   fs::path chk = chkIn(copyOf("rocksdb-incremental"));
   std::vector<fs::path> ssts;

@@ -306,7 +306,7 @@ TEST_F(Checkpoints, NoClaimNeverTouchesTheRestoredSnapshotAndClaimDeletesItAfter
   fs::path chk = checkpointOf("WordCountIncremental");
   fs::path sourceJob = chk.parent_path();
   auto before = treeChecksums(sourceJob);
-  fs::path in = input(100);
+  fs::path in = input(300);
   auto restore = [&](const std::string& mode) {
     std::vector<std::string> args = {"run", "-s", chk.string(), "-c", "WordCountIncremental", "--restore-mode", mode};
     for (auto& f : ckFlags("50ms")) args.push_back(f);

@@ -31,6 +31,8 @@ struct Snapshot {
   std::vector<std::string> flags;      // flags for the writer's restore
 };
 
+void PrintTo(const Snapshot& s, std::ostream* os) { *os << s.dir; }
+
 const std::vector<Snapshot> kSnapshots = {
     {"v1/hashmap-keygroups", "WordCount", "KeyGroupsStateHandle", {}, {}},
     {"v1/rocksdb-full", "WordCountIncremental", "KeyGroupsStateHandle", {"WordCount"}, {"-D", "state.backend.incremental=false"}},
@@ -83,10 +85,12 @@ TEST_P(Compat, PassesTheCheckAndRestoresIntoItsWriterWithEveryCount) {
   const Snapshot& s = GetParam();
   fs::path snap = copy(s);
   auto before = treeChecksums(tmp / "snapshot");
-  Result inspect = cli({"inspect", snap.string()});
+  Result inspect = cli({"inspect", "--json", snap.string()});
   ASSERT_EQ(inspect.exitCode, 0) << inspect.err;
-  EXPECT_NE(inspect.out.find(s.handle), std::string::npos) << inspect.out;
-  EXPECT_NE(inspect.out.find("Written by   " + s.writer + " "), std::string::npos) << inspect.out;
+  EXPECT_NE(inspect.out.find("\"handle\":\"" + s.handle + "\""), std::string::npos) << inspect.out;
+  EXPECT_NE(inspect.out.find("\"jobClass\":\"" + s.writer + "\""), std::string::npos) << inspect.out;
+  const std::string version = s.dir.substr(1, s.dir.find('/') - 1);  // "v1/..." -> "1"
+  EXPECT_NE(inspect.out.find("\"formatVersion\":" + version + ","), std::string::npos) << inspect.out;
 
   std::vector<std::string> writer = {"-c", s.writer};
   writer.insert(writer.end(), s.flags.begin(), s.flags.end());

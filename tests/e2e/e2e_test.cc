@@ -94,7 +94,7 @@ TEST_F(Cli, EveryBadClassOrPluginGivesOneClearLineAndExitCodeTwo) {
 TEST_F(Cli, TheWordErrorExhaustsFixedDelayRestartsAndKeepsTheCheckpoints) {
   fs::path in = tmp / "in.txt";
   std::string text;
-  for (int i = 0; i < 300; ++i) text += "hello world\n";
+  for (int i = 0; i < 1500; ++i) text += "hello world\n";
   text += "error\n";
   writeFile(in, text);
   std::vector<std::string> args = {"run", "-c", "WordCount", "-D", "restart-strategy.fixed-delay.delay=50ms"};
@@ -140,21 +140,21 @@ TEST_F(Cli, KilledRocksDbIncrementalWordCountAtParallelismTwoRestoresExactly) {
 TEST_F(Cli, SequenceCheckerSeesNoGapOrRepeatAcrossAnInjectedFailure) {
   std::vector<std::string> args = {"run", "-c", "SequenceChecker", "-p", "2"};
   for (auto& f : ckFlags("100ms")) args.push_back(f);
-  args.insert(args.end(), {kPlugin, "--keys", "8", "--per-key", "400", "--rate", "4000", "--fail-after", "1500",
+  args.insert(args.end(), {kPlugin, "--keys", "8", "--per-key", "1000", "--rate", "4000", "--fail-after", "5000",
                            "--fail-marker", (tmp / "failed-once").string()});
   Result r = cli(args);
   ASSERT_EQ(r.exitCode, 0) << r.err;
   EXPECT_TRUE(fs::exists(tmp / "failed-once")) << "the failure was not injected";
-  EXPECT_NE(r.err.find("injected failure after 1500 records"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("injected failure after 5000 records"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("restoring from checkpoint"), std::string::npos) << r.err;
   EXPECT_EQ(r.out.find("ALERT"), std::string::npos) << r.out.substr(r.out.find("ALERT"), 200);
-  for (int k = 0; k < 8; ++k) EXPECT_NE(r.out.find("DONE key " + std::to_string(k) + " 400"), std::string::npos) << k;
+  for (int k = 0; k < 8; ++k) EXPECT_NE(r.out.find("DONE key " + std::to_string(k) + " 1000"), std::string::npos) << k;
 }
 
 TEST_F(Cli, APlainMemberVariableStartsOverAfterARestoreWhileDeclaredStateContinues) {
   fs::path in = tmp / "in.txt";
   std::string text;
-  for (int i = 0; i < 400; ++i) text += "apple\n";
+  for (int i = 0; i < 3000; ++i) text += "apple\n";
   writeFile(in, text);
   std::vector<std::string> args = {"run", "-c", "MemberVariableDemo"};
   for (auto& f : ckFlags("100ms")) args.push_back(f);
@@ -171,7 +171,7 @@ TEST_F(Cli, APlainMemberVariableStartsOverAfterARestoreWhileDeclaredStateContinu
   std::string first = r.out.substr(0, r.out.find('\n'));
   EXPECT_NE(first.find(",member=1)"), std::string::npos) << first;
   EXPECT_EQ(first.find("(apple,state=1,"), std::string::npos) << "declared state was not restored: " << first;
-  EXPECT_NE(r.out.find("(apple,state=400,"), std::string::npos);
+  EXPECT_NE(r.out.find("(apple,state=3000,"), std::string::npos);
 }
 
 }  // namespace
@@ -181,7 +181,7 @@ namespace {
 TEST_F(Cli, ACrashingPluginIsATaskFailureThatNamesTheSignalAndOperatorAndRestarts) {
   fs::path in = tmp / "in.txt";
   std::string text;
-  for (int i = 0; i < 200; ++i) text += "hello world\n";
+  for (int i = 0; i < 1500; ++i) text += "hello world\n";
   text += "crash\n";
   writeFile(in, text);
   std::vector<std::string> args = {"run", "-c", "WordCount", "-D", "restart-strategy.fixed-delay.delay=50ms"};

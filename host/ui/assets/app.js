@@ -8,6 +8,8 @@
   const POLL_RUNNING_MS = 1500;  // while a job runs
   const POLL_IDLE_MS = 5000;     // to notice new jobs
   const CHART_POINTS = 60;
+  const HISTORY_ROWS = 12;      // rows shown until "show all"
+  const RATE_WINDOW_MS = 1000;  // the jobs report their counters about twice a second
 
   const state = {
     jobs: [],
@@ -21,6 +23,7 @@
     detailFor: '',
     selectedCheckpoint: null,  // checkpoint id for the chain view
     historyFetchedFor: '',
+    showAll: false,
   };
 
   const $ = (id) => document.getElementById(id);
@@ -94,6 +97,12 @@
     for (const j of jobs) {
       const prev = state.samples.get(j.id);
       const now = { in: j.recordsIn, out: j.recordsOut, t: j.sampledAtMs };
+      if (!j.running) {
+        state.rates.delete(j.id);
+        state.samples.set(j.id, now);
+        continue;
+      }
+      if (prev && now.t - prev.t < RATE_WINDOW_MS) continue;  // keep the older baseline
       if (prev && now.t > prev.t) {
         const dt = (now.t - prev.t) / 1000;
         state.rates.set(j.id, {
@@ -101,7 +110,6 @@
           out: Math.max(0, (now.out - prev.out) / dt),
         });
       }
-      if (!j.running) state.rates.delete(j.id);
       state.samples.set(j.id, now);
     }
   }
@@ -120,7 +128,7 @@
         el('td', { class: 'num' }, count(j.recordsIn), r ? el('span', { class: 'rate', text: rate(r.in) }) : null),
         el('td', { class: 'num' }, count(j.recordsOut), r ? el('span', { class: 'rate', text: rate(r.out) }) : null),
         el('td', { class: 'num', text: j.restarts }),
-        el('td', { class: 'failure', title: j.lastFailure || null },
+        el('td', { class: j.lastFailure ? 'failure' : '', title: j.lastFailure || null },
           j.lastFailure ? (j.lastFailureTimeMs ? when(j.lastFailureTimeMs) + ': ' : '') + j.lastFailure : '–'),
         el('td', { class: 'num', text: j.lastCheckpointId ? 'chk-' + j.lastCheckpointId : '–' }));
       row.addEventListener('click', () => select(j.id));
@@ -151,6 +159,7 @@
       state.selectedCheckpoint = null;
       state.history = null;
       state.historyKey = '';
+      state.showAll = false;
     }
     history.replaceState(null, '', '#job=' + id);
     for (const row of $('jobs').tBodies[0].rows) row.classList.toggle('selected', row.dataset.jobId === id);
@@ -214,7 +223,13 @@
     const list = (state.history && state.history.checkpoints) || [];
     const body = $('checkpoints').tBodies[0];
     body.replaceChildren();
-    for (const c of list.slice().reverse()) {
+    const newestFirst = list.slice().reverse();
+    const shown = state.showAll ? newestFirst : newestFirst.slice(0, HISTORY_ROWS);
+    const more = $('show-all');
+    more.hidden = newestFirst.length <= HISTORY_ROWS;
+    more.textContent = state.showAll ? 'Show the newest ' + HISTORY_ROWS + ' only' : 'Show all ' + newestFirst.length + ' records';
+    more.onclick = () => { state.showAll = !state.showAll; renderHistory(job); };
+    for (const c of shown) {
       const status = el('td', {}, badge(c.status));
       if (c.subsumed) status.append(el('span', { class: 'tag', text: 'subsumed', title: 'deleted by retention (state.checkpoints.num-retained)' }));
       if (c.failureReason) status.append(el('div', { class: 'reason', text: c.failureReason }));
@@ -301,7 +316,8 @@
       s.append(svg('rect', { class: 'new', x: cx - barW / 2, y: T + ph - nh, width: barW, height: Math.max(0, nh) }));
       line.push([cx, T + ph - (c.durationMs / maxMs) * ph]);
       const labelEvery = Math.ceil(points.length / 12);
-      if (i % labelEvery === 0 || i === points.length - 1)
+      const last = i === points.length - 1;
+      if (last || (i % labelEvery === 0 && points.length - 1 - i >= labelEvery / 2))
         s.append(svg('text', { x: cx, y: T + ph + 14, 'text-anchor': 'middle' }, String(c.id)));
     });
     s.append(svg('polyline', { class: 'duration', points: line.map((p) => p[0].toFixed(1) + ',' + p[1].toFixed(1)).join(' ') }));

@@ -35,7 +35,7 @@
 #define JOBHOST_ABI_STDLIB "libstdc++-cxx11abi" JOBHOST_STR(_GLIBCXX_USE_CXX11_ABI)
 #endif
 
-// Example: "sdk1;gcc12;libstdc++-cxx11abi1;x86_64"
+// Example: "sdk1.r2;gcc12;libstdc++-cxx11abi1;x86_64"
 #if defined(__x86_64__)
 #define JOBHOST_ABI_ARCH "x86_64"
 #elif defined(__aarch64__)
@@ -44,9 +44,14 @@
 #define JOBHOST_ABI_ARCH "other"
 #endif
 
-#define JOBHOST_ABI_TAG                                                       \
-  "sdk" JOBHOST_STR(JOBHOST_SDK_VERSION_MAJOR) ";" JOBHOST_ABI_COMPILER ";" \
-      JOBHOST_ABI_STDLIB ";" JOBHOST_ABI_ARCH
+// Bump whenever the layout of anything crossing the boundary changes (a virtual added to
+// an SDK interface, a field of JobClassInfo, ...), even within one SDK version, so that a
+// host refuses plugins built against other headers instead of crashing in them.
+#define JOBHOST_ABI_REVISION 2
+
+#define JOBHOST_ABI_TAG                                                                  \
+  "sdk" JOBHOST_STR(JOBHOST_SDK_VERSION_MAJOR) ".r" JOBHOST_STR(JOBHOST_ABI_REVISION) ";" \
+      JOBHOST_ABI_COMPILER ";" JOBHOST_ABI_STDLIB ";" JOBHOST_ABI_ARCH
 
 // Symbols that cross the plugin boundary by type (exceptions, interfaces) stay visible
 // even when a plugin is compiled with -fvisibility=hidden.

@@ -20,6 +20,7 @@
 #include <iostream>
 #include <map>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "checkpoint/checkpoint_coordinator.h"
@@ -162,8 +163,11 @@ class JobRunner : public JobControl {
     bool done = changed_.wait_for(lock, std::chrono::minutes(10),
                                   [&] { return savepoints_.count(id) || attempt_ != attempt || workerChannel_ < 0; });
     auto it = savepoints_.find(id);
-    if (it == savepoints_.end())
+    if (it == savepoints_.end()) {
+      // A late answer for this request is dropped when it arrives (see readWorker).
+      abandoned_.insert(id);
       return state::Status::IOError(done ? "the job attempt ended before the savepoint completed" : "savepoint timed out");
+    }
     auto r = std::move(it->second);
     savepoints_.erase(it);
     return r;
@@ -228,6 +232,7 @@ class JobRunner : public JobControl {
   int attempt_ = 0;                    // guarded by mu_
   uint64_t nextRequest_ = 0;           // guarded by mu_
   std::map<uint64_t, state::Result<std::string>> savepoints_;  // guarded by mu_
+  std::set<uint64_t> abandoned_;       // guarded by mu_: requests whose caller gave up
   bool cancelRequested_ = false;       // guarded by mu_
   bool stopped_ = false;               // guarded by mu_
   std::deque<CheckpointRecord> history_;  // guarded by mu_
@@ -302,6 +307,7 @@ std::optional<std::tuple<wire::EndKind, std::string, std::string, std::string, b
         case wire::FromWorker::SAVEPOINT_DONE: {
           auto d = m.getSavepointDone();
           std::lock_guard lock(mu_);
+          if (abandoned_.erase(d.getRequestId())) break;
           if (d.getError().size() > 0)
             savepoints_.emplace(d.getRequestId(), state::Status::IOError(d.getError().cStr()));
           else
@@ -380,6 +386,15 @@ int JobRunner::run() {
     std::error_code ec;
     fs::create_directories(jobDir / "shared", ec);
     if (!ec) fs::create_directories(jobDir / "taskowned", ec);
+    // Make the new directories durable: a checkpoint published inside must not vanish
+    // with its parent on power loss.
+    for (const fs::path& d : {jobDir, jobDir.parent_path()}) {
+      int fd = ::open(d.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      if (fd >= 0) {
+        ::fsync(fd);
+        ::close(fd);
+      }
+    }
     if (ec) {
       std::cerr << "error: cannot create the checkpoint directory " << jobDir.string() << ": " << ec.message()
                 << " (set state.checkpoints.dir to a writable directory)\n";
@@ -471,7 +486,12 @@ int JobRunner::run() {
           spdlog::info("job {} stopped by signal", jobId);
           exitCode = kExitInterrupted;
         } else {
-          spdlog::info("job {} {}", jobId, stopped_ ? "stopped with a savepoint" : "cancelled");
+          bool stopped;
+        {
+          std::lock_guard lock(mu_);
+          stopped = stopped_;
+        }
+        spdlog::info("job {} {}", jobId, stopped ? "stopped with a savepoint" : "cancelled");
         }
         setState(JobState::kCanceled);
         cancelled = true;

@@ -108,6 +108,7 @@ int setupJob(const RunOptions& o, JobSetup* s) {
                         std::to_string(s->maxParallelism));
     s->numRetained = static_cast<int>(config.getInt("state.checkpoints.num-retained", 1, 1000000));
     s->interval = config.getDuration("execution.checkpointing.interval");
+    s->checkpointTimeout = config.getDuration("execution.checkpointing.timeout");
     s->tolerableFailures =
         static_cast<int>(config.getInt("execution.checkpointing.tolerable-failed-checkpoints", 0, 1000000));
     createRestartStrategy(config);  // validates the restart-strategy.* keys now

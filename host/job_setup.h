@@ -33,6 +33,7 @@ struct JobSetup {
   int maxParallelism = 128;
   int numRetained = 1;
   int tolerableFailures = 0;
+  std::chrono::milliseconds checkpointTimeout{std::chrono::minutes(10)};
   std::chrono::milliseconds interval{0};
   std::string checkpointDir;  // state.checkpoints.dir (absolute)
   std::string savepointDir;   // state.savepoints.dir, may be empty

@@ -164,6 +164,7 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
     co.interval = setup.interval;
     co.numRetained = setup.numRetained;
     co.tolerableFailures = setup.tolerableFailures;
+    co.timeout = setup.checkpointTimeout;
     co.storageRootDescription = jobDir.string();
     uint64_t firstId = initial ? initial->metadata.checkpointId + 1 : 1;
     coordinator = std::make_unique<CheckpointCoordinator>(co, std::move(*storage), templ, firstId);
@@ -280,6 +281,10 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
   ExecutionResult result = exec->wait();
   finished.store(true);
   stats.join();
+  // No request may reach the execution while it is torn down: stop reading first (the
+  // write side stays open for the final report).
+  ::shutdown(channel.fd(), SHUT_RD);
+  reader.join();
   if (coordinator) {
     coordinator->detach();  // releases a savepoint still waiting
     coordinator->stop();
@@ -315,7 +320,6 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
       break;
   }
   ::shutdown(channel.fd(), SHUT_RDWR);
-  reader.join();
   return rc;
 }
 

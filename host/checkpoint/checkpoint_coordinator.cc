@@ -156,6 +156,9 @@ void CheckpointCoordinator::loop() {
   while (!stop_) {
     cv_.wait_for(lock, options_.interval, [&] { return stop_; });
     if (stop_) return;
+    if (pending_ && !pending_->savepoint && std::chrono::steady_clock::now() - pending_->started > options_.timeout)
+      abortLocked(pending_->id, "not complete after " + std::to_string(options_.timeout.count()) +
+                                    " ms (execution.checkpointing.timeout)");
     lock.unlock();
     triggerCheckpoint();
     lock.lock();
@@ -220,7 +223,7 @@ bool CheckpointCoordinator::triggerCheckpoint() {
   CheckpointTarget target;
   target.checkpointId = p.id;
   target.format = state::SnapshotFormat::kNative;
-  target.storage = storage_.get();
+  target.storage = storage_;
   target.exclusiveDir = chkDir(p.id);
   target.sharedDir = "shared";
   pending_ = std::move(p);
@@ -425,7 +428,7 @@ state::Result<std::string> CheckpointCoordinator::triggerSavepoint(const std::st
   CheckpointTarget target;
   target.checkpointId = p.id;
   target.format = format;
-  target.storage = req.storage.get();
+  target.storage = req.storage;
   target.exclusiveDir = req.dir;
   target.sharedDir = "";  // self-contained
   pending_ = std::move(p);

@@ -40,6 +40,8 @@ struct CoordinatorOptions {
   /// Consecutive failed checkpoints tolerated; one more fails the job
   /// (execution.checkpointing.tolerable-failed-checkpoints). Savepoints do not count.
   int tolerableFailures = 0;
+  /// A checkpoint not complete after this long is aborted (execution.checkpointing.timeout).
+  std::chrono::milliseconds timeout{std::chrono::minutes(10)};
   std::string storageRootDescription;  // for messages, e.g. /abs/checkpoints/<jobId>
 };
 
@@ -95,7 +97,7 @@ class CheckpointCoordinator : public CheckpointListener {
 
  private:
   struct SavepointRequest {
-    std::unique_ptr<state::CheckpointStorage> storage;  // rooted at the target directory
+    std::shared_ptr<state::CheckpointStorage> storage;  // rooted at the target directory
     std::string dir;                                    // savepoint-<...>
     state::SnapshotFormat format = state::SnapshotFormat::kCanonical;
     std::optional<state::Result<std::string>> result;   // set when done
@@ -119,7 +121,7 @@ class CheckpointCoordinator : public CheckpointListener {
   void failRecordLocked(uint64_t id, const std::string& reason);
 
   CoordinatorOptions options_;
-  std::unique_ptr<state::CheckpointStorage> storage_;
+  std::shared_ptr<state::CheckpointStorage> storage_;
   state::CheckpointMetadata template_;
   mutable std::mutex mu_;
   std::condition_variable cv_;

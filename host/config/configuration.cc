@@ -21,6 +21,7 @@ const std::vector<ConfigKey>& knownConfigKeys() {
        "DELETE_ON_CANCELLATION or RETAIN_ON_CANCELLATION: keep checkpoints when the job is cancelled."},
       {"execution.checkpointing.tolerable-failed-checkpoints", "0",
        "Consecutive failed checkpoints tolerated before the job fails."},
+      {"execution.checkpointing.timeout", "10 min", "A checkpoint not complete after this long is aborted."},
       {"restart-strategy.type", "none", "none, fixed-delay, failure-rate or exponential-delay."},
       {"restart-strategy.fixed-delay.attempts", "1", "fixed-delay: restarts before giving up."},
       {"restart-strategy.fixed-delay.delay", "1 s", "fixed-delay: pause before each restart."},

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "jobhost/serializer.h"
 #include "runtime/channel.h"
@@ -220,6 +221,11 @@ struct JobExecution::Impl {
 
   Impl(Plan p, ExecutionConfig c, CheckpointListener* l) : plan(std::move(p)), config(std::move(c)), listener(l) {}
 
+  bool hasFailed() {
+    std::lock_guard lock(resultMu);
+    return failed;
+  }
+
   void fail(const std::string& message, const std::string& op, const std::string& subtask, bool restore = false) {
     {
       std::lock_guard lock(resultMu);
@@ -265,8 +271,17 @@ struct JobExecution::Impl {
            ")";
   }
 
+  bool isAborted(uint64_t id) {
+    std::lock_guard lock(targetsMu);
+    return aborted.count(id) > 0;
+  }
+
   /// Snapshot of one task: sync part here, async part on the uploader.
   void performCheckpoint(Task& t, const CheckpointTarget& target) {
+    if (isAborted(target.checkpointId)) {
+      if (t.writer) t.writer->broadcast(ChannelEvent::kBarrier, target.checkpointId);
+      return;
+    }
     auto syncStart = std::chrono::steady_clock::now();
     auto snap = std::make_shared<TaskSnapshot>();
     snap->taskIndex = t.index;
@@ -284,7 +299,7 @@ struct JobExecution::Impl {
       state::SnapshotRequest req;
       req.checkpointId = target.checkpointId;
       req.format = target.format;
-      req.storage = target.storage;
+      req.storage = target.storage.get();
       req.exclusiveDir = target.exclusiveDir;
       req.sharedDir = target.sharedDir;
       const PlanNode* n = t.nodes[static_cast<size_t>(t.backendOp[b])];
@@ -307,7 +322,8 @@ struct JobExecution::Impl {
       return;
     }
     auto parts = std::make_shared<decltype(asyncParts)>(std::move(asyncParts));
-    enqueueUpload([this, id, snap, parts] {
+    enqueueUpload([this, id, snap, parts, keepAlive = target.storage] {
+      if (isAborted(id)) return;  // its files would only be cleaned up again
       for (auto& [slot, part] : *parts) {
         auto h = part->run();
         if (!h.ok()) {
@@ -326,6 +342,7 @@ struct JobExecution::Impl {
   }
 
   void finishTask(Task& t) {
+    finishedTasks.fetch_add(1);
     for (auto& op : t.ops) op->endInput();
     for (auto& op : t.ops) op->close();
     if (t.writer) t.writer->broadcast(ChannelEvent::kEnd, 0);
@@ -354,6 +371,16 @@ struct JobExecution::Impl {
       }
     }
     if (!cancelled.load()) finishTask(t);
+    // Triggers that arrived after the last poll can no longer be served.
+    std::deque<CheckpointTarget> left;
+    {
+      std::lock_guard lock(t.triggerMu);
+      left.swap(t.triggers);
+    }
+    for (const auto& trig : left) {
+      uint64_t id = trig.checkpointId;
+      enqueueUpload([this, id] { listener->decline(id, Status::IOError("a source finished before its barrier")); });
+    }
   }
 
   void processData(Task& t, const std::string& data) {
@@ -444,6 +471,11 @@ struct JobExecution::Impl {
     try {
       if (t.gate) runInput(t);
       else runSource(t);
+      if (cancelled.load() && !hasFailed()) {
+        // A cancelled task still closes its operators (user close() runs), without endInput().
+        for (auto& op : t.ops) op->close();
+        LineSinks::instance().flush();
+      }
     } catch (const UserCodeError& e) {
       fail(e.what(), e.operatorName(), subtaskLabel(t));
     } catch (const std::exception& e) {
@@ -459,6 +491,8 @@ struct JobExecution::Impl {
 
   std::mutex targetsMu;
   std::map<uint64_t, CheckpointTarget> targets;  // guarded by targetsMu
+  std::set<uint64_t> aborted;                    // guarded by targetsMu
+  std::atomic<int> finishedTasks{0};
 };
 
 bool activeOperatorOfThisThread(const char** operatorName, const char** subtask) {
@@ -542,14 +576,19 @@ Status JobExecution::prepare(const RestoreSource* source) {
     // Create operators downstream-first.
     std::vector<std::unique_ptr<Operator>> ops(st.nodes.size() + (st.outputExchange >= 0 ? 1 : 0));
     void* down = nullptr;
-    if (st.outputExchange >= 0) {
-      ops.back() = plan.nodes[static_cast<size_t>(st.outputExchange)].createSender();
-      down = ops.back()->input();
-    }
-    for (size_t i = st.nodes.size(); i-- > 0;) {
-      const PlanNode& n = plan.nodes[static_cast<size_t>(st.nodes[i])];
-      ops[i] = n.create(down);
-      down = ops[i]->input();
+    try {
+      if (st.outputExchange >= 0) {
+        ops.back() = plan.nodes[static_cast<size_t>(st.outputExchange)].createSender();
+        down = ops.back()->input();
+      }
+      for (size_t i = st.nodes.size(); i-- > 0;) {
+        const PlanNode& n = plan.nodes[static_cast<size_t>(st.nodes[i])];
+        ops[i] = n.create(down);
+        down = ops[i]->input();
+      }
+    } catch (const std::exception& e) {
+      return Status::IOError("creating the operators of " + plan.nodes[static_cast<size_t>(st.nodes.front())].name +
+                             " failed: " + e.what());
     }
     t.ops = std::move(ops);
     t.label = x.subtaskLabel(t);
@@ -610,7 +649,15 @@ Status JobExecution::prepare(const RestoreSource* source) {
         auto it = restored.find(n.uid);
         if (it != restored.end())
           for (const auto& sub : it->second->subtasks)
-            if (sub.index == t.subtask) t.ops[i]->restoreState(sub.operatorState);
+            if (sub.index == t.subtask) {
+              try {
+                t.ops[i]->restoreState(sub.operatorState);
+              } catch (const std::exception& e) {
+                return Status::Incompatible("cannot restore the position of source '" + n.uid + "' (" + n.name +
+                                            ") from the snapshot: " + e.what() +
+                                            " (was the snapshot written by a job reading another kind of source?)");
+              }
+            }
       }
       t.contexts.push_back(std::move(ctx));
     }
@@ -660,7 +707,9 @@ void JobExecution::failExternally(const std::string& reason) { impl_->fail(reaso
 
 bool JobExecution::triggerCheckpoint(const CheckpointTarget& target) {
   Impl& x = *impl_;
-  if (!running()) return false;
+  // Once a task has finished it cannot take part in a checkpoint any more (Flink before
+  // FLIP-147 behaves the same): no new checkpoints, the job is draining.
+  if (!running() || x.finishedTasks.load() > 0) return false;
   {
     std::lock_guard lock(x.targetsMu);
     x.targets[target.checkpointId] = target;
@@ -685,6 +734,19 @@ void JobExecution::notifyCheckpointComplete(uint64_t id) {
 
 void JobExecution::notifyCheckpointAborted(uint64_t id) {
   Impl& x = *impl_;
+  {
+    // Withdraw the target at once: tasks that have not snapshotted yet skip it, queued
+    // asynchronous parts do not run.
+    std::lock_guard lock(x.targetsMu);
+    x.targets.erase(id);
+    x.aborted.insert(id);
+    while (x.aborted.size() > 64) x.aborted.erase(x.aborted.begin());
+  }
+  for (auto& t : x.tasks) {
+    if (t->gate) continue;
+    std::lock_guard lock(t->triggerMu);
+    std::erase_if(t->triggers, [id](const CheckpointTarget& c) { return c.checkpointId == id; });
+  }
   x.enqueueUpload([&x, id] {
     for (auto& t : x.tasks)
       for (auto* b : t->backends) b->notifyCheckpointAborted(id);

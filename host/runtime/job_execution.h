@@ -66,7 +66,9 @@ class CheckpointListener {
 struct CheckpointTarget {
   uint64_t checkpointId = 0;
   state::SnapshotFormat format = state::SnapshotFormat::kNative;
-  state::CheckpointStorage* storage = nullptr;
+  /// Shared: tasks keep it alive until their asynchronous parts are done, even if the
+  /// checkpoint is aborted (and its requester gone) meanwhile.
+  std::shared_ptr<state::CheckpointStorage> storage;
   std::string exclusiveDir;
   std::string sharedDir;
 };

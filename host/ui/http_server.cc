@@ -232,7 +232,12 @@ int serveDashboard(const DashboardOptions& o) {
                     .wait(io.waitScope);
     listener = addr->listen();
   } catch (const kj::Exception& e) {
-    std::cerr << "error: cannot listen on " << o.address << ":" << o.port << ": " << e.getDescription().cStr() << "\n";
+    std::string why = e.getDescription().cStr();
+    if (why.find("Address already in use") != std::string::npos)
+      why = "the port is in use (another jobhost ui?): pick another --port, or --port 0 for any free one";
+    else if (auto colon = why.find("): "); colon != std::string::npos)
+      why = why.substr(colon + 3);  // drop kj's "::bind(sockfd, ...)" prefix
+    std::cerr << "error: cannot listen on " << o.address << ":" << o.port << ": " << why << "\n";
     return kExitUsage;
   }
   uint port = listener->getPort();

@@ -364,3 +364,30 @@ TEST_F(Checkpoints, ACheckpointDirectoryGivenAsAFileUriWorksAndOtherSchemesAreRe
 }
 
 }  // namespace
+
+namespace {
+
+// Regression (review finding): a savepoint that fails in one subtask must not crash the
+// others (the storage outlived its requester), at any parallelism; the job keeps running.
+TEST_F(Checkpoints, AFailedSavepointAtParallelismFourLeavesTheJobRunning) {
+  std::vector<std::string> args = {"run", "-c", "WordCount", "-p", "4"};
+  for (auto& f : ckFlags("100ms")) args.push_back(f);
+  args.insert(args.end(), {kPlugin, "--input", input(400).string(), "--rate", "1500"});
+  Process p(jobhost(args), tmp / "sp.out", tmp / "sp.err");
+  ASSERT_TRUE(waitForCheckpoint(p, 1)) << readFile(tmp / "sp.err");
+  std::string id = jobDirs().at(0).filename().string();
+  writeFile(tmp / "afile", "x");
+  for (int i = 0; i < 3; ++i) {
+    Result sp = cli({"savepoint", id, (tmp / "afile" / "sub").string()});
+    EXPECT_EQ(sp.exitCode, 1) << sp.out << sp.err;
+  }
+  Result ok = cli({"savepoint", id, (tmp / "savepoints").string()});
+  EXPECT_EQ(ok.exitCode, 0) << ok.out << ok.err;
+  p.signal(SIGTERM);
+  Result r = p.wait(std::chrono::seconds(60));
+  EXPECT_EQ(r.exitCode, 130) << r.err;
+  EXPECT_EQ(r.err.find("killed by"), std::string::npos) << "the worker crashed: " << r.err;
+  EXPECT_EQ(r.err.find("restarting"), std::string::npos) << r.err;
+}
+
+}  // namespace

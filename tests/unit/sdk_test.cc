@@ -645,3 +645,14 @@ TEST(CallUserTest, ExceptionsFromUserCodeNameTheOperator) {
 
 }  // namespace
 }  // namespace jobhost
+
+// Regression (review finding): a snapshot of a socket source has an empty position;
+// restoring it into a file or generator source must start from the beginning, not throw.
+TEST(SourceRegression, AnEmptyPositionRestoresAFileOrGeneratorSourceToTheStart) {
+  jobhost::TextFileSource file("/dev/null", 0);
+  EXPECT_NO_THROW(file.restorePosition(""));
+  EXPECT_EQ(file.snapshotPosition(), std::string(8, '\0'));
+  jobhost::GeneratorSource<int64_t> gen(10, [](uint64_t i) { return static_cast<int64_t>(i); }, 0);
+  EXPECT_NO_THROW(gen.restorePosition(""));
+  EXPECT_EQ(gen.snapshotPosition(), std::string(8, '\0'));
+}

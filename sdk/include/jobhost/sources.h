@@ -120,6 +120,7 @@ class TextFileSource : public SourceFunction<std::string> {
     return s;
   }
   void restorePosition(std::string_view p) override {
+    if (p.empty()) return;  // written by a source without a position: start at the beginning
     ByteReader r(p);
     offset_ = r.readFixed<uint64_t>();
   }
@@ -225,6 +226,7 @@ class GeneratorSource : public SourceFunction<T> {
     return s;
   }
   void restorePosition(std::string_view p) override {
+    if (p.empty()) return;
     ByteReader r(p);
     next_ = r.readFixed<uint64_t>();
   }

@@ -242,11 +242,26 @@ TEST_F(Checkpoints, SocketWordCountCountsAndFailsAfterTheFourthError) {
     EXPECT_EQ(r.exitCode, 1) << r.err;
     EXPECT_NE(r.err.find("Recovery is suppressed by FixedDelayRestartStrategy(maxAttempts=3"), std::string::npos) << r.err;
   }
-  Result refused = cli({"run", "-c", "WordCount", "-D", "restart-strategy.fixed-delay.delay=10ms", kPlugin, "--port", "1"});
+  // A port nobody listens on: bind one, note it, close it.
+  int closedPort;
+  {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    socklen_t len = sizeof a;
+    getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    closedPort = ntohs(a.sin_port);
+    close(fd);
+  }
+  const std::string port = std::to_string(closedPort);
+  Result refused = cli({"run", "-c", "WordCount", "-D", "restart-strategy.fixed-delay.delay=10ms", kPlugin, "--host",
+                        "127.0.0.1", "--port", port});
   EXPECT_EQ(refused.exitCode, 1);
   EXPECT_NE(refused.err.find("attempt 3 failed"), std::string::npos) << "a refused connection is retried: " << refused.err;
-  EXPECT_NE(refused.err.find("cannot connect to localhost:1"), std::string::npos) << refused.err;
-  EXPECT_NE(refused.err.find("nc -lk 1"), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("cannot connect to 127.0.0.1:" + port), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("nc -lk " + port), std::string::npos) << refused.err;
 }
 
 }  // namespace

@@ -283,9 +283,12 @@ Result<CheckpointMetadata> parseMetadata(std::string_view bytes, const std::stri
             auto hb = keyed.getKeyGroups();
             KeyGroupsStateHandle h;
             h.file = readFileRef(hb.getFile(), dir, &err);
+            if (hb.getStartKeyGroup() > 32768 || hb.getEndKeyGroup() > 32768)
+              return Status::Corruption(where + ": key-group handle of '" + op.uid + "' has an impossible range");
             h.range = {static_cast<int>(hb.getStartKeyGroup()), static_cast<int>(hb.getEndKeyGroup())};
             for (auto o : hb.getOffsets()) h.offsets.push_back(o);
-            if (h.range.end >= m.maxParallelism || static_cast<int>(h.offsets.size()) != h.range.size())
+            if (h.range.end >= m.maxParallelism || h.range.start > h.range.end + 1 ||
+                static_cast<int>(h.offsets.size()) != h.range.size())
               err = Status::Corruption(where + ": key-group handle of '" + op.uid + "' has an inconsistent range");
             st.keyed = std::move(h);
             break;
@@ -295,11 +298,13 @@ Result<CheckpointMetadata> parseMetadata(std::string_view bytes, const std::stri
             IncrementalStateHandle h;
             h.backendId = hb.getBackendId();
             h.checkpointId = hb.getCheckpointId();
+            if (hb.getStartKeyGroup() > 32768 || hb.getEndKeyGroup() > 32768)
+              return Status::Corruption(where + ": incremental handle of '" + op.uid + "' has an impossible range");
             h.range = {static_cast<int>(hb.getStartKeyGroup()), static_cast<int>(hb.getEndKeyGroup())};
             h.sharedFiles = readShared(hb.getSharedFiles(), dir, &err);
             h.privateFiles = readShared(hb.getPrivateFiles(), dir, &err);
             for (auto cf : hb.getColumnFamilies()) h.columnFamilies.emplace_back(cf);
-            if (h.range.end >= m.maxParallelism)
+            if (h.range.end >= m.maxParallelism || h.range.start > h.range.end + 1)
               err = Status::Corruption(where + ": incremental handle of '" + op.uid + "' has an inconsistent range");
             st.keyed = std::move(h);
             break;

@@ -43,13 +43,14 @@ class HeapSnapshot : public AsyncSnapshot {
       if (Status s = (*writer)->beginKeyGroup(kg); !s.ok()) return s;
       size_t slot = static_cast<size_t>(kg - range_.start);
       for (size_t si = 0; si < frozen_.size(); ++si) {
-        const TablePtr& t = frozen_[si][slot];
+        TablePtr& t = frozen_[si][slot];
         if (!t) continue;
         for (const auto& [k, v] : t->values)
           if (Status s = (*writer)->add(static_cast<int>(si), k, {}, v); !s.ok()) return s;
         for (const auto& [k, m] : t->maps)
           for (const auto& [uk, v] : m)
             if (Status s = (*writer)->add(static_cast<int>(si), k, uk, v); !s.ok()) return s;
+        t.reset();  // written: the task may now modify this table without copying it
       }
     }
     auto handle = (*writer)->finish();

@@ -43,8 +43,12 @@ FileRef readFileRef(schema::FileRef::Reader r, const std::string& dir, Status* e
   std::string raw = r.getPath();
   f.path = normalizePath(joinPath(dir, raw));
   f.size = r.getSize();
+  auto lastSlash = raw.rfind('/');
+  std::string last = lastSlash == std::string::npos ? raw : raw.substr(lastSlash + 1);
   if (raw.empty() || f.path.empty() || raw[0] == '/')
     *err = Status::Corruption("file reference '" + raw + "' leaves the checkpoint storage");
+  else if (last == "." || last == ".." || last.empty() || f.path == normalizePath(dir))
+    *err = Status::Corruption("file reference '" + raw + "' names a directory, not a file");
   return f;
 }
 

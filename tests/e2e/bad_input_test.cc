@@ -270,6 +270,26 @@ TEST_F(BadInput, ATruncatedOrGarbledKeyGroupFileFailsTheRestoreAtOnceNamingTheFi
   expectHas("garbled key-group file", r, "corrupt");
 }
 
+// The file source's position in the snapshot (operator 'lines', 8 bytes: the byte offset
+// after the last checkpointed line) replaced by garbage: a restore failure like any other
+// damaged state — exit 3 at once, not an "operator failed to open" task failure that the
+// restart strategy retries (each attempt restores the same position and fails the same
+// way), ending in exit 1 "Recovery is suppressed".
+TEST_F(BadInput, AGarbledSourcePositionFailsTheRestoreAtOnce) {
+  fs::path chk = copyOf("hashmap-keygroups");
+  std::string meta = readFile(chk / "_metadata");
+  // v1/hashmap-keygroups was checkpointed at byte 484 of words.txt (tests/compat/README.md).
+  const std::string position("\xe4\x01\0\0\0\0\0\0", 8);
+  const size_t at = meta.find(position);
+  ASSERT_NE(at, std::string::npos);
+  ASSERT_EQ(meta.find(position, at + 1), std::string::npos) << "the position must be unambiguous";
+  meta.replace(at, 8, std::string(8, '\xff'));
+  writeFile(chk / "_metadata", meta);
+  Result r = restoreFails("garbled source position", chk, "WordCount");
+  EXPECT_TRUE(r.err.find("'lines'") != std::string::npos || r.err.find("Text File Source") != std::string::npos)
+      << "the message must name the source: " << r.err;
+}
+
 TEST_F(BadInput, ADirectoryThatIsNotASnapshotIsNamedAsSuch) {
   fs::path empty = tmp / "empty-dir";
   fs::create_directories(empty);

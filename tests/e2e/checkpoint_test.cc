@@ -160,10 +160,12 @@ TEST_F(Checkpoints, IncrementalCheckpointsUploadOnlyNewFilesAndDeleteSharedFiles
       for (const auto& c : chks) {
         if (!fs::exists(c / "_metadata")) continue;  // subsumed meanwhile
         auto refs = referencedShared(*this, c, cliFn);
-        if (!fs::exists(c / "_metadata")) continue;
         Result j = cli({"inspect", "--json", c.string()});
         if (j.exitCode == 0 && j.out.find("\"dependsOn\":[]") == std::string::npos) ++reusingCheckpoints;
+        // List first, then confirm the checkpoint still existed: subsumption removes
+        // _metadata before any file, so files listed while it exists must all be there.
         auto present = sharedFiles(jobDir);
+        if (!fs::exists(c / "_metadata")) continue;
         for (const auto& f : refs) EXPECT_TRUE(present.count(f)) << f << " referenced by " << c << " is missing";
         ++observations;
       }

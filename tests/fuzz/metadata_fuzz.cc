@@ -4,13 +4,14 @@
 // `convert` and `checkpoints`, so it must turn any input into a CheckpointMetadata or a
 // Status — never a crash, hang, out-of-bounds read or undefined behaviour. Built and run
 // by tests/fuzz/run_fuzzers.sh (CMake option JOBHOST_FUZZ, clang only); seeds are real
-// `_metadata` files in tests/fuzz/corpus/metadata/ (one per backend and handle type).
+// `_metadata` files in tests/fuzz/corpus/metadata/ (one per backend and handle type),
+// plus regress-* files: inputs that once crashed, hung or broke an invariant.
 //
 // Beyond "no crash" the target checks what callers rely on:
 //  - a refusal carries a message;
 //  - every file path of an accepted snapshot is storage-relative, normalised and inside
 //    the storage (no "..", not absolute), and key-group handles have one offset per key
-//    group and no key group at or beyond max parallelism;
+//    group and only key groups in [0, max parallelism);
 //  - what was accepted survives serializeMetadata() and parses back to the same bytes.
 #include <cstddef>
 #include <cstdint>
@@ -57,8 +58,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (const auto* kg = std::get_if<KeyGroupsStateHandle>(&st.keyed)) {
         if (static_cast<int>(kg->offsets.size()) != kg->range.size()) fail("offsets do not match the key-group range");
         if (!kg->range.empty() && kg->range.end >= m.maxParallelism) fail("key group beyond max parallelism");
+        if (!kg->range.empty() && kg->range.start < 0) fail("negative key group accepted");
       } else if (const auto* inc = std::get_if<IncrementalStateHandle>(&st.keyed)) {
         if (!inc->range.empty() && inc->range.end >= m.maxParallelism) fail("key group beyond max parallelism");
+        if (!inc->range.empty() && inc->range.start < 0) fail("negative key group accepted");
         for (const auto& f : inc->sharedFiles)
           if (f.localName.empty() || f.localName.find('/') != std::string::npos) fail("bad local name accepted");
       }

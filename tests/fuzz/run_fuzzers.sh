@@ -32,6 +32,7 @@ built=$(date +%s)
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 mkdir -p "$ARTIFACTS"
+rm -f "$ARTIFACTS"/*_fuzz-*  # list only this run's reproducers
 status=0
 summary=()
 for t in "${TARGETS[@]}"; do

@@ -122,7 +122,19 @@ class TextFileSource : public SourceFunction<std::string> {
   void restorePosition(std::string_view p) override {
     if (p.empty()) return;  // written by a source without a position: start at the beginning
     ByteReader r(p);
-    offset_ = r.readFixed<uint64_t>();
+    uint64_t offset = r.readFixed<uint64_t>();
+    if (!r.atEnd()) throw SerializationError("the file position has trailing bytes");
+    // The position must fit the file: a shorter or other file, or a garbled position, is a
+    // restore error (reported at once), not something a restart could fix.
+    if (FILE* f = std::fopen(path_.c_str(), "rb")) {
+      std::fseek(f, 0, SEEK_END);
+      long size = std::ftell(f);
+      std::fclose(f);
+      if (size >= 0 && offset > static_cast<uint64_t>(size))
+        throw SerializationError("the saved position " + std::to_string(offset) + " is beyond the end of '" + path_ +
+                                 "' (" + std::to_string(size) + " bytes); is it the same input file?");
+    }
+    offset_ = offset;
   }
 
  private:

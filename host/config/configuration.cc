@@ -22,6 +22,7 @@ const std::vector<ConfigKey>& knownConfigKeys() {
       {"execution.checkpointing.tolerable-failed-checkpoints", "0",
        "Consecutive failed checkpoints tolerated before the job fails."},
       {"execution.checkpointing.timeout", "10 min", "A checkpoint not complete after this long is aborted."},
+      {"ui.read-only", "false", "jobhost ui: disable the savepoint and cancel endpoints."},
       {"restart-strategy.type", "none", "none, fixed-delay, failure-rate or exponential-delay."},
       {"restart-strategy.fixed-delay.attempts", "1", "fixed-delay: restarts before giving up."},
       {"restart-strategy.fixed-delay.delay", "1 s", "fixed-delay: pause before each restart."},

@@ -1,6 +1,6 @@
 // host/control/control_client.h — the client side of the control protocol
 // (control.capnp): finds the running jobs of this user and calls them. Used by
-// `jobhost list / savepoint / cancel / stop` and `jobhost run -d`.
+// `jobhost list / savepoint / cancel / stop`, `jobhost run -d` and `jobhost ui`.
 //
 // Every call opens its own connection and its own kj event loop on the calling thread,
 // and returns an error Status (never throws) with a message for people: the job is gone,

@@ -520,9 +520,9 @@ HttpReply Dashboard::checkpoints(const std::string& prefix) {
         r.status = CheckpointRecord::Status::kFailed;
         r.failureReason = "the job ended before it completed";
       }
+    // Ids grow with time within a job (restarted attempts continue the numbering).
     std::stable_sort(records.begin(), records.end(), [](const auto& a, const auto& b) {
-      return a.triggerTimeMs != b.triggerTimeMs && a.triggerTimeMs && b.triggerTimeMs ? a.triggerTimeMs < b.triggerTimeMs
-                                                                                      : a.id < b.id;
+      return a.id != b.id ? a.id < b.id : a.triggerTimeMs < b.triggerTimeMs;
     });
   }
   capnp::MallocMessageBuilder m;

@@ -29,6 +29,7 @@ namespace {
 
 constexpr size_t kMaxBodyBytes = 4096;
 constexpr size_t kMaxRequestsInFlight = 16;
+constexpr size_t kMaxConnections = 64;
 
 const char* reasonPhrase(int status) {
   switch (status) {
@@ -159,16 +160,25 @@ class DashboardService final : public kj::HttpService {
         return send(response, jsonError(403, "cross-origin requests are not allowed"));
     }
     if (auto quick = dashboard_->quick(m, target)) return send(response, kj::mv(*quick));
+    std::string length =
+        headers.get(kj::HttpHeaderId::CONTENT_LENGTH).map([](kj::StringPtr s) { return std::string(s.cStr()); }).orDefault("");
+    if (length.size() > 9 || (!length.empty() && std::stoul("0" + length) > kMaxBodyBytes))
+      return send(response, jsonError(413, "request body too large"));
     return requestBody.readAllText(kMaxBodyBytes + 1)
-        .then([this, m, target, &response](kj::String body) -> kj::Promise<void> {
-          if (body.size() > kMaxBodyBytes) return send(response, jsonError(413, "request body too large"));
-          auto dashboard = dashboard_;
-          auto promise = offloader_.run([dashboard, m, target, b = std::string(body.cStr(), body.size())] {
-            return dashboard->handle(m, target, b);
-          });
-          if (!promise) return send(response, jsonError(503, "too many requests in flight; try again"));
-          return promise->then([this, &response](HttpReply r) { return send(response, kj::mv(r)); });
-        });
+        .then(
+            [this, m, target, &response](kj::String body) -> kj::Promise<void> {
+              if (body.size() > kMaxBodyBytes) return send(response, jsonError(413, "request body too large"));
+              auto dashboard = dashboard_;
+              auto promise = offloader_.run([dashboard, m, target, b = std::string(body.cStr(), body.size())] {
+                return dashboard->handle(m, target, b);
+              });
+              if (!promise) return send(response, jsonError(503, "too many requests in flight; try again"));
+              return promise->then([this, &response](HttpReply r) { return send(response, kj::mv(r)); });
+            },
+            [this, &response](kj::Exception&& e) -> kj::Promise<void> {
+              if (e.getType() == kj::Exception::Type::DISCONNECTED) return kj::mv(e);
+              return send(response, jsonError(413, "request body too large"));  // readAllText's limit
+            });
   }
 
  private:
@@ -196,13 +206,50 @@ class DashboardService final : public kj::HttpService {
   bool loopbackOnly_;
 };
 
-/// Logs what kj-http reports about broken clients at debug level only.
+/// A client that hangs up mid-response is not an error worth a log line: the connection
+/// just closes. Anything else gets kj's default answer (500), if one can still be sent.
 class QuietErrors final : public kj::HttpServerErrorHandler {
  public:
   kj::Promise<void> handleApplicationError(kj::Exception exception, kj::Maybe<kj::HttpService::Response&> response) override {
     spdlog::debug("dashboard request failed: {}", exception.getDescription().cStr());
-    return kj::HttpServerErrorHandler::handleApplicationError(kj::mv(exception), response);
+    if (exception.getType() == kj::Exception::Type::DISCONNECTED) return kj::READY_NOW;
+    return kj::evalNow([&] { return kj::HttpServerErrorHandler::handleApplicationError(kj::mv(exception), response); })
+        .catch_([](kj::Exception&& e) { spdlog::debug("could not send an error response: {}", e.getDescription().cStr()); });
   }
+  kj::Promise<void> handleClientProtocolError(kj::HttpHeaders::ProtocolError error,
+                                              kj::HttpService::Response& response) override {
+    spdlog::debug("bad HTTP request: {}", error.description.cStr());
+    return kj::evalNow([&] { return kj::HttpServerErrorHandler::handleClientProtocolError(kj::mv(error), response); })
+        .catch_([](kj::Exception&& e) { spdlog::debug("could not send an error response: {}", e.getDescription().cStr()); });
+  }
+};
+
+/// Accepts connections and hands each to the HttpServer, at most kMaxConnections at once.
+/// Its own TaskSet: a connection that fails (a client that hangs up mid-response) is
+/// logged at debug level, where kj's own accept loop would log an error.
+class Connections final : private kj::TaskSet::ErrorHandler {
+ public:
+  Connections(kj::HttpServer& server) : server_(server), tasks_(*this) {}
+
+  kj::Promise<void> acceptLoop(kj::ConnectionReceiver& listener) {
+    return listener.accept().then([this, &listener](kj::Own<kj::AsyncIoStream>&& connection) {
+      if (open_ >= kMaxConnections) {
+        spdlog::warn("dashboard: refused a connection: {} connections already open", open_);
+      } else {
+        ++open_;
+        tasks_.add(server_.listenHttp(kj::mv(connection)).attach(kj::defer([this] { --open_; })));
+      }
+      return acceptLoop(listener);
+    });
+  }
+
+ private:
+  void taskFailed(kj::Exception&& e) override {
+    spdlog::debug("dashboard connection ended: {}", e.getDescription().cStr());
+  }
+  kj::HttpServer& server_;
+  size_t open_ = 0;  // before tasks_: the tasks' deferred decrements run when tasks_ goes
+  kj::TaskSet tasks_;
 };
 
 }  // namespace
@@ -235,6 +282,8 @@ int serveDashboard(const DashboardOptions& o) {
     std::string why = e.getDescription().cStr();
     if (why.find("Address already in use") != std::string::npos)
       why = "the port is in use (another jobhost ui?): pick another --port, or --port 0 for any free one";
+    else if (why.find("DNS lookup failed") != std::string::npos)
+      why = "cannot resolve the address";
     else if (auto colon = why.find("): "); colon != std::string::npos)
       why = why.substr(colon + 3);  // drop kj's "::bind(sockfd, ...)" prefix
     std::cerr << "error: cannot listen on " << o.address << ":" << o.port << ": " << why << "\n";
@@ -253,8 +302,9 @@ int serveDashboard(const DashboardOptions& o) {
   auto stopped = io.unixEventPort.onSignal(SIGINT)
                      .exclusiveJoin(io.unixEventPort.onSignal(SIGTERM))
                      .then([](siginfo_t info) { spdlog::info("received signal {}: stopping the dashboard", info.si_signo); });
+  Connections connections(server);
   try {
-    server.listenHttp(*listener).exclusiveJoin(kj::mv(stopped)).wait(io.waitScope);
+    connections.acceptLoop(*listener).exclusiveJoin(kj::mv(stopped)).wait(io.waitScope);
   } catch (const kj::Exception& e) {
     std::cerr << "error: the dashboard stopped: " << e.getDescription().cStr() << "\n";
     return kExitJobFailed;

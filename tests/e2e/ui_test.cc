@@ -18,6 +18,7 @@
 
 #include <cstring>
 #include <optional>
+#include <set>
 
 #include "cli_fixture.h"
 
@@ -259,9 +260,10 @@ class Ui : public Cli {
 
   /// A slow word count (incremental rocksdb, checkpoints every 100 ms, `retained` kept)
   /// that runs for minutes unless stopped.
-  Process& startJob(int retained = 2) {
+  Process& startJob(int retained = 2, std::vector<std::string> extra = {}) {
     std::vector<std::string> a = {"run", "-c", "WordCountIncremental"};
     for (auto& f : ckFlags("100ms")) a.push_back(f);
+    a.insert(a.end(), extra.begin(), extra.end());
     a.insert(a.end(), {"-D", "state.savepoints.dir=" + (tmp / "sp").string(), "-D", "state.checkpoints.num-retained=" + std::to_string(retained),
                        kPlugin, "--input", input(1000).string(), "--rate", "100", "--output", (tmp / "job-out.txt").string()});
     return launch(a, "job");
@@ -504,6 +506,81 @@ TEST_F(Ui, ReadOnlyRefusesSavepointAndCancel) {
   EXPECT_EQ(c.status, 200) << c.body;
   Result r = job.wait(std::chrono::seconds(120));
   EXPECT_EQ(r.exitCode, 0) << r.err;
+}
+
+/// The pid of a direct child of `parent` (the job's worker process), or 0.
+pid_t childOf(pid_t parent) {
+  std::error_code ec;
+  for (auto it = fs::directory_iterator("/proc", ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    std::string name = it->path().filename().string();
+    if (name.empty() || !std::all_of(name.begin(), name.end(), ::isdigit)) continue;
+    std::string stat = readFile(it->path() / "stat");
+    auto close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close + 2));
+    std::string st;
+    long ppid = 0;
+    rest >> st >> ppid;
+    if (ppid == parent && st != "Z") return static_cast<pid_t>(std::stol(name));
+  }
+  return 0;
+}
+
+TEST_F(Ui, TheHistorySurvivesAWorkerCrashAndTheJobShowsItsRestartAndFailure) {
+  Process& job = startJob(2, {"-D", "restart-strategy.type=fixed-delay", "-D", "restart-strategy.fixed-delay.attempts=5",
+                              "-D", "restart-strategy.fixed-delay.delay=200ms"});
+  ASSERT_TRUE(waitForCheckpoint(job, 2)) << readFile(tmp / "job.err");
+  const int port = startUi({});
+  ASSERT_GT(port, 0);
+  const std::string id = waitForJob(port);
+  ASSERT_EQ(id.size(), 32u);
+  ASSERT_TRUE(waitForRestorableCheckpoint(port, id));
+  Json before = http(port, "GET", "/api/jobs/" + id + "/checkpoints").json();
+  ASSERT_FALSE(before["checkpoints"].a.empty());
+  const double firstId = before["checkpoints"].a.front()["id"].n;
+
+  // kill -9 the worker: a task failure; the supervisor restarts it.
+  pid_t worker = 0;
+  for (int i = 0; i < 500 && !worker; ++i, std::this_thread::sleep_for(std::chrono::milliseconds(10))) worker = childOf(job.pid());
+  ASSERT_GT(worker, 0);
+  const double killedAtMs = static_cast<double>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+  ASSERT_EQ(kill(worker, SIGKILL), 0);
+
+  // The job row: restarted once, the failure and its cause, running again.
+  std::optional<Json> list = waitFor(port, "/api/jobs", [&](const Json& j) {
+    for (const auto& x : j["jobs"].a)
+      if (x["id"].s == id)
+        return x["restarts"].n == 1 && x["status"].s == "RUNNING" && contains(x["lastFailure"].s, "SIGKILL") &&
+               x["lastFailureTimeMs"].n >= killedAtMs - 1000;
+    return false;
+  });
+  ASSERT_TRUE(list);
+  // The history spans both attempts: what the first completed is still there (unless 200
+  // newer records pushed it out), a checkpoint the dead worker left in progress became
+  // FAILED, and the new attempt completes checkpoints of its own.
+  std::optional<Json> after = waitFor(port, "/api/jobs/" + id + "/checkpoints", [&](const Json& j) {
+    bool newOne = false;
+    for (const auto& c : j["checkpoints"].a)
+      newOne |= c["status"].s == "COMPLETED" && c["triggerTimeMs"].n > killedAtMs;
+    return newOne;
+  });
+  ASSERT_TRUE(after);
+  const auto& records = (*after)["checkpoints"].a;
+  if (records.size() < 200) {
+    EXPECT_EQ(records.front()["id"].n, firstId);
+  }
+  std::set<double> ids;
+  for (const auto& c : records) {
+    EXPECT_FALSE(c["status"].s == "IN_PROGRESS" && c["triggerTimeMs"].n < killedAtMs)
+        << "checkpoint " << c["id"].n << " of the killed worker is still IN_PROGRESS";
+    if (c["status"].s == "FAILED" && c["triggerTimeMs"].n < killedAtMs) {
+      EXPECT_TRUE(contains(c["failureReason"].s, "attempt ended")) << c["failureReason"].s;
+    }
+    EXPECT_TRUE(ids.insert(c["id"].n).second) << "checkpoint id " << c["id"].n << " appears twice";
+  }
+  job.signal(SIGTERM);
+  job.wait(std::chrono::seconds(120));
 }
 
 TEST_F(Ui, RefusesForeignHostHeaders) {

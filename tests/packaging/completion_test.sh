@@ -50,7 +50,7 @@ check() {
 has() { grep -qxF -- "$2" <<<"$3" || fail "$1: '$2' not offered (got: $(oneline "$3"))"; }
 lacks() { ! grep -qxF -- "$2" <<<"$3" || fail "$1: '$2' offered but should not be"; }
 
-check "subcommands" "info run check inspect checkpoints convert gc list savepoint cancel stop" \
+check "subcommands" "info run check inspect checkpoints convert gc list savepoint cancel stop ui" \
   "$(complete_last jobhost "")"
 check "subcommand prefix" "check checkpoints" "$(complete_last jobhost ch)"
 check "global options" "--help --verbose --version" "$(complete_last jobhost --)"

@@ -1,0 +1,47 @@
+// jobhost/state/checkpoint_layout.h — the names inside a job's checkpoint directory.
+//
+//   <state.checkpoints.dir>/<jobId>/
+//     chk-<n>/_metadata        checkpoint n exists only once this file is published
+//     chk-<n>/...              files owned by checkpoint n
+//     shared/...               files several checkpoints may reference (rocksdb SSTs)
+//     taskowned/               reserved, as Flink
+//     .lock                    held (flock) by the job writing the directory
+//
+// The one parser of `chk-<n>` names: every component that lists checkpoints uses it.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace jobhost::state {
+
+inline constexpr char kSharedDirName[] = "shared";
+inline constexpr char kTaskOwnedDirName[] = "taskowned";
+/// The job-directory lock file (see host/checkpoint/job_directory_lock.h).
+inline constexpr char kLockFileName[] = ".lock";
+
+/// "chk-<id>".
+inline std::string checkpointDirName(uint64_t id) { return "chk-" + std::to_string(id); }
+
+/// The id of a "chk-<n>" name: n is 1 or more, decimal, without leading zeros or sign, and
+/// fits in 64 bits (so the name round-trips through checkpointDirName). nullopt otherwise.
+inline std::optional<uint64_t> parseCheckpointDirName(std::string_view name) {
+  constexpr std::string_view kPrefix = "chk-";
+  if (name.size() <= kPrefix.size() || name.substr(0, kPrefix.size()) != kPrefix) return std::nullopt;
+  std::string_view digits = name.substr(kPrefix.size());
+  if (digits.size() > 20 || digits[0] == '0') return std::nullopt;
+  uint64_t n = 0;
+  for (char c : digits) {
+    if (c < '0' || c > '9') return std::nullopt;
+    uint64_t d = static_cast<uint64_t>(c - '0');
+    if (n > (UINT64_MAX - d) / 10) return std::nullopt;
+    n = n * 10 + d;
+  }
+  return n;
+}
+
+}  // namespace jobhost::state

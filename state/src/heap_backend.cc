@@ -160,21 +160,37 @@ class HeapBackend : public KeyedStateBackend {
                                     "; restore with state.backend.type=rocksdb, or convert the snapshot "
                                     "with `jobhost convert`");
       }
-      std::vector<std::string> names;
+      std::vector<KeyGroupFileState> fileStates;
       std::vector<int> map;  // file state index -> our state index
-      Status s = readKeyGroups(*input.storage, *kgh, options_.range, &names, [&](const KeyGroupEntry& e) {
-        if (map.empty()) {
-          for (const auto& n : names) {
-            int idx = -1;
-            for (size_t i = 0; i < states_.size(); ++i)
-              if (states_[i].descriptor.name == n) idx = static_cast<int>(i);
-            if (idx < 0) {
-              StateDescriptorInfo d;
-              d.name = n;
-              idx = registerState(d);
-            }
-            map.push_back(idx);
+      // Every state of the file gets a slot, with the kind the file records: one without
+      // a descriptor in the metadata (older metadata) is registered by name and kind, is
+      // written by every later snapshot, and a job declaring it again reads it.
+      auto mapFileStates = [&]() -> Status {
+        map.clear();
+        for (const auto& fst : fileStates) {
+          int idx = -1;
+          for (size_t i = 0; i < states_.size(); ++i)
+            if (states_[i].descriptor.name == fst.name) idx = static_cast<int>(i);
+          if (idx < 0) {
+            StateDescriptorInfo d;
+            d.name = fst.name;
+            d.kind = fst.kind;
+            idx = registerState(d);
+          } else if (states_[static_cast<size_t>(idx)].descriptor.kind != fst.kind) {
+            return Status::Corruption("key-group file " + input.storage->describe(kgh->file.path) +
+                                      " holds state '" + fst.name + "' as a " + stateKindName(fst.kind) +
+                                      ", but the snapshot's metadata declares a " +
+                                      stateKindName(states_[static_cast<size_t>(idx)].descriptor.kind) +
+                                      "; the snapshot is inconsistent: restore from another checkpoint or "
+                                      "savepoint");
           }
+          map.push_back(idx);
+        }
+        return Status::OK();
+      };
+      Status s = readKeyGroups(*input.storage, *kgh, options_.range, &fileStates, [&](const KeyGroupEntry& e) {
+        if (map.size() != fileStates.size()) {
+          if (Status m = mapFileStates(); !m.ok()) return m;
         }
         HeapState& st = states_[static_cast<size_t>(map[static_cast<size_t>(e.stateIndex)])];
         TablePtr& t = st.tables[static_cast<size_t>(e.keyGroup - options_.range.start)];
@@ -183,6 +199,8 @@ class HeapBackend : public KeyedStateBackend {
         else t->values[std::string(e.key)] = e.value;
         return Status::OK();
       });
+      // States without entries in this range are kept too.
+      if (s.ok() && map.size() != fileStates.size()) s = mapFileStates();
       if (!s.ok()) return s;
     }
     return Status::OK();
@@ -210,12 +228,12 @@ class HeapBackend : public KeyedStateBackend {
 
  private:
   static void checkCompatible(const StateDescriptorInfo& have, const StateDescriptorInfo& want) {
-    // A state restored from a snapshot whose descriptor only carries a name (older
-    // files) takes the job's declaration.
-    if (have.valueSerializer.empty()) return;
     if (have.kind != want.kind)
       throw StateError("state '" + want.name + "' is a " + stateKindName(have.kind) + " in the snapshot, but the job declares a " +
                        stateKindName(want.kind));
+    // A state restored from a key-group file alone (no descriptor in older metadata)
+    // carries only its name and kind; the job's declaration supplies the serializers.
+    if (have.valueSerializer.empty()) return;
     if (have.valueSerializer != want.valueSerializer || have.valueSerializerVersion != want.valueSerializerVersion)
       throw StateError("state '" + want.name + "' was written with value serializer " + have.valueSerializer + " v" +
                        std::to_string(have.valueSerializerVersion) + ", the job declares " + want.valueSerializer +

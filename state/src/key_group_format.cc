@@ -1,6 +1,9 @@
 // Key-group file format: see jobhost/state/key_group_format.h.
 #include "jobhost/state/key_group_format.h"
 
+#include <algorithm>
+#include <utility>
+
 #include "jobhost/serializer.h"
 
 namespace jobhost::state {
@@ -82,8 +85,99 @@ Result<KeyGroupsStateHandle> KeyGroupWriter::finish() {
   return h;
 }
 
+namespace {
+
+// Reads the byte range [begin, end) of a file front to back in bounded chunks, as
+// ByteReader reads a string: the same operations, positions relative to begin and the
+// same SerializationError texts (so corruption messages do not depend on chunking).
+// An entry is parsed as file offsets first and handed out as views once complete, so a
+// refill in the middle of an entry cannot invalidate them; the buffer keeps the bytes
+// from the start of the current entry (markEntry()) and grows beyond one chunk only for
+// an entry larger than that.
+class ChunkedRangeReader {
+ public:
+  ChunkedRangeReader(const ReadableFile& file, uint64_t begin, uint64_t end)
+      : file_(file), begin_(begin), end_(end), bufStart_(begin), pos_(begin), mark_(begin) {}
+
+  /// Position relative to begin.
+  uint64_t position() const { return pos_ - begin_; }
+  /// Bytes left in the range.
+  uint64_t remaining() const { return end_ - pos_; }
+
+  /// Starts a new entry: bytes before the current position may be dropped.
+  void markEntry() { mark_ = pos_; }
+
+  uint64_t readVarint() {
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      uint8_t b = static_cast<uint8_t>(*raw(1));
+      v |= uint64_t(b & 0x7f) << shift;
+      if (!(b & 0x80)) return v;
+    }
+    throw SerializationError("malformed varint");
+  }
+
+  /// Skips a length-prefixed byte string; returns its file offset and length, to be
+  /// turned into a view with view() once the entry is complete.
+  std::pair<uint64_t, size_t> readBytes() {
+    uint64_t n = readVarint();
+    if (n > remaining())
+      throw SerializationError("length " + std::to_string(n) + " exceeds the " + std::to_string(remaining()) +
+                               " bytes left");
+    uint64_t at = pos_;
+    raw(static_cast<size_t>(n));
+    return {at, static_cast<size_t>(n)};
+  }
+
+  /// A view of bytes read since markEntry(); valid until the next read.
+  std::string_view view(std::pair<uint64_t, size_t> span) const {
+    return std::string_view(buf_).substr(static_cast<size_t>(span.first - bufStart_), span.second);
+  }
+
+  /// The storage error that ended a refill (the reader then throws RefillFailed).
+  const Status& ioError() const { return ioError_; }
+  struct RefillFailed {};
+
+ private:
+  // Consumes n bytes and returns a pointer to them (valid until the next refill).
+  const char* raw(size_t n) {
+    if (n > remaining())
+      throw SerializationError("truncated data: need " + std::to_string(n) + " bytes, " +
+                               std::to_string(remaining()) + " left");
+    if (pos_ + n > bufStart_ + buf_.size()) refill(pos_ + n);
+    const char* p = buf_.data() + (pos_ - bufStart_);
+    pos_ += n;
+    return p;
+  }
+
+  // Makes the buffer hold [mark_, upTo) at least, reading whole chunks.
+  void refill(uint64_t upTo) {
+    buf_.erase(0, static_cast<size_t>(mark_ - bufStart_));
+    bufStart_ = mark_;
+    uint64_t bufEnd = bufStart_ + buf_.size();
+    uint64_t want = std::max<uint64_t>(kKeyGroupReadChunkSize, upTo - bufEnd);
+    want = std::min(want, end_ - bufEnd);
+    if (Status s = file_.read(bufEnd, static_cast<size_t>(want), &chunk_); !s.ok()) {
+      ioError_ = std::move(s);
+      throw RefillFailed{};
+    }
+    buf_.append(chunk_);
+  }
+
+  const ReadableFile& file_;
+  const uint64_t begin_, end_;
+  std::string buf_;        // bytes [bufStart_, bufStart_ + buf_.size()) of the file
+  uint64_t bufStart_;
+  uint64_t pos_;           // next byte to parse
+  uint64_t mark_;          // start of the current entry: kept across refills
+  std::string chunk_;      // read target, reused
+  Status ioError_;
+};
+
+}  // namespace
+
 Status readKeyGroups(CheckpointStorage& storage, const KeyGroupsStateHandle& handle,
-                     const KeyGroupRange& wanted, std::vector<std::string>* stateNames,
+                     const KeyGroupRange& wanted, std::vector<KeyGroupFileState>* states,
                      const std::function<Status(const KeyGroupEntry&)>& fn) {
   const std::string where = storage.describe(handle.file.path);
   auto corrupt = [&](const std::string& what) {
@@ -114,44 +208,67 @@ Status readKeyGroups(CheckpointStorage& storage, const KeyGroupsStateHandle& han
                                   ", this jobhost reads up to " + std::to_string(kKeyGroupFormatVersion));
     uint64_t n = hr.readVarint();
     if (n > 100000) return corrupt("implausible state count");
-    stateNames->clear();
+    states->clear();
     for (uint64_t i = 0; i < n; ++i) {
-      stateNames->emplace_back(hr.readBytes());
+      std::string name(hr.readBytes());
       uint8_t k = hr.readU8();
       if (k > 2) return corrupt("unknown state kind " + std::to_string(k));
       kinds.push_back(static_cast<StateKind>(k));
+      states->push_back({std::move(name), kinds.back()});
     }
   } catch (const SerializationError& e) {
     return corrupt(e.what());
   }
   if (r.empty()) return Status::OK();
-  // Read the wanted groups as one contiguous byte range.
+  // Stream the wanted groups, one contiguous byte range, in bounded chunks.
   size_t first = static_cast<size_t>(r.start - handle.range.start);
   size_t last = static_cast<size_t>(r.end - handle.range.start);
   uint64_t begin = handle.offsets[first];
   uint64_t end = last + 1 < handle.offsets.size() ? handle.offsets[last + 1] : size;
   if (begin > end || end > size) return corrupt("key-group offsets out of order");
-  std::string data;
-  if (Status s = (*file)->read(begin, static_cast<size_t>(end - begin), &data); !s.ok()) return s;
+  ChunkedRangeReader br(**file, begin, end);
   try {
-    ByteReader br(data);
     for (int kg = r.start; kg <= r.end; ++kg) {
       if (br.position() != handle.offsets[static_cast<size_t>(kg - handle.range.start)] - begin)
         return corrupt("key group " + std::to_string(kg) + " does not start at its recorded offset");
       for (;;) {
+        br.markEntry();
         uint64_t tag = br.readVarint();
         if (tag == 0) break;
         if (tag > kinds.size()) return corrupt("entry for unknown state index " + std::to_string(tag - 1));
-        KeyGroupEntry e{static_cast<int>(tag - 1), kg, br.readBytes(), {}, {}};
-        if (kinds[tag - 1] == StateKind::kMap) e.userKey = br.readBytes();
-        e.value = br.readBytes();
+        auto key = br.readBytes();
+        std::pair<uint64_t, size_t> userKey{0, 0};
+        if (kinds[tag - 1] == StateKind::kMap) userKey = br.readBytes();
+        auto value = br.readBytes();
+        KeyGroupEntry e{static_cast<int>(tag - 1), kg, br.view(key), {}, br.view(value)};
+        if (kinds[tag - 1] == StateKind::kMap) e.userKey = br.view(userKey);
         if (Status s = fn(e); !s.ok()) return s;
       }
     }
   } catch (const SerializationError& e) {
     return corrupt(e.what());
+  } catch (const ChunkedRangeReader::RefillFailed&) {
+    return br.ioError();
   }
   return Status::OK();
+}
+
+Status readKeyGroups(CheckpointStorage& storage, const KeyGroupsStateHandle& handle,
+                     const KeyGroupRange& wanted, std::vector<std::string>* stateNames,
+                     const std::function<Status(const KeyGroupEntry&)>& fn) {
+  std::vector<KeyGroupFileState> states;
+  bool named = false;
+  auto nameStates = [&] {
+    stateNames->clear();
+    for (const auto& st : states) stateNames->push_back(st.name);
+    named = true;
+  };
+  Status s = readKeyGroups(storage, handle, wanted, &states, [&](const KeyGroupEntry& e) {
+    if (!named) nameStates();  // before the first callback, as promised
+    return fn(e);
+  });
+  if (!named) nameStates();
+  return s;
 }
 
 }  // namespace jobhost::state

@@ -4,24 +4,21 @@
 // directory, fsync it, move it to the final name without overwriting (renameat2
 // RENAME_NOREPLACE, else link+unlink), then fsync the directory. Directories created on
 // the way are made durable by fsyncing their parents. list() skips temporary names,
-// so a crash at any point leaves either nothing or the complete file visible.
+// so a crash at any point leaves either nothing or the complete file visible;
+// listTemporary() finds what a crash left.
 //
-// Thread-safety: LocalFileStorage holds only its immutable root path; every operation
-// works on its own file descriptors, so all methods are thread-safe. Races between
-// concurrent operations on the same path are resolved by the kernel (O_EXCL,
-// RENAME_NOREPLACE / link), never by overwriting.
-#include <dirent.h>
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <sys/types.h>
-#include <unistd.h>
-
+// Every OS call goes through the FileSystem given to openStorage() (file_system.h);
+// this file turns its errno values into Status messages naming the storage path.
+//
+// Thread-safety: LocalFileStorage holds only its immutable root path and a thread-safe
+// FileSystem; every operation works on its own files, so all methods are thread-safe.
+// Races between concurrent operations on the same path are resolved by the kernel
+// (O_EXCL, RENAME_NOREPLACE / link), never by overwriting.
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
-#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -30,6 +27,7 @@
 #include <vector>
 
 #include "jobhost/state/checkpoint_storage.h"
+#include "jobhost/state/file_system.h"
 #include "jobhost/state/status.h"
 
 namespace jobhost::state {
@@ -79,122 +77,78 @@ Status alreadyExists(const std::string& fullPath) {
   return Status::InvalidArgument("cannot create " + fullPath + ": already exists");
 }
 
-void closeQuietly(int fd) {
-  if (fd >= 0) ::close(fd);
-}
-
-Status writeAll(int fd, const char* data, size_t n, const std::string& fullPath) {
-  while (n > 0) {
-    ssize_t written = ::write(fd, data, n);
-    if (written < 0) {
-      if (errno == EINTR) continue;
-      return fromErrno("cannot write " + fullPath, errno);
-    }
-    data += written;
-    n -= static_cast<size_t>(written);
-  }
-  return Status::OK();
-}
-
-Status fsyncDir(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return fromErrno("cannot sync directory " + dir, errno);
-  int rc = ::fsync(fd);
-  int err = errno;
-  ::close(fd);
-  // Some filesystems cannot fsync directories (EINVAL); nothing more can be done there.
-  if (rc != 0 && err != EINVAL) return fromErrno("cannot sync directory " + dir, err);
+Status fsyncDir(FileSystem& fs, const std::string& dir) {
+  if (int err = fs.syncDir(dir); err != 0) return fromErrno("cannot sync directory " + dir, err);
   return Status::OK();
 }
 
 // mkdir -p for an absolute directory; fsyncs the parent of every directory it creates.
-Status ensureDir(const std::string& dir) {
-  struct stat st;
-  if (::stat(dir.c_str(), &st) == 0) {
-    if (S_ISDIR(st.st_mode)) return Status::OK();
+Status ensureDir(FileSystem& fs, const std::string& dir) {
+  FileInfo info;
+  int err = fs.stat(dir, &info);
+  if (err == 0) {
+    if (info.type == FileType::kDirectory) return Status::OK();
     return fromErrno("cannot create directory " + dir, ENOTDIR);
   }
-  if (errno != ENOENT) return fromErrno("cannot create directory " + dir, errno);
+  if (err != ENOENT) return fromErrno("cannot create directory " + dir, err);
   std::string parent = parentOf(dir);
   if (parent != dir) {
-    Status s = ensureDir(parent);
+    Status s = ensureDir(fs, parent);
     if (!s.ok()) return s;
   }
-  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
-    return fromErrno("cannot create directory " + dir, errno);
+  if (err = fs.mkdir(dir); err != 0 && err != EEXIST) {
+    return fromErrno("cannot create directory " + dir, err);
   }
   // Also after EEXIST: a concurrent creator may not have synced the parent yet, and our
   // file must not depend on it having done so.
-  return fsyncDir(parent);
+  return fsyncDir(fs, parent);
 }
 
-// Copies in to out until EOF. copy_file_range where the kernel supports it for these
-// files, else a read/write loop. Adds the copied byte count to *copied.
-Status copyFd(int in, int out, const std::string& inName, const std::string& outName,
-              uint64_t* copied) {
-  const std::string context = "cannot copy " + inName + " to " + outName;
-  bool useCopyFileRange = true;
-  while (useCopyFileRange) {
-    ssize_t n = ::copy_file_range(in, nullptr, out, nullptr, kCopyChunkSize, 0);
-    if (n > 0) {
-      *copied += static_cast<uint64_t>(n);
+bool copyRangeUnsupported(int err) {
+  return err == EXDEV || err == EINVAL || err == ENOSYS || err == EOPNOTSUPP || err == ENOTSUP ||
+         err == EBADF;
+}
+
+// Appends in (from offset 0 to its end) to out. In the kernel where it supports that for
+// these files, else a read/append loop. Adds the copied byte count to *copied.
+Status copyFile(const FsReadableFile& in, FsWritableFile& out, const std::string& inName,
+                const std::string& outName, uint64_t* copied) {
+  uint64_t offset = 0;
+  for (;;) {
+    size_t n = 0;
+    int err = out.appendCopyOf(in, offset, kCopyChunkSize, &n);
+    if (err == 0) {
+      if (n == 0) return Status::OK();
+      offset += n;
+      *copied += n;
       continue;
     }
-    if (n == 0) return Status::OK();
-    if (errno == EINTR) continue;
-    if (errno == EXDEV || errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP ||
-        errno == ENOTSUP || errno == EBADF) {
-      useCopyFileRange = false;  // both file offsets are consistent; continue by hand
-    } else {
-      return fromErrno(context, errno);
-    }
+    if (copyRangeUnsupported(err)) break;  // nothing was written: continue by hand
+    return fromErrno("cannot copy " + inName + " to " + outName, err);
   }
   std::vector<char> buf(kCopyChunkSize);
   for (;;) {
-    ssize_t n = ::read(in, buf.data(), buf.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return fromErrno("cannot read " + inName, errno);
+    size_t n = 0;
+    if (int err = in.read(offset, buf.size(), buf.data(), &n); err != 0) {
+      return fromErrno("cannot read " + inName, err);
     }
     if (n == 0) return Status::OK();
-    Status s = writeAll(out, buf.data(), static_cast<size_t>(n), outName);
-    if (!s.ok()) return s;
-    *copied += static_cast<uint64_t>(n);
+    if (int err = out.append(std::string_view(buf.data(), n)); err != 0) {
+      return fromErrno("cannot write " + outName, err);
+    }
+    offset += n;
+    *copied += n;
   }
-}
-
-// Moves temp to final without ever replacing an existing final.
-Status publish(const std::string& temp, const std::string& final) {
-  const std::string context = "cannot publish " + final;
-#if defined(RENAME_NOREPLACE)
-  if (::renameat2(AT_FDCWD, temp.c_str(), AT_FDCWD, final.c_str(), RENAME_NOREPLACE) == 0) {
-    return Status::OK();
-  }
-  if (errno == EEXIST) return alreadyExists(final);
-  if (errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP && errno != ENOTSUP) {
-    return fromErrno(context, errno);
-  }
-#endif
-  if (::link(temp.c_str(), final.c_str()) == 0) {
-    ::unlink(temp.c_str());  // a leftover would be a hidden temp name; harmless
-    return Status::OK();
-  }
-  if (errno == EEXIST) return alreadyExists(final);
-  if (errno != EPERM && errno != EOPNOTSUPP && errno != ENOTSUP) {
-    return fromErrno(context, errno);
-  }
-  // The filesystem has neither RENAME_NOREPLACE nor hard links. Check, then rename: only
-  // a creator racing within this window could be overwritten.
-  struct stat st;
-  if (::lstat(final.c_str(), &st) == 0) return alreadyExists(final);
-  if (::rename(temp.c_str(), final.c_str()) != 0) return fromErrno(context, errno);
-  return Status::OK();
 }
 
 class LocalWritableFile final : public WritableFile {
  public:
-  LocalWritableFile(std::string finalPath, std::string tempPath, int fd)
-      : finalPath_(std::move(finalPath)), tempPath_(std::move(tempPath)), fd_(fd) {}
+  LocalWritableFile(std::shared_ptr<FileSystem> fs, std::string finalPath, std::string tempPath,
+                    std::unique_ptr<FsWritableFile> file)
+      : fs_(std::move(fs)),
+        finalPath_(std::move(finalPath)),
+        tempPath_(std::move(tempPath)),
+        file_(std::move(file)) {}
 
   ~LocalWritableFile() override { discard(); }
 
@@ -205,7 +159,7 @@ class LocalWritableFile final : public WritableFile {
       Status s = flush();
       if (!s.ok()) return fail(std::move(s));
       if (data.size() >= kWriteBufferSize) {
-        s = writeAll(fd_, data.data(), data.size(), finalPath_);
+        s = write(data);
         if (!s.ok()) return fail(std::move(s));
         size_ += data.size();
         return Status::OK();
@@ -224,37 +178,45 @@ class LocalWritableFile final : public WritableFile {
     if (!status_.ok()) return status_;
     Status s = flush();
     if (!s.ok()) return fail(std::move(s));
-    if (::fsync(fd_) != 0) return fail(fromErrno("cannot sync " + finalPath_, errno));
-    int fd = std::exchange(fd_, -1);
-    if (::close(fd) != 0) return fail(fromErrno("cannot write " + finalPath_, errno));
-    s = publish(tempPath_, finalPath_);
-    if (!s.ok()) return fail(std::move(s));
+    if (int err = file_->sync(); err != 0) return fail(fromErrno("cannot sync " + finalPath_, err));
+    std::unique_ptr<FsWritableFile> file = std::move(file_);
+    if (int err = file->close(); err != 0) return fail(fromErrno("cannot write " + finalPath_, err));
+    int err = fs_->renameNoReplace(tempPath_, finalPath_);
+    if (err != 0) {
+      return fail(err == EEXIST ? alreadyExists(finalPath_)
+                                : fromErrno("cannot publish " + finalPath_, err));
+    }
     tempPath_.clear();  // now lives under finalPath_
-    s = fsyncDir(parentOf(finalPath_));
+    s = fsyncDir(*fs_, parentOf(finalPath_));
     if (!s.ok()) {
       // Not durable, so not successfully closed: must not stay visible.
-      ::unlink(finalPath_.c_str());
+      (void)fs_->unlink(finalPath_);
       status_ = s;
       return s;
     }
     return Status::OK();
   }
 
-  // Appends the rest of the open local file srcFd (named srcName for messages).
-  Status appendFrom(int srcFd, const std::string& srcName, uint64_t* copied) {
+  // Appends the whole local file src (named srcName for messages).
+  Status appendFrom(const FsReadableFile& src, const std::string& srcName, uint64_t* copied) {
     if (!status_.ok()) return status_;
     Status s = flush();
     if (!s.ok()) return fail(std::move(s));
-    s = copyFd(srcFd, fd_, srcName, finalPath_, copied);
+    s = copyFile(src, *file_, srcName, finalPath_, copied);
     size_ += *copied;
     if (!s.ok()) return fail(std::move(s));
     return Status::OK();
   }
 
  private:
+  Status write(std::string_view data) {
+    if (int err = file_->append(data); err != 0) return fromErrno("cannot write " + finalPath_, err);
+    return Status::OK();
+  }
+
   Status flush() {
     if (buffer_.empty()) return Status::OK();
-    Status s = writeAll(fd_, buffer_.data(), buffer_.size(), finalPath_);
+    Status s = write(buffer_);
     buffer_.clear();
     return s;
   }
@@ -267,17 +229,18 @@ class LocalWritableFile final : public WritableFile {
   }
 
   void discard() {
-    closeQuietly(std::exchange(fd_, -1));
+    file_.reset();  // closes without syncing
     if (!tempPath_.empty()) {
-      ::unlink(tempPath_.c_str());
+      (void)fs_->unlink(tempPath_);
       tempPath_.clear();
     }
     buffer_.clear();
   }
 
+  const std::shared_ptr<FileSystem> fs_;
   const std::string finalPath_;
-  std::string tempPath_;  // empty once published or discarded
-  int fd_;
+  std::string tempPath_;                  // empty once published or discarded
+  std::unique_ptr<FsWritableFile> file_;  // null once closed or discarded
   std::string buffer_;
   uint64_t size_ = 0;
   bool closed_ = false;
@@ -286,9 +249,12 @@ class LocalWritableFile final : public WritableFile {
 
 class LocalReadableFile final : public ReadableFile {
  public:
-  LocalReadableFile(int fd, std::string fullPath, uint64_t size)
-      : fd_(fd), fullPath_(std::move(fullPath)), size_(size) {}
-  ~LocalReadableFile() override { ::close(fd_); }
+  LocalReadableFile(std::shared_ptr<FileSystem> fs, std::unique_ptr<FsReadableFile> file,
+                    std::string fullPath)
+      : fs_(std::move(fs)),
+        file_(std::move(file)),
+        fullPath_(std::move(fullPath)),
+        size_(file_->info().size) {}
 
   uint64_t size() const override { return size_; }
 
@@ -300,13 +266,12 @@ class LocalReadableFile final : public ReadableFile {
     out->resize(n);
     size_t got = 0;
     while (got < n) {
-      ssize_t r = ::pread(fd_, out->data() + got, n - got, static_cast<off_t>(offset + got));
-      if (r < 0) {
-        if (errno == EINTR) continue;
-        return fromErrno("cannot read " + fullPath_, errno);
+      size_t r = 0;
+      if (int err = file_->read(offset + got, n - got, out->data() + got, &r); err != 0) {
+        return fromErrno("cannot read " + fullPath_, err);
       }
       if (r == 0) break;
-      got += static_cast<size_t>(r);
+      got += r;
     }
     if (got < n) {
       out->resize(got);
@@ -323,7 +288,8 @@ class LocalReadableFile final : public ReadableFile {
                               " (file size " + std::to_string(size_) + ")");
   }
 
-  const int fd_;
+  const std::shared_ptr<FileSystem> fs_;  // outlives file_
+  const std::unique_ptr<FsReadableFile> file_;
   const std::string fullPath_;
   const uint64_t size_;
 };
@@ -333,9 +299,13 @@ std::string stripTrailingSlash(std::string_view prefix) {
   return std::string(prefix);
 }
 
+// Which files walk() collects.
+enum class Visible { kPublished, kTemporary };
+
 class LocalFileStorage final : public CheckpointStorage {
  public:
-  explicit LocalFileStorage(std::string root) : root_(std::move(root)) {}
+  LocalFileStorage(std::string root, std::shared_ptr<FileSystem> fs)
+      : root_(std::move(root)), fs_(std::move(fs)) {}
 
   Result<std::unique_ptr<WritableFile>> create(const std::string& path) override {
     auto writer = startWrite(path);
@@ -346,32 +316,24 @@ class LocalFileStorage final : public CheckpointStorage {
   Status putFile(const std::string& path, const std::string& localSourcePath) override {
     Status s = validateStoragePath(path);
     if (!s.ok()) return s;
-    int src = ::open(localSourcePath.c_str(), O_RDONLY | O_CLOEXEC);
-    if (src < 0) return fromErrno("cannot open local file " + localSourcePath, errno);
-    struct stat st;
-    if (::fstat(src, &st) != 0) {
-      s = fromErrno("cannot stat local file " + localSourcePath, errno);
-      ::close(src);
-      return s;
+    std::unique_ptr<FsReadableFile> src;
+    if (int err = fs_->newReadableFile(localSourcePath, &src); err != 0) {
+      return fromErrno("cannot open local file " + localSourcePath, err);
     }
-    if (!S_ISREG(st.st_mode)) {
-      ::close(src);
+    const FileInfo info = src->info();
+    if (info.type != FileType::kRegular) {
       return Status::InvalidArgument("cannot upload " + localSourcePath + ": not a regular file");
     }
     auto writer = startWrite(path);
-    if (!writer.ok()) {
-      ::close(src);
-      return writer.status();
-    }
+    if (!writer.ok()) return writer.status();
     uint64_t copied = 0;
-    s = (*writer)->appendFrom(src, localSourcePath, &copied);
-    ::close(src);
+    s = (*writer)->appendFrom(*src, localSourcePath, &copied);
+    src.reset();
     if (!s.ok()) return s;
-    if (copied != static_cast<uint64_t>(st.st_size)) {
+    if (copied != info.size) {
       return Status::IOError("cannot upload " + localSourcePath + " to " + describe(path) +
-                             ": source changed size during copy (" +
-                             std::to_string(st.st_size) + " -> " + std::to_string(copied) +
-                             " bytes)");
+                             ": source changed size during copy (" + std::to_string(info.size) +
+                             " -> " + std::to_string(copied) + " bytes)");
     }
     return (*writer)->close();
   }
@@ -388,20 +350,9 @@ class LocalFileStorage final : public CheckpointStorage {
     Status s = validateStoragePath(path);
     if (!s.ok()) return s;
     const std::string full = fullPath(path);
-    int fd = ::open(full.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return lookupError("cannot open " + full, errno);
-    struct stat st;
-    if (::fstat(fd, &st) != 0) {
-      s = fromErrno("cannot stat " + full, errno);
-      ::close(fd);
-      return s;
-    }
-    if (!S_ISREG(st.st_mode)) {
-      ::close(fd);
-      return Status::NotFound("cannot open " + full + ": not a file");
-    }
-    return std::unique_ptr<ReadableFile>(
-        new LocalReadableFile(fd, full, static_cast<uint64_t>(st.st_size)));
+    auto file = openPublished(full);
+    if (!file.ok()) return file.status();
+    return std::unique_ptr<ReadableFile>(new LocalReadableFile(fs_, std::move(*file), full));
   }
 
   Status get(const std::string& path, std::string* out) override {
@@ -414,35 +365,29 @@ class LocalFileStorage final : public CheckpointStorage {
     Status s = validateStoragePath(path);
     if (!s.ok()) return s;
     const std::string full = fullPath(path);
-    int src = ::open(full.c_str(), O_RDONLY | O_CLOEXEC);
-    if (src < 0) return lookupError("cannot open " + full, errno);
-    struct stat st;
-    if (::fstat(src, &st) != 0) {
-      s = fromErrno("cannot stat " + full, errno);
-      ::close(src);
-      return s;
+    auto src = openPublished(full);
+    if (!src.ok()) return src.status();
+    std::unique_ptr<FsWritableFile> dst;
+    if (int err = fs_->newWritableFile(localDest, FileSystem::CreateMode::kTruncate, &dst);
+        err != 0) {
+      return fromErrno("cannot create local file " + localDest, err);
     }
-    if (!S_ISREG(st.st_mode)) {
-      ::close(src);
-      return Status::NotFound("cannot open " + full + ": not a file");
-    }
-    int dst = ::open(localDest.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (dst < 0) {
-      s = fromErrno("cannot create local file " + localDest, errno);
-      ::close(src);
-      return s;
-    }
+    const uint64_t expected = (*src)->info().size;
     uint64_t copied = 0;
-    s = copyFd(src, dst, full, localDest, &copied);
-    ::close(src);
-    if (s.ok() && copied != static_cast<uint64_t>(st.st_size)) {
+    s = copyFile(**src, *dst, full, localDest, &copied);
+    src->reset();
+    if (s.ok() && copied != expected) {
       s = Status::Corruption("truncated copy of " + full + " to " + localDest + ": expected " +
-                             std::to_string(st.st_size) + " bytes, copied " +
+                             std::to_string(expected) + " bytes, copied " +
                              std::to_string(copied));
     }
-    if (s.ok() && ::fsync(dst) != 0) s = fromErrno("cannot sync local file " + localDest, errno);
-    if (::close(dst) != 0 && s.ok()) s = fromErrno("cannot write local file " + localDest, errno);
-    if (!s.ok()) ::unlink(localDest.c_str());
+    if (s.ok()) {
+      if (int err = dst->sync(); err != 0) s = fromErrno("cannot sync local file " + localDest, err);
+    }
+    if (int err = dst->close(); err != 0 && s.ok()) {
+      s = fromErrno("cannot write local file " + localDest, err);
+    }
+    if (!s.ok()) (void)fs_->unlink(localDest);
     return s;
   }
 
@@ -450,41 +395,51 @@ class LocalFileStorage final : public CheckpointStorage {
     Status s = validateStoragePath(path);
     if (!s.ok()) return s;
     const std::string full = fullPath(path);
-    struct stat st;
-    if (::stat(full.c_str(), &st) != 0) return lookupError("cannot stat " + full, errno);
-    if (!S_ISREG(st.st_mode)) return Status::NotFound("cannot stat " + full + ": not a file");
-    return static_cast<uint64_t>(st.st_size);
+    FileInfo info;
+    if (int err = fs_->stat(full, &info); err != 0) return lookupError("cannot stat " + full, err);
+    if (info.type != FileType::kRegular) {
+      return Status::NotFound("cannot stat " + full + ": not a file");
+    }
+    return info.size;
   }
 
   bool exists(const std::string& path) override {
     if (!validateStoragePath(path).ok()) return false;
-    struct stat st;
-    return ::stat(fullPath(path).c_str(), &st) == 0 && S_ISREG(st.st_mode);
+    FileInfo info;
+    return fs_->stat(fullPath(path), &info) == 0 && info.type == FileType::kRegular;
   }
 
   Status list(const std::string& dirPrefix, std::vector<FileEntry>* out) override {
-    Status s = validateStoragePrefix(dirPrefix);
-    if (!s.ok()) return s;
-    const std::string prefix = stripTrailingSlash(dirPrefix);
-    std::vector<FileEntry> entries;
-    s = walk(prefix.empty() ? root_ : fullPath(prefix), prefix.empty() ? "" : prefix + "/",
-             &entries);
-    if (!s.ok()) return s;
-    std::sort(entries.begin(), entries.end(),
-              [](const FileEntry& a, const FileEntry& b) { return a.path < b.path; });
-    *out = std::move(entries);
-    return Status::OK();
+    return collect(dirPrefix, Visible::kPublished, out);
+  }
+
+  Status listTemporary(const std::string& dirPrefix, std::vector<FileEntry>* out) override {
+    return collect(dirPrefix, Visible::kTemporary, out);
   }
 
   Status remove(const std::string& path) override {
     Status s = validateStoragePath(path);
     if (!s.ok()) return s;
-    const std::string full = fullPath(path);
-    if (::unlink(full.c_str()) != 0) {
-      if (errno == EISDIR) return Status::NotFound("cannot remove " + full + ": not a file");
-      return lookupError("cannot remove " + full, errno);
+    return removeFile(fullPath(path));
+  }
+
+  Status removeTemporary(const std::string& path) override {
+    size_t slash = path.rfind('/');
+    const std::string_view name =
+        slash == std::string::npos ? std::string_view(path) : std::string_view(path).substr(slash + 1);
+    if (!isTempName(name)) {
+      return Status::InvalidArgument("cannot remove '" + path +
+                                     "' as a temporary file: not a temporary name (use "
+                                     "listTemporary() to find them)");
     }
-    return fsyncDir(parentOf(full));
+    if (slash != std::string::npos) {
+      Status s = validateStoragePath(std::string_view(path).substr(0, slash));
+      if (!s.ok()) return s;
+    }
+    if (name.find('\0') != std::string_view::npos) {
+      return Status::InvalidArgument("invalid storage path '" + path + "': contains a NUL byte");
+    }
+    return removeFile(fullPath(path));
   }
 
   Status removeAll(const std::string& dirPrefix) override {
@@ -493,15 +448,15 @@ class LocalFileStorage final : public CheckpointStorage {
     const std::string prefix = stripTrailingSlash(dirPrefix);
     if (prefix.empty()) return removeContents(root_);
     const std::string full = fullPath(prefix);
-    struct stat st;
-    if (::lstat(full.c_str(), &st) != 0) {
-      if (errno == ENOENT || errno == ENOTDIR) return Status::OK();
-      return fromErrno("cannot remove " + full, errno);
+    FileInfo info;
+    if (int err = fs_->lstat(full, &info); err != 0) {
+      if (err == ENOENT || err == ENOTDIR) return Status::OK();
+      return fromErrno("cannot remove " + full, err);
     }
-    if (!S_ISDIR(st.st_mode)) return Status::OK();  // a file prefix has nothing under it
+    if (info.type != FileType::kDirectory) return Status::OK();  // a file prefix has nothing under it
     s = removeTree(full);
     if (!s.ok()) return s;
-    return fsyncDir(parentOf(full));
+    return fsyncDir(*fs_, parentOf(full));
   }
 
   std::string describe(const std::string& path) const override {
@@ -515,117 +470,132 @@ class LocalFileStorage final : public CheckpointStorage {
     return root_ == "/" ? "/" + relative : root_ + "/" + relative;
   }
 
+  // Opens a published file (full path) for reading: NotFound unless it is a regular file.
+  Result<std::unique_ptr<FsReadableFile>> openPublished(const std::string& full) {
+    std::unique_ptr<FsReadableFile> file;
+    if (int err = fs_->newReadableFile(full, &file); err != 0) {
+      return lookupError("cannot open " + full, err);
+    }
+    if (file->info().type != FileType::kRegular) {
+      return Status::NotFound("cannot open " + full + ": not a file");
+    }
+    return file;
+  }
+
+  Status removeFile(const std::string& full) {
+    if (int err = fs_->unlink(full); err != 0) {
+      if (err == EISDIR) return Status::NotFound("cannot remove " + full + ": not a file");
+      return lookupError("cannot remove " + full, err);
+    }
+    return fsyncDir(*fs_, parentOf(full));
+  }
+
   Result<std::unique_ptr<LocalWritableFile>> startWrite(const std::string& path) {
     Status s = validateStoragePath(path);
     if (!s.ok()) return s;
     const std::string full = fullPath(path);
-    struct stat st;
-    if (::lstat(full.c_str(), &st) == 0) return alreadyExists(full);
-    if (errno != ENOENT) return fromErrno("cannot create " + full, errno);
+    FileInfo info;
+    int err = fs_->lstat(full, &info);
+    if (err == 0) return alreadyExists(full);
+    if (err != ENOENT) return fromErrno("cannot create " + full, err);
     const std::string dir = parentOf(full);
-    s = ensureDir(dir);
+    s = ensureDir(*fs_, dir);
     if (!s.ok()) return s;
     const std::string stem = baseNameOf(full).substr(0, kMaxTempStemLength);
     for (int attempt = 0; attempt < kTempNameAttempts; ++attempt) {
       std::string temp = dir + "/." + stem + std::string(kTempMarker) + randomHex();
-      int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-      if (fd >= 0) return std::make_unique<LocalWritableFile>(full, std::move(temp), fd);
-      if (errno != EEXIST) return fromErrno("cannot create " + full, errno);
+      std::unique_ptr<FsWritableFile> file;
+      err = fs_->newWritableFile(temp, FileSystem::CreateMode::kExclusive, &file);
+      if (err == 0) {
+        return std::make_unique<LocalWritableFile>(fs_, full, std::move(temp), std::move(file));
+      }
+      if (err != EEXIST) return fromErrno("cannot create " + full, err);
     }
     return Status::IOError("cannot create " + full + ": no unused temporary name");
   }
 
-  // Appends every regular file under absDir to *entries as relPrefix + name.
-  static Status walk(const std::string& absDir, const std::string& relPrefix,
-                     std::vector<FileEntry>* entries) {
-    DIR* dir = ::opendir(absDir.c_str());
-    if (dir == nullptr) {
+  // list() and listTemporary(): the files of one kind under dirPrefix, sorted by path.
+  Status collect(const std::string& dirPrefix, Visible which, std::vector<FileEntry>* out) {
+    Status s = validateStoragePrefix(dirPrefix);
+    if (!s.ok()) return s;
+    const std::string prefix = stripTrailingSlash(dirPrefix);
+    std::vector<FileEntry> entries;
+    s = walk(prefix.empty() ? root_ : fullPath(prefix), prefix.empty() ? "" : prefix + "/", which,
+             &entries);
+    if (!s.ok()) return s;
+    std::sort(entries.begin(), entries.end(),
+              [](const FileEntry& a, const FileEntry& b) { return a.path < b.path; });
+    *out = std::move(entries);
+    return Status::OK();
+  }
+
+  // Appends every regular file of kind `which` under absDir to *entries as relPrefix +
+  // name. Directories with temporary names are not entered.
+  Status walk(const std::string& absDir, const std::string& relPrefix, Visible which,
+              std::vector<FileEntry>* entries) {
+    std::vector<std::string> names;
+    if (int err = fs_->listDir(absDir, &names); err != 0) {
       // Missing (or removed concurrently), or a file: nothing under it.
-      if (errno == ENOENT || errno == ENOTDIR) return Status::OK();
-      return fromErrno("cannot list " + absDir, errno);
+      if (err == ENOENT || err == ENOTDIR) return Status::OK();
+      return fromErrno("cannot list " + absDir, err);
     }
     std::vector<std::string> subdirs;
-    Status s;
-    for (;;) {
-      errno = 0;
-      struct dirent* e = ::readdir(dir);
-      if (e == nullptr) {
-        if (errno != 0) s = fromErrno("cannot list " + absDir, errno);
-        break;
+    for (const std::string& name : names) {
+      const bool temp = isTempName(name);
+      if (temp && which == Visible::kPublished) continue;
+      FileInfo info;
+      if (int err = fs_->lstat(absDir + "/" + name, &info); err != 0) {
+        if (err == ENOENT) continue;  // removed concurrently
+        return fromErrno("cannot stat " + absDir + "/" + name, err);
       }
-      std::string_view name(e->d_name);
-      if (name == "." || name == ".." || isTempName(name)) continue;
-      struct stat st;
-      if (::fstatat(::dirfd(dir), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
-        if (errno == ENOENT) continue;  // removed concurrently
-        s = fromErrno("cannot stat " + absDir + "/" + e->d_name, errno);
-        break;
-      }
-      if (S_ISDIR(st.st_mode)) {
-        subdirs.emplace_back(name);
-      } else if (S_ISREG(st.st_mode)) {
-        entries->push_back({relPrefix + e->d_name, static_cast<uint64_t>(st.st_size)});
+      if (info.type == FileType::kDirectory) {
+        if (!temp) subdirs.push_back(name);
+      } else if (info.type == FileType::kRegular && temp == (which == Visible::kTemporary)) {
+        entries->push_back({relPrefix + name, info.size});
       }  // symlinks, sockets etc. are not storage files
     }
-    ::closedir(dir);
-    if (!s.ok()) return s;
     for (const std::string& sub : subdirs) {
-      s = walk(absDir + "/" + sub, relPrefix + sub + "/", entries);
+      Status s = walk(absDir + "/" + sub, relPrefix + sub + "/", which, entries);
       if (!s.ok()) return s;
     }
     return Status::OK();
   }
 
   // Removes everything inside absDir (not absDir itself). OK if absDir is missing.
-  static Status removeContents(const std::string& absDir) {
-    DIR* dir = ::opendir(absDir.c_str());
-    if (dir == nullptr) {
-      if (errno == ENOENT) return Status::OK();
-      return fromErrno("cannot remove contents of " + absDir, errno);
+  Status removeContents(const std::string& absDir) {
+    std::vector<std::string> names;
+    if (int err = fs_->listDir(absDir, &names); err != 0) {
+      if (err == ENOENT) return Status::OK();
+      return fromErrno("cannot remove contents of " + absDir, err);
     }
-    std::vector<std::pair<std::string, bool>> children;  // name, is directory
-    Status s;
-    for (;;) {
-      errno = 0;
-      struct dirent* e = ::readdir(dir);
-      if (e == nullptr) {
-        if (errno != 0) s = fromErrno("cannot list " + absDir, errno);
-        break;
-      }
-      std::string_view name(e->d_name);
-      if (name == "." || name == "..") continue;
-      struct stat st;
-      if (::fstatat(::dirfd(dir), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
-        if (errno == ENOENT) continue;
-        s = fromErrno("cannot stat " + absDir + "/" + e->d_name, errno);
-        break;
-      }
-      children.emplace_back(std::string(name), S_ISDIR(st.st_mode));
-    }
-    ::closedir(dir);
-    if (!s.ok()) return s;
-    for (const auto& [name, isDir] : children) {
+    for (const std::string& name : names) {
       const std::string child = absDir + "/" + name;
-      if (isDir) {
-        s = removeTree(child);
-      } else if (::unlink(child.c_str()) != 0 && errno != ENOENT) {
-        s = fromErrno("cannot remove " + child, errno);
+      FileInfo info;
+      if (int err = fs_->lstat(child, &info); err != 0) {
+        if (err == ENOENT) continue;
+        return fromErrno("cannot stat " + child, err);
       }
-      if (!s.ok()) return s;
+      if (info.type == FileType::kDirectory) {
+        Status s = removeTree(child);
+        if (!s.ok()) return s;
+      } else if (int err = fs_->unlink(child); err != 0 && err != ENOENT) {
+        return fromErrno("cannot remove " + child, err);
+      }
     }
     return Status::OK();
   }
 
-  static Status removeTree(const std::string& absDir) {
+  Status removeTree(const std::string& absDir) {
     Status s = removeContents(absDir);
     if (!s.ok()) return s;
-    if (::rmdir(absDir.c_str()) != 0 && errno != ENOENT) {
-      return fromErrno("cannot remove " + absDir, errno);
+    if (int err = fs_->rmdir(absDir); err != 0 && err != ENOENT) {
+      return fromErrno("cannot remove " + absDir, err);
     }
     return Status::OK();
   }
 
   const std::string root_;  // absolute, lexically normal, no trailing '/' (unless "/")
+  const std::shared_ptr<FileSystem> fs_;
 };
 
 Status invalidPath(std::string_view path, std::string_view why) {
@@ -678,7 +648,8 @@ Status validateStoragePrefix(std::string_view dirPrefix) {
   return validateStoragePath(trimmed);
 }
 
-Result<std::unique_ptr<CheckpointStorage>> openStorage(const std::string& uriOrPath) {
+Result<std::unique_ptr<CheckpointStorage>> openStorage(const std::string& uriOrPath,
+                                                       std::shared_ptr<FileSystem> fs) {
   if (uriOrPath.empty()) return Status::InvalidArgument("empty checkpoint storage location");
   std::string localPath = uriOrPath;
   size_t schemeEnd = uriOrPath.find("://");
@@ -708,7 +679,8 @@ Result<std::unique_ptr<CheckpointStorage>> openStorage(const std::string& uriOrP
   }
   std::string root = path.lexically_normal().string();
   while (root.size() > 1 && root.back() == '/') root.pop_back();
-  return std::unique_ptr<CheckpointStorage>(new LocalFileStorage(std::move(root)));
+  if (fs == nullptr) fs = defaultFileSystem();
+  return std::unique_ptr<CheckpointStorage>(new LocalFileStorage(std::move(root), std::move(fs)));
 }
 
 }  // namespace jobhost::state

@@ -61,7 +61,12 @@ class MemoryStorage final : public CheckpointStorage {
     *out = {{path_, bytes_.size()}};
     return Status::OK();
   }
+  Status listTemporary(const std::string&, std::vector<FileEntry>* out) override {
+    out->clear();
+    return Status::OK();
+  }
   Status remove(const std::string&) override { return readOnly(); }
+  Status removeTemporary(const std::string&) override { return readOnly(); }
   Status removeAll(const std::string&) override { return readOnly(); }
   std::string describe(const std::string& path) const override { return "mem:///" + path; }
   std::string rootUri() const override { return "mem:///"; }

@@ -716,5 +716,85 @@ TEST_F(LocalStorageTest, WritingIntoAReadOnlyDirectoryIsPermissionDenied) {
   EXPECT_EQ(getOrDie("ro/existing"), "e");
 }
 
+
+// ---------------------------------------------------------------------------------------
+// Temporary files of writes that never completed
+
+TEST_F(LocalStorageTest, ListTemporaryFindsLeftoversRecursivelyByTheirRealNames) {
+  ASSERT_OK(storage_->put("job/chk-1/done", "d"));
+  ASSERT_OK(storage_->put("job/shared/000012.sst", "s"));
+  writeLocal(root_ + "/job/chk-1/.counts-0.kg.tmp.0123456789abcdef", "left by a crash");
+  writeLocal(root_ + "/job/shared/.000013.sst.tmp.fedcba9876543210", "xy");
+  writeLocal(root_ + "/.top.tmp.x", "");
+
+  std::vector<FileEntry> temps;
+  ASSERT_OK(storage_->listTemporary("", &temps));
+  EXPECT_EQ(temps, (std::vector<FileEntry>{{".top.tmp.x", 0},
+                                           {"job/chk-1/.counts-0.kg.tmp.0123456789abcdef", 15},
+                                           {"job/shared/.000013.sst.tmp.fedcba9876543210", 2}}));
+  ASSERT_OK(storage_->listTemporary("job/shared/", &temps));
+  EXPECT_EQ(temps, (std::vector<FileEntry>{{"job/shared/.000013.sst.tmp.fedcba9876543210", 2}}));
+  ASSERT_OK(storage_->listTemporary("missing", &temps));
+  EXPECT_TRUE(temps.empty());
+  EXPECT_TRUE(storage_->listTemporary("../x", &temps).isInvalidArgument());
+  // list() still shows only published files.
+  EXPECT_EQ(listOrDie(""), (std::vector<FileEntry>{{"job/chk-1/done", 1}, {"job/shared/000012.sst", 1}}));
+}
+
+TEST_F(LocalStorageTest, ListTemporaryShowsALiveWritersFileUntilItIsPublished) {
+  auto writer = storage_->create("job/chk-2/_metadata");
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  std::vector<FileEntry> temps;
+  ASSERT_OK(storage_->listTemporary("job", &temps));
+  ASSERT_EQ(temps.size(), 1u);
+  EXPECT_EQ(temps[0].path.rfind("job/chk-2/._metadata.tmp.", 0), 0u) << temps[0].path;
+  ASSERT_OK((*writer)->append("m"));
+  ASSERT_OK((*writer)->close());
+  ASSERT_OK(storage_->listTemporary("job", &temps));
+  EXPECT_TRUE(temps.empty());
+}
+
+TEST_F(LocalStorageTest, RemoveTemporaryDeletesALeftoverAndThenReportsItMissing) {
+  ASSERT_OK(storage_->put("job/chk-1/done", "d"));
+  const std::string temp = "job/chk-1/.counts-0.kg.tmp.0123456789abcdef";
+  writeLocal(root_ + "/" + temp, "left by a crash");
+  ASSERT_OK(storage_->removeTemporary(temp));
+  EXPECT_EQ(rawFiles(root_), (std::set<std::string>{"job/chk-1/done"}));
+  Status again = storage_->removeTemporary(temp);
+  EXPECT_TRUE(again.isNotFound()) << again;
+  EXPECT_NE(again.message().find(root_ + "/" + temp), std::string::npos) << again;
+}
+
+TEST_F(LocalStorageTest, RemoveTemporaryRefusesNamesThatAreNotTemporary) {
+  ASSERT_OK(storage_->put("job/chk-1/_metadata", "m"));
+  const std::vector<std::string> refused = {
+      "job/chk-1/_metadata", "job/chk-1",   "",           "job/chk-1/",
+      "../.x.tmp.1",         "/abs/.x.tmp.1", "a//.x.tmp.1", "job/.hidden"};
+  for (const std::string& path : refused) {
+    SCOPED_TRACE(path);
+    Status s = storage_->removeTemporary(path);
+    EXPECT_TRUE(s.isInvalidArgument()) << s;
+  }
+  Status s = storage_->removeTemporary("job/chk-1/_metadata");
+  EXPECT_NE(s.message().find("not a temporary name"), std::string::npos) << s;
+  EXPECT_EQ(getOrDie("job/chk-1/_metadata"), "m");
+}
+
+TEST_F(LocalStorageTest, RemovingALiveWritersTemporaryFileMakesItsCloseFail) {
+  // Why only the owner of a directory may remove temporary files: a live writer's file
+  // looks exactly like a crashed one's.
+  auto writer = storage_->create("job/chk-3/_metadata");
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  std::vector<FileEntry> temps;
+  ASSERT_OK(storage_->listTemporary("", &temps));
+  ASSERT_EQ(temps.size(), 1u);
+  ASSERT_OK(storage_->removeTemporary(temps[0].path));
+  ASSERT_OK((*writer)->append("m"));
+  Status s = (*writer)->close();
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find(root_ + "/job/chk-3/_metadata"), std::string::npos) << s;
+  EXPECT_FALSE(storage_->exists("job/chk-3/_metadata"));
+}
+
 }  // namespace
 }  // namespace jobhost::state

@@ -4,6 +4,7 @@
 // Every test runs against real local checkpoint storage in a fresh temp directory.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -388,6 +389,136 @@ TEST_F(KeyGroupFormatTest, AnErrorFromTheCallbackStopsTheRead) {
   EXPECT_TRUE(s.isInvalidArgument()) << s;
   EXPECT_EQ(s.message(), "stop here");
   EXPECT_EQ(calls, 1);
+}
+
+// Forwards to a storage and remembers the largest single read of an opened file: how
+// much of a file a reader holds at once.
+class ReadSizeRecordingStorage final : public CheckpointStorage {
+ public:
+  explicit ReadSizeRecordingStorage(CheckpointStorage& base) : base_(base) {}
+  size_t largestRead() const { return *largest_; }
+
+  Result<std::unique_ptr<WritableFile>> create(const std::string& p) override { return base_.create(p); }
+  Status putFile(const std::string& p, const std::string& l) override { return base_.putFile(p, l); }
+  Status put(const std::string& p, std::string_view b) override { return base_.put(p, b); }
+  Result<std::unique_ptr<ReadableFile>> open(const std::string& p) override {
+    auto f = base_.open(p);
+    if (!f.ok()) return f.status();
+    return std::unique_ptr<ReadableFile>(new File(std::move(*f), largest_));
+  }
+  Status get(const std::string& p, std::string* out) override { return base_.get(p, out); }
+  Status getToLocalFile(const std::string& p, const std::string& l) override { return base_.getToLocalFile(p, l); }
+  Result<uint64_t> fileSize(const std::string& p) override { return base_.fileSize(p); }
+  bool exists(const std::string& p) override { return base_.exists(p); }
+  Status list(const std::string& d, std::vector<FileEntry>* out) override { return base_.list(d, out); }
+  Status listTemporary(const std::string& d, std::vector<FileEntry>* out) override {
+    return base_.listTemporary(d, out);
+  }
+  Status remove(const std::string& p) override { return base_.remove(p); }
+  Status removeTemporary(const std::string& p) override { return base_.removeTemporary(p); }
+  Status removeAll(const std::string& d) override { return base_.removeAll(d); }
+  std::string describe(const std::string& p) const override { return base_.describe(p); }
+  std::string rootUri() const override { return base_.rootUri(); }
+
+ private:
+  class File final : public ReadableFile {
+   public:
+    File(std::unique_ptr<ReadableFile> base, std::shared_ptr<size_t> largest)
+        : base_(std::move(base)), largest_(std::move(largest)) {}
+    uint64_t size() const override { return base_->size(); }
+    Status read(uint64_t offset, size_t n, std::string* out) const override {
+      *largest_ = std::max(*largest_, n);
+      return base_->read(offset, n, out);
+    }
+
+   private:
+    std::unique_ptr<ReadableFile> base_;
+    std::shared_ptr<size_t> largest_;
+  };
+  CheckpointStorage& base_;
+  std::shared_ptr<size_t> largest_ = std::make_shared<size_t>(0);
+};
+
+TEST_F(KeyGroupFormatTest, ARangeOfManyReadChunksIsStreamedAndEveryEntryComesBack) {
+  // About seven read chunks: small entries, three values larger than a chunk, a map
+  // entry whose user key is larger than a chunk, and entries straddling every boundary.
+  const KeyGroupRange range{0, 15};
+  const size_t kLarge = kKeyGroupReadChunkSize + kKeyGroupReadChunkSize / 2;
+  auto w = KeyGroupWriter::create(*storage_, "chk-1/large.kg", states_, range);
+  ASSERT_TRUE(w.ok()) << w.status();
+  std::vector<Entry> all;
+  auto add = [&](Entry e) {
+    EXPECT_OK((*w)->add(e.stateIndex, e.key, e.userKey, e.value));
+    all.push_back(std::move(e));
+  };
+  for (int kg = range.start; kg <= range.end; ++kg) {
+    ASSERT_OK((*w)->beginKeyGroup(kg));
+    for (int i = 0; i < 500; ++i) {
+      const std::string key = "k" + std::to_string(kg) + "-" + std::to_string(i);
+      if (i % 2 == 0) {
+        add({0, kg, key, "", std::string(97 + static_cast<size_t>(i % 13), 'v')});
+      } else {
+        add({1, kg, key, "uk" + std::to_string(i), std::to_string(kg * 1000 + i)});
+      }
+      if (i == 250 && (kg == 1 || kg == 7 || kg == 15)) {
+        add({0, kg, key + "-large", "", std::string(kLarge, static_cast<char>('a' + kg))});
+      }
+      if (i == 101 && kg == 9) add({1, kg, key + "-large", std::string(kLarge, 'u'), "large user key"});
+    }
+  }
+  auto h = (*w)->finish();
+  ASSERT_TRUE(h.ok()) << h.status();
+  ASSERT_GT(h->file.size, 6 * kKeyGroupReadChunkSize);
+
+  for (KeyGroupRange r : {range, KeyGroupRange{7, 9}}) {
+    SCOPED_TRACE("wanted [" + std::to_string(r.start) + ", " + std::to_string(r.end) + "]");
+    ReadSizeRecordingStorage recording(*storage_);
+    std::vector<Entry> got, expected;
+    std::vector<std::string> names;
+    ASSERT_OK(readKeyGroups(recording, *h, r, &names, [&](const KeyGroupEntry& e) {
+      got.push_back({e.stateIndex, e.keyGroup, std::string(e.key), std::string(e.userKey), std::string(e.value)});
+      return Status::OK();
+    }));
+    for (const auto& e : all)
+      if (r.contains(e.keyGroup)) expected.push_back(e);
+    ASSERT_EQ(got.size(), expected.size());
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_TRUE(got[i] == expected[i]) << "entry " << i;
+    EXPECT_EQ(names, (std::vector<std::string>{"counts", "index"}));
+    // Never the whole range at once: at most a chunk plus the one entry being completed.
+    EXPECT_LE(recording.largestRead(), kKeyGroupReadChunkSize + kLarge + 64);
+  }
+}
+
+TEST_F(KeyGroupFormatTest, AWrongOffsetFarIntoALargeFileIsCorruptionNamingTheKeyGroup) {
+  const KeyGroupRange range{0, 7};
+  auto w = KeyGroupWriter::create(*storage_, "chk-1/large.kg", states_, range);
+  ASSERT_TRUE(w.ok()) << w.status();
+  for (int kg = range.start; kg <= range.end; ++kg) {
+    ASSERT_OK((*w)->beginKeyGroup(kg));
+    ASSERT_OK((*w)->add(0, "key-" + std::to_string(kg), "", std::string(kKeyGroupReadChunkSize / 2, 'x')));
+  }
+  auto h = (*w)->finish();
+  ASSERT_TRUE(h.ok()) << h.status();
+  KeyGroupsStateHandle bad = *h;
+  bad.offsets[6] += 1;  // in the fourth chunk
+  std::vector<Entry> got;
+  std::vector<std::string> names;
+  Status s = read(bad, range, &got, &names);
+  EXPECT_TRUE(s.isCorruption()) << s;
+  EXPECT_TRUE(contains(s.message(), storage_->describe("chk-1/large.kg"))) << s;
+  EXPECT_TRUE(contains(s.message(), "key group 6 does not start at its recorded offset")) << s;
+  EXPECT_EQ(got.size(), 6u) << "the groups before the damage were read";
+}
+
+TEST_F(KeyGroupFormatTest, TheStatesOfAFileComeWithTheirKinds) {
+  KeyGroupsStateHandle h = write("chk-1/op-0.kg");
+  std::vector<KeyGroupFileState> states;
+  ASSERT_OK(readKeyGroups(*storage_, h, {64, 127}, &states, [](const KeyGroupEntry&) { return Status::OK(); }));
+  ASSERT_EQ(states.size(), 2u);
+  EXPECT_EQ(states[0].name, "counts");
+  EXPECT_EQ(states[0].kind, StateKind::kValue);
+  EXPECT_EQ(states[1].name, "index");
+  EXPECT_EQ(states[1].kind, StateKind::kMap);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -809,6 +940,126 @@ TEST_F(HeapBackendTest, RestoreWithoutDescriptorsRegistersTheFileStatesByName) {
   EXPECT_EQ(r->states()[0].name, "v");
   r->setCurrentKey(kgOf(3), keyOf(3));
   EXPECT_EQ(get(*r, 0), "value-3");
+}
+
+// Fills map state "m" of keys 0..n-1 with three user keys each.
+void fillMap(KeyedStateBackend& b, int mapState, int n) {
+  for (int i = 0; i < n; ++i) {
+    b.setCurrentKey(kgOf(i), keyOf(i));
+    for (int j = 0; j < 3; ++j) b.mapPut(mapState, "u" + std::to_string(j), "m-" + std::to_string(i) + "-" + std::to_string(j));
+  }
+}
+
+const StateDescriptorInfo* findState(const std::vector<StateDescriptorInfo>& states, const std::string& name) {
+  for (const auto& s : states)
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
+TEST_F(HeapBackendTest, AStateWithoutADescriptorIsRestoredWithTheKindTheFileRecords) {
+  // Older metadata lists no descriptor for 'l' and 'm': their kinds come from the
+  // key-group file, so the user keys of 'm' stay apart instead of collapsing into one
+  // value, and the next snapshot writes every entry unchanged.
+  constexpr int kKeys = 40;
+  auto b = make({0, kMaxParallelism - 1});
+  registerAll(*b);
+  fill(*b, kKeys);
+  fillMap(*b, kMap, kKeys);
+  b->setCurrentKey(kgOf(5), keyOf(5));
+  b->append(kList, "e1");
+  auto h = snapshot(*b, "op-0");
+  ASSERT_TRUE(h.ok()) << h.status();
+
+  auto r = make({0, kMaxParallelism - 1});
+  ASSERT_OK(r->restore({storage_.get(), {*h}, {desc("v", StateKind::kValue)}}));
+  const auto states = r->states();
+  ASSERT_EQ(states.size(), 3u);
+  ASSERT_NE(findState(states, "m"), nullptr);
+  EXPECT_EQ(findState(states, "m")->kind, StateKind::kMap);
+  ASSERT_NE(findState(states, "l"), nullptr);
+  EXPECT_EQ(findState(states, "l")->kind, StateKind::kList);
+
+  auto again = snapshot(*r, "op-0", 2);
+  ASSERT_TRUE(again.ok()) << again.status();
+  const auto before = dump(*h);
+  EXPECT_EQ(before.size(), static_cast<size_t>(kKeys * 4 + 1));
+  EXPECT_TRUE(dump(*again) == before) << "every value, list and map entry is written again unchanged";
+
+  // A job declaring the state again reads its map entries; another kind is refused.
+  const int m = r->registerState(desc("m", StateKind::kMap));
+  r->setCurrentKey(kgOf(7), keyOf(7));
+  std::string out;
+  ASSERT_TRUE(r->mapGet(m, "u2", out));
+  EXPECT_EQ(out, "m-7-2");
+  try {
+    r->registerState(desc("l", StateKind::kMap));
+    FAIL() << "expected StateError";
+  } catch (const StateError& e) {
+    const std::string msg = e.what();
+    EXPECT_TRUE(contains(msg, "'l'")) << msg;
+    EXPECT_TRUE(contains(msg, "ListState")) << msg;
+    EXPECT_TRUE(contains(msg, "MapState")) << msg;
+  }
+}
+
+TEST_F(HeapBackendTest, AStateTheJobNoLongerDeclaresIsCarriedToTheNextRestore) {
+  // Version 1 declares 'v' and 'm'; version 2 declares only 'v'; version 3 declares
+  // both again and must find every map entry of 'm'.
+  constexpr int kKeys = 50;
+  const std::vector<StateDescriptorInfo> both = {desc("v", StateKind::kValue), desc("m", StateKind::kMap)};
+  auto v1 = make({0, kMaxParallelism - 1});
+  ASSERT_EQ(v1->registerState(both[0]), 0);
+  ASSERT_EQ(v1->registerState(both[1]), 1);
+  fill(*v1, kKeys);
+  fillMap(*v1, 1, kKeys);
+  auto h1 = snapshot(*v1, "op-0", 1);
+  ASSERT_TRUE(h1.ok()) << h1.status();
+
+  auto v2 = make({0, kMaxParallelism - 1});
+  ASSERT_OK(v2->restore({storage_.get(), {*h1}, v1->states()}));
+  const int v = v2->registerState(both[0]);  // the job declares 'v' only
+  v2->setCurrentKey(kgOf(0), keyOf(0));
+  v2->put(v, "changed by version 2");
+  const auto kept = v2->states();  // what the checkpoint's metadata records
+  ASSERT_NE(findState(kept, "m"), nullptr);
+  EXPECT_EQ(findState(kept, "m")->kind, StateKind::kMap);
+  EXPECT_EQ(findState(kept, "m")->valueSerializer, "string") << "kept with its descriptor";
+  auto h2 = snapshot(*v2, "op-0", 2);
+  ASSERT_TRUE(h2.ok()) << h2.status();
+
+  auto v3 = make({0, kMaxParallelism - 1});
+  ASSERT_OK(v3->restore({storage_.get(), {*h2}, kept}));
+  const int v3v = v3->registerState(both[0]);
+  const int v3m = v3->registerState(both[1]);
+  for (int i = 0; i < kKeys; ++i) {
+    v3->setCurrentKey(kgOf(i), keyOf(i));
+    std::map<std::string, std::string> entries;
+    v3->mapForEach(v3m, [&](std::string_view k, std::string_view val) {
+      entries.emplace(k, val);
+      return true;
+    });
+    const std::string p = "m-" + std::to_string(i) + "-";
+    EXPECT_EQ(entries, (std::map<std::string, std::string>{{"u0", p + "0"}, {"u1", p + "1"}, {"u2", p + "2"}}))
+        << keyOf(i);
+    std::string value;
+    ASSERT_TRUE(v3->get(v3v, value)) << keyOf(i);
+    EXPECT_EQ(value, i == 0 ? "changed by version 2" : "value-" + std::to_string(i));
+  }
+}
+
+TEST_F(HeapBackendTest, AFileStateWhoseKindContradictsTheMetadataIsCorruption) {
+  auto b = make({0, kMaxParallelism - 1});
+  registerAll(*b);
+  fillMap(*b, kMap, 5);
+  auto h = snapshot(*b, "op-0");
+  ASSERT_TRUE(h.ok()) << h.status();
+  auto r = make({0, kMaxParallelism - 1});
+  Status s = r->restore({storage_.get(), {*h}, {desc("m", StateKind::kValue)}});
+  EXPECT_TRUE(s.isCorruption()) << s;
+  EXPECT_TRUE(contains(s.message(), storage_->describe("chk-1/op-0.kg"))) << s;
+  EXPECT_TRUE(contains(s.message(), "'m'")) << s;
+  EXPECT_TRUE(contains(s.message(), "MapState")) << s;
+  EXPECT_TRUE(contains(s.message(), "ValueState")) << s;
 }
 
 // ---------------------------------------------------------------------------------------

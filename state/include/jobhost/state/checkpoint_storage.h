@@ -3,19 +3,27 @@
 // CheckpointStorage addresses immutable files by a relative path under a root. The
 // interface has only whole-file operations (create-once, read, list, remove; no rename,
 // no links, no in-place update) so that an object store can implement it later. The
-// local-filesystem implementation is returned by openStorage().
+// local-filesystem implementation is returned by openStorage(); it does all its I/O
+// through a FileSystem (file_system.h), which tests replace to inject faults.
 //
 // Paths: relative, '/'-separated, e.g. "job-1/chk-3/_metadata". Rejected with
 // InvalidArgument: empty paths, absolute paths, a leading or trailing '/', empty
 // components ("a//b"), "." and ".." components, NUL bytes, and file names reserved for
 // in-flight temporary files (a name starting with '.' that contains ".tmp.").
-// Directory prefixes (list, removeAll) follow the same rules, except that "" means the
-// root and one trailing '/' is accepted. A prefix denotes the files *under* it: a prefix
-// naming a file (not a directory) has nothing under it.
+// Directory prefixes (list, listTemporary, removeAll) follow the same rules, except that
+// "" means the root and one trailing '/' is accepted. A prefix denotes the files *under*
+// it: a prefix naming a file (not a directory) has nothing under it.
 //
 // Durability: a file becomes visible under its final name only once it is completely
 // written and durable (WritableFile::close, putFile and put returning OK). A crash or
 // failure never leaves a partial file under a final name, and never overwrites a file.
+//
+// Temporary files: while a file is written it lives under a temporary name in its final
+// directory. A crash can leave such a file behind; list() never reports it,
+// listTemporary() does, and removeTemporary() deletes it. A live writer's temporary file
+// looks exactly the same as a crashed one's, so only the owner of a directory — the
+// process holding its lock, with no writer of its own open there — may remove
+// temporary files in it.
 //
 // Errors: methods return Status/Result. Messages name the full location (see describe())
 // and the OS reason, e.g. "IO error: cannot write /ckpt/job/chk-3/_metadata: Input/output
@@ -38,6 +46,8 @@
 #include "jobhost/state/status.h"
 
 namespace jobhost::state {
+
+class FileSystem;  // file_system.h
 
 /// A file being written. Obtained from CheckpointStorage::create(); owned by the caller.
 /// Not thread-safe: use from one thread at a time.
@@ -138,6 +148,17 @@ class CheckpointStorage {
   /// empty are left in place (list() does not report them).
   virtual Status remove(const std::string& path) = 0;
 
+  /// In-flight temporary files under dirPrefix (writes that never completed, e.g. left by
+  /// a crash), recursively, sorted, by their real storage-relative names. list() still
+  /// skips them. A missing prefix gives an empty list and OK.
+  virtual Status listTemporary(const std::string& dirPrefix, std::vector<FileEntry>* out) = 0;
+
+  /// Removes one file returned by listTemporary(). InvalidArgument for a name that is not
+  /// a temporary name; NotFound if gone. Only the owner of the directory (the process
+  /// holding its lock) may call this: a temporary file of a live writer looks the same,
+  /// and removing it makes that writer's close() fail.
+  virtual Status removeTemporary(const std::string& path) = 0;
+
   /// Removes everything under dirPrefix ("" = whole storage, the root itself is kept),
   /// including in-flight temporary files; writers still open under it will then fail
   /// in close(). OK if the prefix does not exist.
@@ -162,7 +183,9 @@ Status validateStoragePrefix(std::string_view dirPrefix);
 /// relative path (resolved against the current directory now). Other URI schemes are
 /// InvalidArgument("unsupported storage scheme 'x'; use a local path or file:///").
 /// Does not touch the filesystem: the root directory is created on the first write.
-/// File URIs are not percent-decoded.
-Result<std::unique_ptr<CheckpointStorage>> openStorage(const std::string& uriOrPath);
+/// File URIs are not percent-decoded. All I/O goes through fs (nullptr: the real one,
+/// defaultFileSystem()); the storage and its open files keep fs alive.
+Result<std::unique_ptr<CheckpointStorage>> openStorage(const std::string& uriOrPath,
+                                                       std::shared_ptr<FileSystem> fs = nullptr);
 
 }  // namespace jobhost::state

@@ -15,6 +15,7 @@
 // Thread-safety: a writer or reader is used by one thread.
 #pragma once
 
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <string>
@@ -69,9 +70,26 @@ struct KeyGroupEntry {
   std::string_view value;
 };
 
-/// Reads the entries of the key groups in `handle.range ∩ wanted`. `stateNames` receives
-/// the file's state names (index = KeyGroupEntry::stateIndex) before the first
-/// callback. Corrupt or truncated data returns Corruption naming the file.
+/// One state as the header of a key-group file records it.
+struct KeyGroupFileState {
+  std::string name;
+  StateKind kind = StateKind::kValue;
+};
+
+/// The reader streams the file in chunks of this size: memory stays bounded by one chunk
+/// plus the largest single entry, however large the key-group range.
+inline constexpr size_t kKeyGroupReadChunkSize = 1 << 20;
+
+/// Reads the entries of the key groups in `handle.range ∩ wanted`, in key-group order.
+/// `states` receives the file's states with their kinds (index =
+/// KeyGroupEntry::stateIndex) before the first callback. The views in a KeyGroupEntry
+/// are valid during its callback only. Corrupt or truncated data returns Corruption
+/// naming the file; an error from fn stops the read and is returned.
+Status readKeyGroups(CheckpointStorage& storage, const KeyGroupsStateHandle& handle,
+                     const KeyGroupRange& wanted, std::vector<KeyGroupFileState>* states,
+                     const std::function<Status(const KeyGroupEntry&)>& fn);
+
+/// The same, for callers that need the state names only.
 Status readKeyGroups(CheckpointStorage& storage, const KeyGroupsStateHandle& handle,
                      const KeyGroupRange& wanted, std::vector<std::string>* stateNames,
                      const std::function<Status(const KeyGroupEntry&)>& fn);

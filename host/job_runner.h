@@ -35,8 +35,8 @@ struct RunOptions {
   bool allowNonRestoredState = false;
   bool dryRun = false;  // preflight only (jobhost check / run --dry-run)
   /// no-claim (default): the snapshot's files are never modified or deleted and the first
-  /// checkpoint is a full one. claim: the job owns the snapshot and deletes it once its
-  /// first own checkpoint has completed.
+  /// checkpoint is a full one. claim: the job owns the snapshot (its directory is locked)
+  /// and deletes it once its first own checkpoint has completed.
   bool claimSnapshot = false;
 };
 
@@ -50,8 +50,5 @@ void loadUserConfiguration(const std::optional<std::string>& configFile, const s
 /// Adds the job class's configure() layer (runs plugin code).
 void applyJobConfiguration(Job& job, Configuration* config);
 
-/// Blocks SIGINT/SIGTERM in the calling thread (call before starting threads) and starts
-/// a thread that turns the first signal into a clean stop, the second into an exit.
-void installSignalHandling();
 
 }  // namespace jobhost::host

@@ -88,31 +88,6 @@ void installCrashReporter(int fd) {
   }
 }
 
-/// Disposes a claimed snapshot once (see job_runner.cc for the rules).
-void disposeClaimed(const ResolvedSnapshot& snap) {
-  fs::path dir(snap.directory);
-  if (!fs::exists(dir / state::kMetadataFileName)) return;
-  std::string rel = dir.filename().string();
-  std::set<std::string> stillUsed;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir.parent_path(), ec)) {
-    if (e.path() == dir || !fs::exists(e.path() / state::kMetadataFileName)) continue;
-    auto other = resolveSnapshot(e.path().string());
-    if (!other.ok()) continue;
-    for (const auto& f : other->metadata.referencedFiles()) stillUsed.insert(f.path);
-  }
-  state::CheckpointStorage& st = *snap.storage;
-  if (auto s = st.remove(rel + "/" + state::kMetadataFileName); !s.ok()) {
-    spdlog::warn("could not delete claimed snapshot {}: {}", snap.directory, s.toString());
-    return;
-  }
-  for (const auto& f : snap.metadata.referencedFiles())
-    if (!stillUsed.count(f.path) && f.path.rfind(rel + "/", 0) != 0) st.remove(f.path).ok();
-  st.removeAll(rel).ok();
-  fs::remove(dir, ec);
-  spdlog::info("deleted the claimed snapshot {} (restore mode claim)", snap.directory);
-}
-
 }  // namespace
 
 int runWorker(const RunOptions& o, const WorkerParams& w) {
@@ -138,18 +113,27 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
   if (int rc = setupJob(o, &setup); rc != 0) return end(wire::EndKind::SETUP_FAILED, "setup failed", "", "", false, rc);
   fs::path jobDir = fs::path(setup.checkpointDir) / w.jobId;
 
-  // The initial snapshot (-s) is restored only until the job has a checkpoint of its own.
-  std::optional<ResolvedSnapshot> initial;
-  if (o.fromSnapshot) {
-    auto r = resolveSnapshot(*o.fromSnapshot);
-    if (!r.ok()) return end(wire::EndKind::FAILED, r.status().message(), "", "", true, kExitIncompatible);
-    initial = std::move(*r);
+  // What to restore was decided by the supervisor (job_supervisor.cc): an exact snapshot.
+  std::optional<ResolvedSnapshot> restoreFrom;
+  if (w.restoreFrom) {
+    auto r = openSnapshot(*w.restoreFrom);
+    if (!r.ok()) {
+      bool retryable = r.status().isIOError() || r.status().isNoSpace() || r.status().isPermissionDenied();
+      return end(wire::EndKind::FAILED, "cannot read the snapshot to restore: " + r.status().message(), "", "",
+                 !retryable, retryable ? kExitJobFailed : kExitIncompatible);
+    }
+    restoreFrom = std::move(*r);
   }
 
   std::unique_ptr<CheckpointCoordinator> coordinator;
   if (setup.interval.count() > 0) {
     auto storage = state::openStorage(jobDir.string());
     if (!storage.ok()) return end(wire::EndKind::FAILED, storage.status().message(), "", "", true, kExitUsage);
+    // The supervisor collected what earlier attempts left; this only reads.
+    auto registry = state::SnapshotRegistry::load(std::move(*storage));
+    if (!registry.ok())
+      return end(wire::EndKind::FAILED, "cannot read the job's checkpoints: " + registry.status().message(), "", "",
+                 false, kExitJobFailed);
     state::CheckpointMetadata templ;
     templ.jobId = w.jobId;
     templ.jobClass = setup.className;
@@ -166,36 +150,19 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
     co.tolerableFailures = setup.tolerableFailures;
     co.timeout = setup.checkpointTimeout;
     co.storageRootDescription = jobDir.string();
-    uint64_t firstId = initial ? initial->metadata.checkpointId + 1 : 1;
-    coordinator = std::make_unique<CheckpointCoordinator>(co, std::move(*storage), templ, firstId);
-    auto removed = coordinator->recover();
-    if (!removed.ok())
-      return end(wire::EndKind::FAILED, "cannot read the job's checkpoints: " + removed.status().message(), "", "",
-                 true, kExitIncompatible);
-    for (const auto& r : *removed) spdlog::info("cleaned up {}", r);
-    // The supervisor keeps the history across attempts (it already has what recover()
-    // found): from here on every change goes to it.
+    coordinator = std::make_unique<CheckpointCoordinator>(co, std::move(*registry), templ, w.firstCheckpointId);
+    // The supervisor keeps the history across attempts: from here on every change goes to it.
     coordinator->setOnHistoryChange([&channel](const CheckpointRecord& r) {
       channel.send([&](wire::FromWorker::Builder b) { writeCheckpointRecord(b.initCheckpointEvent(), r); });
     });
-    if (o.claimSnapshot && initial)
-      coordinator->setOnComplete([&initial, done = false](const state::CheckpointMetadata&) mutable {
-        if (done) return;
-        done = true;
-        disposeClaimed(*initial);
-      });
   }
 
-  std::optional<state::CheckpointMetadata> own = coordinator ? coordinator->latestCompleted() : std::nullopt;
   RestoreSource rs;
-  if (own) {
-    rs.metadata = &*own;
-    rs.storage = &coordinator->storage();
-    spdlog::info("restoring from checkpoint {} ({})", own->checkpointId, coordinator->pathOf(own->checkpointId));
-  } else if (initial) {
-    rs.metadata = &initial->metadata;
-    rs.storage = initial->storage.get();
-    rs.allowNonRestoredState = o.allowNonRestoredState;
+  if (restoreFrom) {
+    rs.metadata = &restoreFrom->metadata;
+    rs.storage = restoreFrom->storage.get();
+    rs.allowNonRestoredState = w.restoreInitial && o.allowNonRestoredState;
+    spdlog::info("restoring from {} {}", w.restoreInitial ? "snapshot" : "checkpoint", restoreFrom->directory);
   }
 
   ExecutionConfig ec;
@@ -216,7 +183,9 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
   if (!ps.ok()) {
     std::error_code rm;
     fs::remove_all(ec.localStateDir, rm);
-    bool restoreFailure = ps.isIncompatible() || ps.isCorruption() || ps.isNotFound();
+    // Only incompatibility and corruption are final; I/O errors (a full local disk, a
+    // storage read error) are task failures for the restart strategy.
+    bool restoreFailure = ps.isIncompatible() || ps.isCorruption();
     return end(wire::EndKind::FAILED, ps.message(), "", "", restoreFailure,
                restoreFailure ? kExitIncompatible : kExitJobFailed);
   }
@@ -243,17 +212,23 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
           uint64_t id = sp.getRequestId();
           std::string dir = sp.getTargetDir();
           auto format = sp.getCanonical() ? state::SnapshotFormat::kCanonical : state::SnapshotFormat::kNative;
+          bool stop = sp.getStop();
           std::lock_guard lock(threadsMu);
-          savepointThreads.emplace_back([&, id, dir, format] {
-            state::Result<std::string> r = coordinator ? coordinator->triggerSavepoint(dir, format)
-                                                       : state::Result<std::string>(state::Status::InvalidArgument(
-                                                             "checkpointing is off for this job"));
+          savepointThreads.emplace_back([&, id, dir, format, stop] {
+            state::Result<std::string> r =
+                coordinator ? coordinator->triggerSavepoint(dir, format, std::chrono::minutes(10), stop)
+                            : state::Result<std::string>(
+                                  state::Status::InvalidArgument("checkpointing is off for this job"));
             channel.send([&](wire::FromWorker::Builder b) {
               auto d = b.initSavepointDone();
               d.setRequestId(id);
               if (r.ok()) d.setPath(*r);
               else d.setError(r.status().message());
             });
+            // Stop-with-savepoint: the sources are suspended after its barrier, so ending
+            // the job now emits nothing after the savepoint. (After the answer: the
+            // supervisor learns of the savepoint before it learns the job ended.)
+            if (stop && r.ok()) exec->cancel();
           });
         }
       } catch (const kj::Exception&) {

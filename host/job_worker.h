@@ -1,14 +1,18 @@
 // host/job_worker.h — the worker process of `jobhost run`.
 //
 // The supervisor (`jobhost run`) starts one worker per attempt: `jobhost __worker` with
-// the same run options, the job id and one end of a socketpair (JOBHOST_WORKER_FD). The
-// worker loads the plugin, restores the latest completed checkpoint of the job directory
-// (else the -s snapshot), runs the tasks and the checkpoint coordinator, and reports to
-// the supervisor over the socketpair (runtime/worker_protocol.capnp). A segfault or
+// the same run options, the job id, the snapshot to restore (decided by the supervisor:
+// the worker never looks for one) and one end of a socketpair (JOBHOST_WORKER_FD). The
+// worker loads the plugin, restores that snapshot, runs the tasks and the checkpoint
+// coordinator, and reports to the supervisor over the socketpair
+// (runtime/worker_protocol.capnp). It shares the job directory's lock with the
+// supervisor (an inherited descriptor). A segfault or
 // abort() in user code ends only the worker; the supervisor, its control endpoint and
 // the checkpoints on disk survive, and the restart strategy decides what comes next.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 
 #include "job_runner.h"
@@ -20,6 +24,12 @@ struct WorkerParams {
   int attempt = 1;
   int channelFd = -1;  // socketpair end to the supervisor
   int crashFd = -1;    // pipe for the fatal-signal report
+  /// The exact snapshot directory to restore (a chk-<n> or savepoint), if any.
+  std::optional<std::string> restoreFrom;
+  /// restoreFrom is the user's -s snapshot (then -n applies), not one of the job's own
+  /// checkpoints.
+  bool restoreInitial = false;
+  uint64_t firstCheckpointId = 1;
 };
 
 int runWorker(const RunOptions& options, const WorkerParams& params);

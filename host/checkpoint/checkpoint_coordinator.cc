@@ -1,5 +1,7 @@
 #include "checkpoint/checkpoint_coordinator.h"
 
+#include "jobhost/state/checkpoint_layout.h"
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -22,7 +24,7 @@ std::string humanBytes(uint64_t b) {
   else std::snprintf(buf, sizeof buf, "%.2f GiB", b / 1073741824.0);
   return buf;
 }
-std::string chkDir(uint64_t id) { return "chk-" + std::to_string(id); }
+std::string chkDir(uint64_t id) { return state::checkpointDirName(id); }
 int64_t nowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
@@ -74,57 +76,21 @@ CheckpointRecord recordFromMetadata(const state::CheckpointMetadata& m, const st
   return r;
 }
 
-CheckpointCoordinator::CheckpointCoordinator(CoordinatorOptions options, std::unique_ptr<state::CheckpointStorage> storage,
+CheckpointCoordinator::CheckpointCoordinator(CoordinatorOptions options, state::SnapshotRegistry registry,
                                              state::CheckpointMetadata templ, uint64_t firstCheckpointId)
-    : options_(std::move(options)), storage_(std::move(storage)), template_(std::move(templ)), nextId_(firstCheckpointId) {}
+    : options_(std::move(options)),
+      storage_(registry.storagePtr()),
+      registry_(std::move(registry)),
+      template_(std::move(templ)),
+      nextId_(std::max(firstCheckpointId, registry_.highestCheckpointIdSeen() + 1)) {
+  std::lock_guard lock(mu_);
+  for (uint64_t id : registry_.checkpointIds()) retained_.push_back(id);
+  subsumeLocked();
+  for (uint64_t id : retained_)
+    recordLocked(recordFromMetadata(*registry_.checkpoint(id), storage_->describe(chkDir(id))));
+}
 
 CheckpointCoordinator::~CheckpointCoordinator() { stop(); }
-
-state::Result<std::vector<std::string>> CheckpointCoordinator::recover() {
-  std::lock_guard lock(mu_);
-  std::vector<state::FileEntry> files;
-  if (Status s = storage_->list("", &files); !s.ok()) return s;
-  std::map<uint64_t, bool> chks;  // id -> has _metadata
-  for (const auto& f : files) {
-    auto slash = f.path.find('/');
-    if (slash == std::string::npos) continue;
-    std::string top = f.path.substr(0, slash);
-    if (top.rfind("chk-", 0) != 0) continue;
-    uint64_t id = 0;
-    try {
-      id = std::stoull(top.substr(4));
-    } catch (...) {
-      continue;
-    }
-    chks[id] |= f.path == top + "/" + state::kMetadataFileName;
-  }
-  std::vector<std::string> removed;
-  retained_.clear();
-  for (auto& [id, complete] : chks) {
-    nextId_ = std::max(nextId_, id + 1);
-    if (!complete) continue;
-    std::string bytes;
-    std::string dir = chkDir(id);
-    if (Status s = storage_->get(dir + "/" + state::kMetadataFileName, &bytes); !s.ok()) return s;
-    auto m = state::parseMetadata(bytes, dir, storage_->describe(dir + "/" + state::kMetadataFileName));
-    if (!m.ok()) return m.status();  // never run with an incomplete set (FLINK-22502)
-    retained_.push_back(std::move(*m));
-  }
-  while (static_cast<int>(retained_.size()) > std::max(1, options_.numRetained)) subsumeLocked();
-  for (const auto& m : retained_) recordLocked(recordFromMetadata(m, storage_->describe(chkDir(m.checkpointId))));
-  std::set<std::string> referenced;
-  for (const auto& m : retained_)
-    for (const auto& f : m.referencedFiles()) referenced.insert(f.path);
-  for (auto& [id, complete] : chks) {
-    if (complete) continue;
-    if (storage_->removeAll(chkDir(id)).ok()) removed.push_back(storage_->describe(chkDir(id)) + " (never completed)");
-  }
-  for (const auto& f : files) {
-    if (f.path.rfind("shared/", 0) != 0 || referenced.count(f.path)) continue;
-    if (storage_->remove(f.path).ok()) removed.push_back(storage_->describe(f.path) + " (referenced by no checkpoint)");
-  }
-  return removed;
-}
 
 void CheckpointCoordinator::attach(JobExecution* execution) {
   std::lock_guard lock(mu_);
@@ -243,7 +209,10 @@ bool CheckpointCoordinator::triggerCheckpoint() {
 
 void CheckpointCoordinator::acknowledge(uint64_t id, TaskSnapshot snapshot) {
   std::lock_guard lock(mu_);
-  if (!pending_ || pending_->id != id) return;  // late ack of an aborted checkpoint
+  if (!pending_ || pending_->id != id) {
+    if (aborted_.count(id)) cleanUpAbortedLocked(id, &snapshot);  // a late part of an aborted checkpoint
+    return;
+  }
   pending_->acks.push_back(std::move(snapshot));
   if (static_cast<int>(pending_->acks.size()) < pending_->expectedTasks) return;
   Pending p = std::move(*pending_);
@@ -253,14 +222,31 @@ void CheckpointCoordinator::acknowledge(uint64_t id, TaskSnapshot snapshot) {
 
 void CheckpointCoordinator::decline(uint64_t id, const Status& reason) {
   std::lock_guard lock(mu_);
-  if (!pending_ || pending_->id != id) return;
+  if (!pending_ || pending_->id != id) {
+    if (aborted_.count(id)) cleanUpAbortedLocked(id, nullptr);
+    return;
+  }
   abortLocked(id, reason.toString());
+}
+
+void CheckpointCoordinator::cleanUpAbortedLocked(uint64_t id, const TaskSnapshot* late) {
+  std::vector<state::FileRef> uploaded;  // shared files this checkpoint uploaded itself
+  if (late)
+    for (const auto& [uid, sub] : late->operators)
+      if (auto* inc = std::get_if<state::IncrementalStateHandle>(&sub.keyed))
+        for (const auto& f : inc->sharedFiles)
+          if (f.createdByCheckpoint == id) uploaded.push_back(f.file);
+  std::vector<state::RemovedFile> removed;
+  Status s = registry_.discardIncomplete(chkDir(id), uploaded, &removed);
+  if (!s.ok()) spdlog::warn("could not clean up after aborted checkpoint {}: {}", id, s.toString());
+  for (const auto& r : removed) spdlog::debug("removed {} ({})", storage_->describe(r.path), r.reason);
 }
 
 void CheckpointCoordinator::abortLocked(uint64_t id, const std::string& reason) {
   if (pending_ && pending_->savepoint) {
     SavepointRequest* sp = pending_->savepoint;
     spdlog::warn("savepoint {} failed: {}", sp->storage->describe(sp->dir), reason);
+    // A savepoint directory is new and ours alone until its _metadata exists.
     Status s = sp->storage->removeAll(sp->dir);
     if (!s.ok()) spdlog::warn("could not clean up {}: {}", sp->storage->describe(sp->dir), s.toString());
     sp->result = Status::IOError("savepoint failed: " + reason);
@@ -274,17 +260,17 @@ void CheckpointCoordinator::abortLocked(uint64_t id, const std::string& reason) 
   failRecordLocked(id, reason);
   pending_.reset();
   done_.notify_all();
+  aborted_.insert(id);
+  while (aborted_.size() > 64) aborted_.erase(aborted_.begin());
   ++consecutiveFailures_;
   if (execution_ && consecutiveFailures_ > options_.tolerableFailures && reason.find("attempt ended") == std::string::npos)
     execution_->failExternally("checkpoint " + std::to_string(id) + " failed: " + reason + " (" +
                                std::to_string(consecutiveFailures_) +
                                " in a row; execution.checkpointing.tolerable-failed-checkpoints = " +
                                std::to_string(options_.tolerableFailures) + ")");
-  // Only files owned by this checkpoint go; shared uploads may be referenced later by
-  // nothing, and are left for `jobhost gc`.
-  Status s = storage_->removeAll(chkDir(id));
-  if (!s.ok()) spdlog::warn("could not clean up {}: {}", storage_->describe(chkDir(id)), s.toString());
+  // Withdraw it first, so tasks that have not snapshotted yet write nothing more.
   if (execution_) execution_->notifyCheckpointAborted(id);
+  cleanUpAbortedLocked(id, nullptr);
 }
 
 void CheckpointCoordinator::finalizeLocked(Pending p) {
@@ -292,7 +278,6 @@ void CheckpointCoordinator::finalizeLocked(Pending p) {
   state::CheckpointMetadata m = template_;
   m.checkpointId = p.id;
   m.timestampMs = p.timestampMs;
-  std::map<std::string, const OperatorInfo*> infos;
   for (const auto& info : execution_->operators()) {
     state::OperatorSnapshot op;
     op.uid = info.uid;
@@ -308,6 +293,15 @@ void CheckpointCoordinator::finalizeLocked(Pending p) {
     for (auto& [uid, sub] : ack.operators)
       for (auto& op : m.operators)
         if (op.uid == uid) op.subtasks.push_back(std::move(sub));
+    // States the backends hold beyond what the class declares (restored from a snapshot
+    // and never declared again) are carried forward with their recorded descriptors, so a
+    // later version of the class that declares them again reads them.
+    for (const auto& [uid, states] : ack.states)
+      for (auto& op : m.operators)
+        if (op.uid == uid)
+          for (const auto& d : states)
+            if (std::none_of(op.states.begin(), op.states.end(), [&](const auto& have) { return have.name == d.name; }))
+              op.states.push_back(d);
   }
   for (auto& op : m.operators)
     std::sort(op.subtasks.begin(), op.subtasks.end(), [](const auto& a, const auto& b) { return a.index < b.index; });
@@ -328,17 +322,16 @@ void CheckpointCoordinator::finalizeLocked(Pending p) {
   m.stats.syncMicros = maxSync;
   m.stats.asyncMicros = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - p.started).count());
-  auto bytes = state::serializeMetadata(m, dir);
-  Status s = bytes.ok() ? storage_->put(dir + "/" + state::kMetadataFileName, *bytes) : bytes.status();
-  if (!s.ok()) {
-    abortLocked(p.id, "cannot write its metadata: " + s.toString());
+  if (Status s = registry_.publish(dir, m); !s.ok()) {
+    pending_ = std::move(p);  // abortLocked expects the pending checkpoint
+    abortLocked(pending_->id, "cannot write its metadata: " + s.toString());
     return;
   }
   ++completed_;
   consecutiveFailures_ = 0;
   spdlog::info("completed checkpoint {} ({} new, {} total, {} ms): {}", p.id, humanBytes(m.stats.newBytes),
                humanBytes(m.stats.totalBytes), m.stats.asyncMicros / 1000, storage_->describe(dir));
-  retained_.push_back(m);
+  retained_.push_back(p.id);
   recordLocked(recordFromMetadata(m, storage_->describe(dir)));
   if (execution_) execution_->notifyCheckpointComplete(p.id);
   subsumeLocked();
@@ -347,26 +340,18 @@ void CheckpointCoordinator::finalizeLocked(Pending p) {
 
 void CheckpointCoordinator::subsumeLocked() {
   while (static_cast<int>(retained_.size()) > std::max(1, options_.numRetained)) {
-    state::CheckpointMetadata old = std::move(retained_.front());
+    uint64_t old = retained_.front();
     retained_.pop_front();
-    std::set<std::string> stillUsed;
-    for (const auto& r : retained_)
-      for (const auto& f : r.referencedFiles()) stillUsed.insert(f.path);
-    std::string dir = chkDir(old.checkpointId);
-    // _metadata first: from here on the checkpoint no longer exists.
-    Status s = storage_->remove(dir + "/" + state::kMetadataFileName);
-    if (!s.ok() && !s.isNotFound()) spdlog::warn("could not remove subsumed checkpoint {}: {}", old.checkpointId, s.toString());
-    for (const auto& f : old.referencedFiles()) {
-      if (stillUsed.count(f.path) || f.path.rfind("shared/", 0) != 0) continue;
-      Status r = storage_->remove(f.path);
-      if (!r.ok() && !r.isNotFound()) spdlog::warn("could not delete unused shared file {}: {}", f.path, r.toString());
-      else spdlog::debug("deleted shared file {} (last used by checkpoint {})", f.path, old.checkpointId);
-    }
-    s = storage_->removeAll(dir);
-    if (!s.ok()) spdlog::warn("could not remove {}: {}", storage_->describe(dir), s.toString());
-    spdlog::debug("subsumed checkpoint {}", old.checkpointId);
+    const state::CheckpointMetadata* m = registry_.checkpoint(old);
+    int64_t triggerTime = m ? m->timestampMs : 0;
+    std::vector<state::RemovedFile> removed;
+    Status s = registry_.discard(chkDir(old), &removed);
+    if (!s.ok()) spdlog::warn("could not fully remove subsumed checkpoint {}: {} (jobhost gc removes the rest)", old,
+                              s.toString());
+    for (const auto& r : removed) spdlog::debug("removed {} ({})", storage_->describe(r.path), r.reason);
+    spdlog::debug("subsumed checkpoint {}", old);
     for (auto it = history_.rbegin(); it != history_.rend(); ++it)
-      if (it->id == old.checkpointId && it->triggerTimeMs == old.timestampMs) {
+      if (it->id == old && it->triggerTimeMs == triggerTime) {
         CheckpointRecord r = *it;
         r.subsumed = true;
         recordLocked(r);
@@ -401,15 +386,18 @@ void CheckpointCoordinator::finalizeSavepointLocked(Pending p, state::Checkpoint
 
 state::Result<std::string> CheckpointCoordinator::triggerSavepoint(const std::string& targetDir,
                                                                    state::SnapshotFormat format,
-                                                                   std::chrono::milliseconds timeout) {
+                                                                   std::chrono::milliseconds timeout,
+                                                                   bool stopSources) {
   auto storage = state::openStorage(targetDir);
   if (!storage.ok()) return storage.status();
   SavepointRequest req;
   req.storage = std::move(*storage);
   req.format = format;
-  static std::mt19937_64 rng{std::random_device{}()};
+  // Concurrent savepoints each draw their own name: no shared generator.
+  std::random_device device;
+  uint64_t random = (static_cast<uint64_t>(device()) << 32) ^ device();
   char rnd[16];
-  std::snprintf(rnd, sizeof rnd, "%012llx", static_cast<unsigned long long>(rng() & 0xffffffffffffULL));
+  std::snprintf(rnd, sizeof rnd, "%012llx", static_cast<unsigned long long>(random & 0xffffffffffffULL));
   req.dir = "savepoint-" + template_.jobId.substr(0, 6) + "-" + rnd;
   std::unique_lock lock(mu_);
   auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -431,6 +419,7 @@ state::Result<std::string> CheckpointCoordinator::triggerSavepoint(const std::st
   target.storage = req.storage;
   target.exclusiveDir = req.dir;
   target.sharedDir = "";  // self-contained
+  target.stopSources = stopSources;
   pending_ = std::move(p);
   spdlog::info("triggering savepoint {} into {}", target.checkpointId, req.storage->describe(req.dir));
   if (!execution_->triggerCheckpoint(target)) {
@@ -453,28 +442,15 @@ state::Result<std::string> CheckpointCoordinator::triggerSavepoint(const std::st
   return std::move(*req.result);
 }
 
-void CheckpointCoordinator::discardAll() {
-  std::lock_guard lock(mu_);
-  for (const auto& m : retained_)
-    if (Status s = storage_->remove(chkDir(m.checkpointId) + "/" + state::kMetadataFileName); !s.ok() && !s.isNotFound())
-      spdlog::warn("could not delete checkpoint {}: {}", m.checkpointId, s.toString());
-  for (const auto& m : retained_)
-    for (auto it = history_.rbegin(); it != history_.rend(); ++it)
-      if (it->id == m.checkpointId && it->triggerTimeMs == m.timestampMs && !it->subsumed) {
-        CheckpointRecord r = *it;
-        r.subsumed = true;
-        recordLocked(r);
-        break;
-      }
-  retained_.clear();
-  Status s = storage_->removeAll("");
-  if (!s.ok()) spdlog::warn("could not delete {}: {}", options_.storageRootDescription, s.toString());
-}
-
 std::optional<state::CheckpointMetadata> CheckpointCoordinator::latestCompleted() const {
   std::lock_guard lock(mu_);
   if (retained_.empty()) return std::nullopt;
-  return retained_.back();
+  return *registry_.checkpoint(retained_.back());
+}
+
+std::vector<uint64_t> CheckpointCoordinator::retainedIds() const {
+  std::lock_guard lock(mu_);
+  return {retained_.begin(), retained_.end()};
 }
 
 std::string CheckpointCoordinator::pathOf(uint64_t id) const { return storage_->describe(chkDir(id)); }
@@ -487,54 +463,10 @@ uint64_t CheckpointCoordinator::completedCount() const {
 // ---------------------------------------------------------------------------------------
 
 namespace {
-uint64_t chkNumber(const std::string& name) {
-  if (name.rfind("chk-", 0) != 0 || name.size() == 4) return 0;
-  uint64_t n = 0;
-  for (size_t i = 4; i < name.size(); ++i) {
-    if (!std::isdigit(static_cast<unsigned char>(name[i]))) return 0;
-    n = n * 10 + static_cast<uint64_t>(name[i] - '0');
-  }
-  return n;
-}
-}  // namespace
 
-state::Result<ResolvedSnapshot> resolveSnapshot(const std::string& input) {
-  std::error_code ec;
-  fs::path p = fs::absolute(input, ec);
-  if (ec || !fs::exists(p, ec))
-    return Status::NotFound("snapshot path '" + input + "' does not exist");
-  p = fs::weakly_canonical(p, ec);
+/// The snapshot in directory `dir` (absolute, holding `_metadata`).
+state::Result<ResolvedSnapshot> openSnapshotDir(const fs::path& dir) {
   ResolvedSnapshot r;
-  fs::path dir;
-  if (fs::is_regular_file(p)) {
-    if (p.filename() != state::kMetadataFileName)
-      return Status::InvalidArgument("'" + input + "' is a file, not a snapshot: pass a chk-<n> or savepoint directory, "
-                                     "its _metadata file, or a job's checkpoint directory");
-    dir = p.parent_path();
-  } else if (fs::is_directory(p)) {
-    if (fs::exists(p / state::kMetadataFileName)) {
-      dir = p;
-    } else {
-      uint64_t best = 0;
-      std::vector<std::string> incomplete;
-      for (const auto& e : fs::directory_iterator(p, ec)) {
-        uint64_t n = chkNumber(e.path().filename().string());
-        if (!n || !e.is_directory()) continue;
-        if (fs::exists(e.path() / state::kMetadataFileName)) best = std::max(best, n);
-        else incomplete.push_back(e.path().filename().string());
-      }
-      if (!best) {
-        std::string more = incomplete.empty() ? "" : " (incomplete, without _metadata: " + incomplete.front() +
-                                                         (incomplete.size() > 1 ? ", ..." : "") + ")";
-        return Status::NotFound("'" + input + "' is not a snapshot: it has no _metadata and no completed chk-<n>" +
-                                more);
-      }
-      dir = p / ("chk-" + std::to_string(best));
-      r.note = "using the latest complete checkpoint in " + p.string() + ": chk-" + std::to_string(best);
-    }
-  } else {
-    return Status::InvalidArgument("'" + input + "' is neither a file nor a directory");
-  }
   r.directory = dir.string();
   auto storage = state::openStorage(dir.parent_path().string());
   if (!storage.ok()) return storage.status();
@@ -545,6 +477,57 @@ state::Result<ResolvedSnapshot> resolveSnapshot(const std::string& input) {
   auto m = state::parseMetadata(bytes, rel, (dir / state::kMetadataFileName).string());
   if (!m.ok()) return m.status();
   r.metadata = std::move(*m);
+  return r;
+}
+
+/// An existing path made absolute and canonical, or why not.
+state::Result<fs::path> existingPath(const std::string& input) {
+  std::error_code ec;
+  fs::path p = fs::absolute(input, ec);
+  if (ec || !fs::exists(p, ec)) return Status::NotFound("snapshot path '" + input + "' does not exist");
+  return fs::weakly_canonical(p, ec);
+}
+
+}  // namespace
+
+state::Result<ResolvedSnapshot> openSnapshot(const std::string& input) {
+  auto p = existingPath(input);
+  if (!p.ok()) return p.status();
+  if (fs::is_regular_file(*p) && p->filename() == state::kMetadataFileName) return openSnapshotDir(p->parent_path());
+  if (fs::is_directory(*p) && fs::exists(*p / state::kMetadataFileName)) return openSnapshotDir(*p);
+  return Status::InvalidArgument("'" + input + "' is not a snapshot: pass a chk-<n> or savepoint directory (one that "
+                                 "holds a _metadata file) or that _metadata file");
+}
+
+state::Result<ResolvedSnapshot> resolveSnapshot(const std::string& input) {
+  auto p = existingPath(input);
+  if (!p.ok()) return p.status();
+  if (fs::is_regular_file(*p)) {
+    if (p->filename() != state::kMetadataFileName)
+      return Status::InvalidArgument("'" + input + "' is a file, not a snapshot: pass a chk-<n> or savepoint directory, "
+                                     "its _metadata file, or a job's checkpoint directory");
+    return openSnapshotDir(p->parent_path());
+  }
+  if (!fs::is_directory(*p)) return Status::InvalidArgument("'" + input + "' is neither a file nor a directory");
+  if (fs::exists(*p / state::kMetadataFileName)) return openSnapshotDir(*p);
+  // A job's checkpoint directory: its newest complete checkpoint that can be read.
+  auto storage = state::openStorage(p->string());
+  if (!storage.ok()) return storage.status();
+  auto registry = state::SnapshotRegistry::load(std::move(*storage));
+  if (!registry.ok()) return registry.status();
+  std::vector<uint64_t> ids = registry->checkpointIds();
+  std::vector<std::string> unreadableNewer;
+  for (const auto& [dir, reason] : registry->unreadable())
+    if (auto id = state::parseCheckpointDirName(dir); id && (ids.empty() || *id > ids.back()))
+      unreadableNewer.push_back(dir + " (" + reason + ")");
+  if (ids.empty()) {
+    std::string more = unreadableNewer.empty() ? "" : "; unreadable: " + unreadableNewer.front();
+    return Status::NotFound("'" + input + "' is not a snapshot: it has no _metadata and no completed chk-<n>" + more);
+  }
+  auto r = openSnapshotDir(*p / state::checkpointDirName(ids.back()));
+  if (!r.ok()) return r.status();
+  r->note = "using the latest complete checkpoint in " + p->string() + ": " + state::checkpointDirName(ids.back());
+  for (const auto& u : unreadableNewer) r->note += "; skipped the newer " + u + ", whose _metadata cannot be read";
   return r;
 }
 

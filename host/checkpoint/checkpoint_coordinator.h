@@ -1,16 +1,20 @@
 // host/checkpoint/checkpoint_coordinator.h — triggers checkpoints, collects the tasks'
-// acknowledgements, publishes `_metadata`, keeps `num-retained` completed checkpoints
-// and deletes what nothing retained references any more.
+// acknowledgements, publishes `_metadata`, keeps `num-retained` completed checkpoints.
 //
-// Layout under the job's storage root (<state.checkpoints.dir>/<jobId>):
-//   chk-<n>/_metadata and chk-<n>/<files owned by checkpoint n>
-//   shared/<files that several checkpoints may reference> (rocksdb incremental SSTs)
-//   taskowned/ (reserved, as Flink)
+// Layout under the job's storage root: see jobhost/state/checkpoint_layout.h.
 //
 // A checkpoint exists only once chk-<n>/_metadata is durably published (every data file
-// was fsynced and published before). Subsumed checkpoints lose their chk-<n>/ directory;
-// a shared file is deleted only when no retained checkpoint references it. Aborted
-// checkpoints lose their chk-<n>/ files, never shared files.
+// was fsynced and published before). Every deletion — subsumption of the oldest retained
+// checkpoint, the files of an aborted one — goes through the job directory's
+// SnapshotRegistry (jobhost/state/snapshot_registry.h), which deletes `_metadata` first
+// and a shared file only when no retained checkpoint references it. An aborted
+// checkpoint's asynchronous parts may still be writing when it is aborted; each one that
+// reports afterwards (a late acknowledge or decline) triggers another clean-up of what it
+// wrote, so an aborted chk-<n> is never left behind or recreated.
+//
+// The coordinator runs in the worker process, which shares the job directory's lock with
+// its supervisor; the supervisor collects what a previous attempt left before starting
+// the next one (host/job_supervisor.cc).
 //
 // Thread-safety: thread-safe; acknowledgements arrive on the uploader thread.
 #pragma once
@@ -30,6 +34,7 @@
 #include "checkpoint/checkpoint_record.h"
 #include "jobhost/state/checkpoint_metadata.h"
 #include "jobhost/state/checkpoint_storage.h"
+#include "jobhost/state/snapshot_registry.h"
 #include "runtime/job_execution.h"
 
 namespace jobhost::host {
@@ -47,18 +52,15 @@ struct CoordinatorOptions {
 
 class CheckpointCoordinator : public CheckpointListener {
  public:
-  /// `storage` is rooted at the job's checkpoint directory. `templ` carries the job-level
-  /// fields every `_metadata` repeats (job id, class, plugin, backend, ...).
-  CheckpointCoordinator(CoordinatorOptions options, std::unique_ptr<state::CheckpointStorage> storage,
-                        state::CheckpointMetadata templ, uint64_t firstCheckpointId);
+  /// `registry` covers the job's checkpoint directory, loaded by the caller; its complete
+  /// checkpoints are the retained ones (the oldest beyond num-retained are discarded at
+  /// once). `templ` carries the job-level fields every `_metadata` repeats (job id,
+  /// class, plugin, backend, ...). Checkpoint ids continue from the larger of
+  /// `firstCheckpointId` and one past every chk-<n> the registry has seen.
+  CheckpointCoordinator(CoordinatorOptions options, state::SnapshotRegistry registry, state::CheckpointMetadata templ,
+                        uint64_t firstCheckpointId);
   ~CheckpointCoordinator() override;
 
-  /// For a restarted attempt: loads the completed checkpoints already in the storage,
-  /// keeps the newest num-retained, deletes chk-<n> directories that never completed and
-  /// shared files no retained checkpoint references (nothing is uploading: the previous
-  /// attempt's process is gone), and continues numbering after the newest. Returns what
-  /// it removed, for the log.
-  state::Result<std::vector<std::string>> recover();
   /// Routes triggers to `execution` (one attempt). detach() before destroying it.
   void attach(JobExecution* execution);
   void detach();
@@ -71,14 +73,18 @@ class CheckpointCoordinator : public CheckpointListener {
   /// `targetDir` and blocks until it is complete (returns its absolute path) or failed (the
   /// reason; the job keeps running). Waits for a checkpoint in flight to finish first.
   /// Savepoints are self-contained, never retained, subsumed or deleted by the job.
+  /// `stopSources` (jobhost stop): the sources emit nothing after the savepoint's barrier
+  /// and stay suspended; they resume if the savepoint fails. The caller ends the job once
+  /// it succeeded.
   state::Result<std::string> triggerSavepoint(const std::string& targetDir, state::SnapshotFormat format,
-                                              std::chrono::milliseconds timeout = std::chrono::minutes(10));
-  /// Deletes every retained checkpoint and the job directory (DELETE_ON_CANCELLATION).
-  void discardAll();
+                                              std::chrono::milliseconds timeout = std::chrono::minutes(10),
+                                              bool stopSources = false);
   /// Latest completed checkpoint of this job (retained), if any.
   std::optional<state::CheckpointMetadata> latestCompleted() const;
   std::string pathOf(uint64_t checkpointId) const;
   state::CheckpointStorage& storage() { return *storage_; }
+  /// Complete checkpoints retained now, oldest first (for tests).
+  std::vector<uint64_t> retainedIds() const;
   uint64_t completedCount() const;
   /// Called with every completed checkpoint (for tests and status).
   void setOnComplete(std::function<void(const state::CheckpointMetadata&)> fn);
@@ -113,7 +119,11 @@ class CheckpointCoordinator : public CheckpointListener {
   void finalizeLocked(Pending p);
   void finalizeSavepointLocked(Pending p, state::CheckpointMetadata m);
   void abortLocked(uint64_t id, const std::string& reason);
+  /// Discards the oldest retained checkpoints beyond num-retained (through the registry).
   void subsumeLocked();
+  /// What an aborted checkpoint's late part wrote: its chk-<n> again, and the shared
+  /// files it uploaded that nothing references.
+  void cleanUpAbortedLocked(uint64_t id, const TaskSnapshot* late);
   void loop();
   /// Adds `r`, or replaces the record with the same id and trigger time; notifies.
   void recordLocked(const CheckpointRecord& r);
@@ -122,6 +132,7 @@ class CheckpointCoordinator : public CheckpointListener {
 
   CoordinatorOptions options_;
   std::shared_ptr<state::CheckpointStorage> storage_;
+  state::SnapshotRegistry registry_;  // guarded by mu_
   state::CheckpointMetadata template_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -129,7 +140,8 @@ class CheckpointCoordinator : public CheckpointListener {
   JobExecution* execution_ = nullptr;            // guarded by mu_
   std::optional<Pending> pending_;               // guarded by mu_
   uint64_t nextId_;                              // guarded by mu_
-  std::deque<state::CheckpointMetadata> retained_;  // guarded by mu_
+  std::deque<uint64_t> retained_;                // guarded by mu_; ids, oldest first
+  std::set<uint64_t> aborted_;                   // guarded by mu_; may still report late
   uint64_t completed_ = 0;                       // guarded by mu_
   int consecutiveFailures_ = 0;                  // guarded by mu_
   bool stop_ = false;                            // guarded by mu_
@@ -140,13 +152,17 @@ class CheckpointCoordinator : public CheckpointListener {
 };
 
 /// Resolves a `-s` argument: a chk-<n> or savepoint directory, its `_metadata` file, or a
-/// job's checkpoint directory (then its latest complete checkpoint).
+/// job's checkpoint directory (then its latest complete checkpoint whose `_metadata` can
+/// be read; a newer unreadable one is named in `note`, never skipped silently).
 struct ResolvedSnapshot {
   std::string directory;  // absolute path of the directory holding _metadata
-  std::unique_ptr<state::CheckpointStorage> storage;  // rooted at its parent
+  std::shared_ptr<state::CheckpointStorage> storage;  // rooted at its parent
   state::CheckpointMetadata metadata;  // paths relative to storage
   std::string note;  // e.g. "using the latest complete checkpoint chk-7 of ..."
 };
 state::Result<ResolvedSnapshot> resolveSnapshot(const std::string& path);
+/// Like resolveSnapshot, but only an exact snapshot (a directory holding `_metadata`, or
+/// that file): never picks one out of a job directory.
+state::Result<ResolvedSnapshot> openSnapshot(const std::string& path);
 
 }  // namespace jobhost::host

@@ -12,6 +12,9 @@ struct ToWorker {
       requestId @0 :UInt64;
       targetDir @1 :Text;
       canonical @2 :Bool;
+      # jobhost stop: the sources emit nothing after this savepoint's barrier, and the
+      # worker ends the job (CANCELLED) once it is complete.
+      stop @4 :Bool;
     }
     cancel @3 :Void;
   }

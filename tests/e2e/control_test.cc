@@ -384,15 +384,13 @@ TEST_F(Control, ControlRequestsWhileCheckpointsAreInFlightAllSucceed) {
   EXPECT_FALSE(fs::exists(fs::symlink_status(socketDir() / (id + ".sock"))));
 }
 
-TEST_F(Control, DisposeRemovesSavepointsAndRefusesCheckpoints) {
+TEST_F(Control, DisposeRemovesExactlyTheNamedSnapshotThroughItsDirectorysRegistry) {
   fs::path chk = checkpointOf("WordCount");
   ASSERT_FALSE(chk.empty());
-  Result r = cli({"savepoint", "-d", chk.string()});
-  EXPECT_EQ(r.exitCode, 2) << r.out << r.err;
-  EXPECT_TRUE(contains(r.err, "not a savepoint")) << r.err;
-  EXPECT_TRUE(fs::exists(chk / "_metadata"));
-  Result jobDir = cli({"savepoint", "-d", chk.parent_path().string()});  // resolves to its latest checkpoint
+  // A job directory is not one snapshot: dispose never picks "the latest" for you.
+  Result jobDir = cli({"savepoint", "-d", chk.parent_path().string()});
   EXPECT_EQ(jobDir.exitCode, 2) << jobDir.out << jobDir.err;
+  EXPECT_TRUE(contains(jobDir.err, "is not a snapshot")) << jobDir.err;
   EXPECT_TRUE(fs::exists(chk / "_metadata"));
   Result missing = cli({"savepoint", "-d", (tmp / "no-such-savepoint").string()});
   EXPECT_EQ(missing.exitCode, 2) << missing.err;
@@ -403,7 +401,13 @@ TEST_F(Control, DisposeRemovesSavepointsAndRefusesCheckpoints) {
   ASSERT_EQ(d.exitCode, 0) << d.out << d.err;
   EXPECT_TRUE(contains(d.out, "Savepoint '" + (tmp / "canonical-sp").string() + "' disposed")) << d.out;
   EXPECT_FALSE(fs::exists(tmp / "canonical-sp"));
-  EXPECT_TRUE(fs::exists(chk / "_metadata"));  // never touches checkpoints
+  EXPECT_TRUE(fs::exists(chk / "_metadata"));  // only the named snapshot
+
+  // A retained checkpoint of a job that no longer runs may be disposed of, as in Flink.
+  Result c = cli({"savepoint", "-d", chk.string()});
+  ASSERT_EQ(c.exitCode, 0) << c.out << c.err;
+  EXPECT_TRUE(contains(c.out, "Checkpoint '" + chk.string() + "' disposed")) << c.out;
+  EXPECT_FALSE(fs::exists(chk));
 }
 
 TEST_F(Control, ListRemovesStaleSocketsOfOursAndLeavesOthersAlone) {

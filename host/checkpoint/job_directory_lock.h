@@ -1,0 +1,65 @@
+// host/checkpoint/job_directory_lock.h — a checkpoint directory is locked by the process
+// that writes (or cleans, or disposes of) it.
+//
+// The lock is an flock(2) on `<dir>/.lock` (state::kLockFileName), taken without waiting
+// and held for as long as the object lives: a running job holds its job directory for its
+// whole life (its worker processes inherit the lock), `jobhost gc` and `savepoint -d` hold
+// it while they delete, a job restoring with `--restore-mode claim` holds the claimed
+// snapshot's directory until it has disposed of it. The kernel releases it when the
+// holder dies, so a crashed job never blocks anyone: no time-outs, no guessing from
+// control sockets. The file records who holds it (pid, job id, class, purpose) so a
+// refusal can name the holder.
+//
+// Local directories only (flock); an object store needs its own lease (issue 17).
+//
+// Thread-safety: a JobDirectoryLock is used by one thread; holder() is thread-safe.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "jobhost/state/status.h"
+
+namespace jobhost::host {
+
+struct LockHolder {
+  int pid = 0;
+  std::string jobId;     // empty for a command (gc, savepoint -d)
+  std::string jobClass;  // empty for a command
+  std::string purpose;   // "running job", "gc", "savepoint -d", "claim"
+};
+
+/// "job 3f0c9a... (WordCount, pid 4242)" / "jobhost gc (pid 4242)".
+std::string describeHolder(const LockHolder& h);
+
+class JobDirectoryLock {
+ public:
+  /// Takes the lock of directory `dir` (which must exist), without waiting. If another
+  /// process holds it: an error whose message names `dir` and the holder, and *heldBy
+  /// (if given) is set. Other errors (cannot create the lock file) name the OS reason.
+  static state::Result<JobDirectoryLock> acquire(const std::string& dir, const LockHolder& me,
+                                                 std::optional<LockHolder>* heldBy = nullptr);
+  /// Who holds the lock of `dir`, if anyone (nullopt also when `dir` has no lock file).
+  /// Does not take it.
+  static std::optional<LockHolder> holder(const std::string& dir);
+
+  JobDirectoryLock(JobDirectoryLock&& o) noexcept : fd_(o.fd_), dir_(std::move(o.dir_)) { o.fd_ = -1; }
+  JobDirectoryLock& operator=(JobDirectoryLock&& o) noexcept;
+  JobDirectoryLock(const JobDirectoryLock&) = delete;
+  JobDirectoryLock& operator=(const JobDirectoryLock&) = delete;
+  ~JobDirectoryLock() { release(); }
+
+  /// The locked file's descriptor (close-on-exec). A child process that should share the
+  /// lock gets a dup of it without FD_CLOEXEC.
+  int fd() const { return fd_; }
+  const std::string& directory() const { return dir_; }
+  /// Releases the lock (also when the directory was deleted meanwhile).
+  void release();
+
+ private:
+  JobDirectoryLock(int fd, std::string dir) : fd_(fd), dir_(std::move(dir)) {}
+  int fd_ = -1;
+  std::string dir_;
+};
+
+}  // namespace jobhost::host

@@ -1,0 +1,604 @@
+// The supervisor of `jobhost run`: see job_supervisor.h.
+#include "job_supervisor.h"
+
+#include <capnp/message.h>
+#include <capnp/serialize.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <random>
+
+#include "checkpoint/checkpoint_record_capnp.h"
+#include "jobhost/state/checkpoint_layout.h"
+#include "jobhost/state/snapshot_registry.h"
+#include "runtime/worker_protocol.capnp.h"
+#include "signal_handling.h"
+
+namespace jobhost::host {
+
+namespace fs = std::filesystem;
+
+const char* jobStateName(JobState s) {
+  switch (s) {
+    case JobState::kCreated: return "CREATED";
+    case JobState::kRunning: return "RUNNING";
+    case JobState::kRestarting: return "RESTARTING";
+    case JobState::kCancelling: return "CANCELLING";
+    case JobState::kFinished: return "FINISHED";
+    case JobState::kFailed: return "FAILED";
+    case JobState::kCanceled: return "CANCELED";
+  }
+  return "?";
+}
+
+namespace {
+
+std::string newJobId() {
+  std::random_device rd;
+  std::mt19937_64 gen((static_cast<uint64_t>(rd()) << 32) ^ rd() ^
+                      static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
+  char buf[33];
+  std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(gen()),
+                static_cast<unsigned long long>(gen()));
+  return buf;
+}
+
+int64_t nowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+/// The directory whose lock guards a snapshot: a job directory for its chk-<n>, else (a
+/// savepoint) the snapshot's own directory.
+std::string owningDirectory(const ResolvedSnapshot& s) {
+  fs::path dir(s.directory);
+  return state::parseCheckpointDirName(dir.filename().string()) ? dir.parent_path().string() : dir.string();
+}
+
+/// Makes `dir` and its parent durable (a checkpoint published inside must not vanish with
+/// its directory entry on power loss).
+void syncDirectories(const fs::path& dir) {
+  for (const fs::path& d : {dir, dir.parent_path()}) {
+    int fd = ::open(d.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+      ::fsync(fd);
+      ::close(fd);
+    }
+  }
+}
+
+/// One worker process and its channel.
+struct Worker {
+  pid_t pid = -1;
+  int channel = -1;  // our end of the socketpair
+  int crash = -1;    // read end of the crash-report pipe
+};
+
+/// Starts `jobhost __worker args...`. `inheritFd` (>= 0): a descriptor the worker keeps
+/// open across exec (the job directory's lock, so the lock lives while any process of the
+/// job does).
+Worker spawnWorker(const std::vector<std::string>& args, int inheritFd) {
+  int sv[2];
+  int crash[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0 || pipe2(crash, O_CLOEXEC) != 0)
+    throw std::runtime_error(std::string("cannot create the worker channel: ") + std::strerror(errno));
+  pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error(std::string("cannot start the worker process: ") + std::strerror(errno));
+  if (pid == 0) {
+    // Child: keep our ends open across exec, ignore Ctrl-C (the supervisor handles it).
+    int ch = dup(sv[1]);
+    int cr = dup(crash[1]);
+    if (inheritFd >= 0) (void)dup(inheritFd);  // dup() clears FD_CLOEXEC
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
+    sigset_t none;
+    sigemptyset(&none);
+    pthread_sigmask(SIG_SETMASK, &none, nullptr);
+    setenv("JOBHOST_WORKER_FD", std::to_string(ch).c_str(), 1);
+    setenv("JOBHOST_CRASH_FD", std::to_string(cr).c_str(), 1);
+    unsetenv("JOBHOST_READY_FD");  // the detach handshake is the supervisor's
+    std::vector<char*> argv;
+    for (const auto& s : args) argv.push_back(const_cast<char*>(s.c_str()));
+    argv.push_back(nullptr);
+    execv("/proc/self/exe", argv.data());
+    _exit(127);
+  }
+  close(sv[1]);
+  close(crash[1]);
+  return {pid, sv[0], crash[0]};
+}
+
+std::string describeSignal(int sig) {
+  const char* n = sigabbrev_np(sig);
+  std::string s = n ? std::string("SIG") + n : "signal " + std::to_string(sig);
+  if (const char* d = strsignal(sig)) s += std::string(" (") + d + ")";
+  if (sig == SIGKILL) s += "; the OOM killer or a kill -9";
+  return s;
+}
+
+}  // namespace
+
+JobSupervisor::JobSupervisor(const RunOptions& options, JobSetup& setup, std::unique_ptr<RestartStrategy> restart,
+                             std::optional<ResolvedSnapshot> initial)
+    : o_(options), setup_(setup), restart_(std::move(restart)), initial_(std::move(initial)), jobId_(newJobId()) {}
+
+JobSupervisor::~JobSupervisor() = default;
+
+int JobSupervisor::prepare() {
+  bool checkpointing = setup_.interval.count() > 0;
+  LockHolder me{static_cast<int>(::getpid()), jobId_, setup_.className, "running job"};
+  if (o_.claimSnapshot && initial_) {
+    if (!checkpointing)
+      spdlog::warn("--restore-mode claim has no effect: checkpointing is off, so the job never has a checkpoint of its "
+                   "own and {} is kept", initial_->directory);
+    // Nobody else may write, clean, claim or dispose of it while we own it.
+    LockHolder claimer = me;
+    claimer.purpose = "claim of " + initial_->directory;
+    auto lock = JobDirectoryLock::acquire(owningDirectory(*initial_), claimer);
+    if (!lock.ok()) {
+      std::cerr << "error: cannot claim " << initial_->directory << ": " << lock.status().message()
+                << " (or restore without --restore-mode claim)\n";
+      return kExitUsage;
+    }
+    claimLock_ = std::move(*lock);
+  }
+  if (checkpointing) {
+    fs::path jobDir = fs::path(setup_.checkpointDir) / jobId_;
+    std::error_code ec;
+    fs::create_directories(jobDir / state::kSharedDirName, ec);
+    if (!ec) fs::create_directories(jobDir / state::kTaskOwnedDirName, ec);
+    if (ec) {
+      std::cerr << "error: cannot create the checkpoint directory " << jobDir.string() << ": " << ec.message()
+                << " (set state.checkpoints.dir to a writable directory)\n";
+      return kExitUsage;
+    }
+    syncDirectories(jobDir);
+    auto lock = JobDirectoryLock::acquire(jobDir.string(), me);
+    if (!lock.ok()) {
+      std::cerr << "error: " << lock.status().message() << "\n";
+      return kExitUsage;
+    }
+    jobLock_ = std::move(*lock);
+    jobDir_ = jobDir.string();
+  }
+  std::lock_guard lock(mu_);
+  info_.jobId = jobId_;
+  info_.jobClass = setup_.className;
+  info_.pluginPath = fs::absolute(o_.pluginPath).string();
+  info_.backend = std::string(state::backendTypeName(setup_.backend)) + (setup_.incremental ? " (incremental)" : "");
+  info_.parallelism = setup_.parallelism;
+  info_.startedMs = nowMs();
+  info_.checkpointDir = jobDir_;
+  info_.pid = static_cast<int>(getpid());
+  return 0;
+}
+
+JobStatusInfo JobSupervisor::status() {
+  std::lock_guard lock(mu_);
+  return info_;
+}
+
+std::vector<CheckpointRecord> JobSupervisor::history() {
+  std::lock_guard lock(mu_);
+  return {history_.begin(), history_.end()};
+}
+
+state::Result<std::string> JobSupervisor::savepoint(const std::optional<std::string>& targetDir,
+                                                    state::SnapshotFormat format, bool stop) {
+  std::string dir = targetDir.value_or(setup_.savepointDir);
+  if (dir.empty())
+    return state::Status::InvalidArgument(
+        "no savepoint directory: pass one, or set state.savepoints.dir in the configuration or with -D");
+  std::unique_lock lock(mu_);
+  if (info_.state != JobState::kRunning || workerChannel_ < 0)
+    return state::Status::InvalidArgument(std::string("the job is ") + jobStateName(info_.state) +
+                                          "; savepoints need a RUNNING job");
+  uint64_t id = ++nextRequest_;
+  int attempt = attempt_;
+  if (stop) stopRequests_.insert(id);
+  sendLocked([&](wire::ToWorker::Builder b) {
+    auto sp = b.initSavepoint();
+    sp.setRequestId(id);
+    sp.setTargetDir(fs::absolute(dir).string());
+    sp.setCanonical(format == state::SnapshotFormat::kCanonical);
+    sp.setStop(stop);
+  });
+  bool done = changed_.wait_for(lock, std::chrono::minutes(10),
+                                [&] { return savepoints_.count(id) || attempt_ != attempt || workerChannel_ < 0; });
+  auto it = savepoints_.find(id);
+  if (it == savepoints_.end()) {
+    // A late answer for this request is dropped when it arrives (see readWorker).
+    abandoned_.insert(id);
+    return state::Status::IOError(done ? "the job attempt ended before the savepoint completed" : "savepoint timed out");
+  }
+  auto r = std::move(it->second);
+  savepoints_.erase(it);
+  return r;
+}
+
+void JobSupervisor::requestCancel() {
+  std::lock_guard lock(mu_);
+  cancelRequested_ = true;
+  if (info_.state == JobState::kRunning || info_.state == JobState::kRestarting) info_.state = JobState::kCancelling;
+  if (workerChannel_ >= 0) sendLocked([](wire::ToWorker::Builder b) { b.setCancel(); });
+  changed_.notify_all();
+}
+
+template <class Fill>
+void JobSupervisor::sendLocked(Fill fill) {
+  capnp::MallocMessageBuilder message;
+  fill(message.initRoot<wire::ToWorker>());
+  try {
+    capnp::writeMessageToFd(workerChannel_, message);
+  } catch (const kj::Exception& e) {
+    spdlog::debug("worker channel: {}", e.getDescription().cStr());
+  }
+}
+
+void JobSupervisor::setState(JobState s) {
+  std::lock_guard lock(mu_);
+  if (cancelRequested_ && (s == JobState::kRunning || s == JobState::kRestarting)) return;
+  info_.state = s;
+  changed_.notify_all();
+}
+
+void JobSupervisor::recordCheckpointLocked(const CheckpointRecord& r) {
+  auto it = std::find_if(history_.rbegin(), history_.rend(), [&](const CheckpointRecord& h) {
+    return h.id == r.id && h.triggerTimeMs == r.triggerTimeMs;
+  });
+  auto before = it != history_.rend() ? std::optional(it->status) : std::nullopt;
+  if (!r.savepoint && before != r.status) {
+    if (r.status == CheckpointRecord::Status::kCompleted) ++info_.checkpointsCompleted;
+    if (r.status == CheckpointRecord::Status::kFailed) ++info_.checkpointsFailed;
+  }
+  if (it != history_.rend()) {
+    *it = r;
+    return;
+  }
+  history_.push_back(r);
+  while (history_.size() > CheckpointCoordinator::kHistoryLimit) history_.pop_front();
+}
+
+void JobSupervisor::failInProgressLocked(const std::string& reason) {
+  auto now = nowMs();
+  for (auto& h : history_) {
+    if (h.status != CheckpointRecord::Status::kInProgress) continue;
+    CheckpointRecord r = h;
+    r.status = CheckpointRecord::Status::kFailed;
+    r.failureReason = reason;
+    r.durationMicros = static_cast<uint64_t>(std::max<int64_t>(0, now - r.triggerTimeMs)) * 1000;
+    recordCheckpointLocked(r);
+  }
+}
+
+void JobSupervisor::signalReady() {
+  if (readySignalled_) return;
+  readySignalled_ = true;
+  const char* fdText = std::getenv("JOBHOST_READY_FD");
+  if (!fdText) return;
+  int fd = std::atoi(fdText);
+  if (fd <= 2) return;
+  std::string line = jobId_ + "\n";
+  ssize_t n = ::write(fd, line.data(), line.size());
+  (void)n;
+  ::close(fd);
+}
+
+void JobSupervisor::onCheckpointRecord(const CheckpointRecord& r) {
+  {
+    std::lock_guard lock(mu_);
+    recordCheckpointLocked(r);
+  }
+  if (r.status == CheckpointRecord::Status::kCompleted && !r.savepoint && claimLock_ && !claimDisposed_)
+    disposeClaimedSnapshot();
+}
+
+void JobSupervisor::disposeClaimedSnapshot() {
+  claimDisposed_ = true;
+  fs::path dir(initial_->directory);
+  // Through the registry of the directory holding it: `_metadata` first, and a file
+  // another snapshot there still references stays.
+  auto registry = state::SnapshotRegistry::load(initial_->storage);
+  std::vector<state::RemovedFile> removed;
+  state::Status s = registry.ok() ? registry->discard(dir.filename().string(), &removed) : registry.status();
+  if (!s.ok()) {
+    spdlog::warn("could not delete the claimed snapshot {}: {}", dir.string(), s.toString());
+  } else {
+    uint64_t bytes = 0;
+    for (const auto& f : removed) bytes += f.size;
+    spdlog::info("deleted the claimed snapshot {} ({} files, {} bytes; restore mode claim): the job's own checkpoints "
+                 "replace it",
+                 dir.string(), removed.size(), bytes);
+  }
+  claimLock_.reset();
+}
+
+JobSupervisor::RestoreDecision JobSupervisor::decideRestore(int attempt) {
+  RestoreDecision d;
+  uint64_t initialId = initial_ ? initial_->metadata.checkpointId : 0;
+  d.firstCheckpointId = initialId + 1;
+  if (!jobDir_.empty()) {
+    // No worker runs: collect what the previous attempt left, then look at what is there.
+    auto storage = state::openStorage(jobDir_);
+    auto registry = storage.ok() ? state::SnapshotRegistry::load(std::move(*storage))
+                                 : state::Result<state::SnapshotRegistry>(storage.status());
+    if (!registry.ok()) {
+      spdlog::warn("cannot read the job's checkpoints in {}: {}", jobDir_, registry.status().message());
+    } else {
+      std::vector<std::string> kept;
+      auto garbage = registry->findGarbage(&kept);
+      std::vector<state::RemovedFile> removed;
+      if (garbage.ok() && !garbage->empty()) {
+        state::Status s = registry->collect(*garbage, &removed);
+        if (!s.ok()) spdlog::warn("could not clean up all of {}: {}", jobDir_, s.message());
+      }
+      for (const auto& r : removed) spdlog::info("cleaned up {} ({})", registry->storage().describe(r.path), r.reason);
+      for (const auto& k : kept) spdlog::warn("kept {}", k);
+      for (const auto& [dir, reason] : registry->unreadable())
+        spdlog::warn("checkpoint {} cannot be read and is not restored: {}", registry->storage().describe(dir), reason);
+      d.firstCheckpointId = std::max(d.firstCheckpointId, registry->highestCheckpointIdSeen() + 1);
+      auto ids = registry->checkpointIds();
+      if (!ids.empty()) {
+        d.directory = (fs::path(jobDir_) / state::checkpointDirName(ids.back())).string();
+        return d;
+      }
+    }
+  }
+  if (initial_) {
+    d.directory = initial_->directory;
+    d.initial = true;
+    if (attempt > 1) spdlog::info("the job has no complete checkpoint of its own yet: restoring {} again", initial_->directory);
+  }
+  return d;
+}
+
+std::vector<std::string> JobSupervisor::workerArguments(int attempt, const RestoreDecision& d) const {
+  std::vector<std::string> a = {"jobhost", "__worker", "--job-id", jobId_, "--attempt", std::to_string(attempt),
+                                "--first-checkpoint-id", std::to_string(d.firstCheckpointId)};
+  if (o_.jobClass) a.insert(a.end(), {"-c", *o_.jobClass});
+  if (o_.parallelism) a.insert(a.end(), {"-p", std::to_string(*o_.parallelism)});
+  for (const auto& def : o_.defines) a.insert(a.end(), {"-D", def});
+  if (o_.configFile) a.insert(a.end(), {"--config", *o_.configFile});
+  if (d.directory) a.insert(a.end(), {"--restore-from", *d.directory});
+  if (d.initial) a.push_back("--restore-initial");
+  if (o_.allowNonRestoredState) a.push_back("-n");
+  a.push_back(o_.pluginPath);
+  a.insert(a.end(), o_.jobArgs.begin(), o_.jobArgs.end());
+  return a;
+}
+
+std::optional<JobSupervisor::WorkerEnd> JobSupervisor::readWorker(int fd) {
+  std::optional<WorkerEnd> ended;
+  for (;;) {
+    try {
+      capnp::StreamFdMessageReader reader(fd);
+      auto m = reader.getRoot<wire::FromWorker>();
+      switch (m.which()) {
+        case wire::FromWorker::RUNNING:
+          setState(JobState::kRunning);
+          signalReady();
+          break;
+        case wire::FromWorker::STATS: {
+          auto s = m.getStats();
+          std::lock_guard lock(mu_);
+          info_.recordsIn = s.getRecordsIn();
+          info_.recordsOut = s.getRecordsOut();
+          if (s.getLastCheckpointId()) {
+            info_.lastCheckpointId = s.getLastCheckpointId();
+            info_.lastCheckpointPath = s.getLastCheckpointPath();
+          }
+          break;
+        }
+        case wire::FromWorker::SAVEPOINT_DONE: {
+          auto d = m.getSavepointDone();
+          std::lock_guard lock(mu_);
+          bool stop = stopRequests_.erase(d.getRequestId()) > 0;
+          bool ok = d.getError().size() == 0;
+          // Before the worker reports its end: it ends the job after a stop savepoint.
+          if (stop && ok) {
+            stopped_ = true;
+            cancelRequested_ = true;
+            info_.state = JobState::kCancelling;
+          }
+          if (abandoned_.erase(d.getRequestId())) break;
+          if (!ok)
+            savepoints_.emplace(d.getRequestId(), state::Status::IOError(d.getError().cStr()));
+          else
+            savepoints_.emplace(d.getRequestId(), std::string(d.getPath().cStr()));
+          changed_.notify_all();
+          break;
+        }
+        case wire::FromWorker::CHECKPOINT_EVENT:
+          onCheckpointRecord(readCheckpointRecord(m.getCheckpointEvent()));
+          break;
+        case wire::FromWorker::ENDED: {
+          auto e = m.getEnded();
+          ended = WorkerEnd{static_cast<int>(e.getKind()), e.getMessage(), e.getOperatorName(), e.getSubtask(),
+                            e.getRestoreFailure(), e.getExitCode()};
+          break;
+        }
+      }
+    } catch (const kj::Exception&) {
+      return ended;  // EOF: the worker exited (or died)
+    }
+  }
+}
+
+void JobSupervisor::discardCheckpointsOnCancel() {
+  // `_metadata` of every checkpoint first, then what is left, then the directory.
+  auto storage = state::openStorage(jobDir_);
+  auto registry = storage.ok() ? state::SnapshotRegistry::load(std::move(*storage))
+                               : state::Result<state::SnapshotRegistry>(storage.status());
+  state::Status s = registry.status();
+  if (registry.ok()) {
+    for (uint64_t id : registry->checkpointIds()) {
+      state::Status d = registry->discard(state::checkpointDirName(id));
+      if (!d.ok() && s.ok()) s = d;
+    }
+    if (s.ok() && registry->unreadable().empty()) {
+      auto garbage = registry->findGarbage();
+      if (garbage.ok()) s = registry->collect(*garbage);
+    }
+  }
+  std::error_code ec;
+  if (s.ok() && registry.ok() && registry->unreadable().empty()) {
+    jobLock_.reset();
+    fs::remove_all(jobDir_, ec);  // nothing referenced is left: empty directories and the lock file
+  }
+  if (!s.ok() || ec)
+    spdlog::warn("could not delete all checkpoints of cancelled job {} in {}: {}", jobId_, jobDir_,
+                 !s.ok() ? s.message() : ec.message());
+  else
+    spdlog::info("deleted the checkpoints of cancelled job {} (DELETE_ON_CANCELLATION)", jobId_);
+}
+
+int JobSupervisor::run() {
+  const std::string& className = setup_.className;
+  bool checkpointing = !jobDir_.empty();
+  spdlog::info("job {} ({}) starting: backend {}{}, parallelism {}, checkpoints {}", jobId_, className,
+               state::backendTypeName(setup_.backend), setup_.incremental ? " (incremental)" : "", setup_.parallelism,
+               checkpointing ? "every " + formatDuration(setup_.interval) + " to " + jobDir_ : "off");
+  int exitCode = kExitOk;
+  bool cancelled = false;
+  for (int attempt = 1;; ++attempt) {
+    RestoreDecision restore = decideRestore(attempt);
+    Worker w;
+    try {
+      w = spawnWorker(workerArguments(attempt, restore), jobLock_ ? jobLock_->fd() : -1);
+    } catch (const std::exception& e) {
+      spdlog::error("{}", e.what());
+      exitCode = kExitJobFailed;
+      break;
+    }
+    {
+      std::lock_guard lock(mu_);
+      workerChannel_ = w.channel;
+      attempt_ = attempt;
+      if (cancelRequested_) sendLocked([](wire::ToWorker::Builder b) { b.setCancel(); });
+    }
+    auto ended = readWorker(w.channel);
+    int status = 0;
+    waitpid(w.pid, &status, 0);
+    std::string crashReport;
+    {
+      char buf[1024];
+      ssize_t n;
+      while ((n = ::read(w.crash, buf, sizeof buf)) > 0) crashReport.append(buf, static_cast<size_t>(n));
+    }
+    bool requested, stopped;
+    {
+      std::lock_guard lock(mu_);
+      workerChannel_ = -1;
+      failInProgressLocked("the job attempt ended before it completed");
+      changed_.notify_all();
+      requested = cancelRequested_;
+      stopped = stopped_;
+    }
+    close(w.channel);
+    close(w.crash);
+
+    std::string message, where;
+    if (ended) {
+      auto kind = static_cast<wire::EndKind>(ended->kind);
+      if (kind == wire::EndKind::FINISHED) {
+        spdlog::info("job {} ({}) finished", jobId_, className);
+        setState(JobState::kFinished);
+        break;
+      }
+      if (kind == wire::EndKind::SETUP_FAILED) {  // the worker printed why
+        exitCode = ended->exitCode;
+        setState(JobState::kFailed);
+        break;
+      }
+      if (kind == wire::EndKind::CANCELLED || requested) {
+        if (interruptedBySignal()) {
+          spdlog::info("job {} stopped by signal", jobId_);
+          exitCode = kExitInterrupted;
+        } else {
+          spdlog::info("job {} {}", jobId_, stopped ? "stopped with a savepoint" : "cancelled");
+        }
+        setState(JobState::kCanceled);
+        cancelled = true;
+        break;
+      }
+      message = ended->message;
+      where = ended->operatorName.empty() ? "" : "operator '" + ended->operatorName + "' " + ended->subtask + ": ";
+      if (ended->restoreFailure) {
+        spdlog::error("job {} failed while restoring state, not retrying: {}", jobId_, message);
+        exitCode = ended->exitCode ? ended->exitCode : kExitIncompatible;
+        setState(JobState::kFailed);
+        break;
+      }
+    } else {
+      // No report: the worker died.
+      if (WIFSIGNALED(status)) message = "the worker process was killed by " + describeSignal(WTERMSIG(status));
+      else message = "the worker process exited with code " + std::to_string(WEXITSTATUS(status)) + " without a report";
+      auto tab = crashReport.find('\t');
+      if (tab != std::string::npos) {
+        std::string rest = crashReport.substr(tab + 1);
+        auto tab2 = rest.find('\t');
+        std::string op = rest.substr(0, tab2);
+        std::string subtask = tab2 == std::string::npos ? "" : rest.substr(tab2 + 1);
+        while (!subtask.empty() && (subtask.back() == '\n')) subtask.pop_back();
+        if (!op.empty()) where = "operator '" + op + "' " + subtask + ": ";
+      }
+      if (requested) {
+        setState(JobState::kCanceled);
+        cancelled = true;
+        exitCode = interruptedBySignal() ? kExitInterrupted : kExitOk;
+        break;
+      }
+    }
+    {
+      std::lock_guard lock(mu_);
+      info_.lastFailure = where + message;
+      info_.lastFailureMs = nowMs();
+    }
+    std::chrono::milliseconds delay{0};
+    if (!restart_->onFailure(&delay)) {
+      setState(JobState::kFailed);
+      spdlog::error("job {} failed: Recovery is suppressed by {}; root cause: {}{}", jobId_, restart_->describe(), where,
+                    message);
+      exitCode = kExitJobFailed;
+      break;
+    }
+    spdlog::warn("job {} attempt {} failed: {}{}; restarting in {} ({})", jobId_, attempt, where, message,
+                 formatDuration(delay), restart_->describe());
+    {
+      std::lock_guard lock(mu_);
+      ++info_.restarts;
+    }
+    setState(JobState::kRestarting);
+    {
+      std::unique_lock lock(mu_);
+      changed_.wait_for(lock, delay, [&] { return cancelRequested_; });
+      if (cancelRequested_) {
+        info_.state = JobState::kCanceled;
+        cancelled = true;
+        exitCode = interruptedBySignal() ? kExitInterrupted : kExitOk;
+        break;
+      }
+    }
+  }
+  if (checkpointing) {
+    if (cancelled && setup_.deleteOnCancel) {
+      discardCheckpointsOnCancel();
+    } else {
+      std::lock_guard lock(mu_);
+      if (info_.lastCheckpointId)
+        spdlog::info("latest checkpoint: {} (restore with: jobhost run -s {} -c {} {})", info_.lastCheckpointPath,
+                     info_.lastCheckpointPath, className, o_.pluginPath);
+    }
+  }
+  return exitCode;
+}
+
+}  // namespace jobhost::host

@@ -1,0 +1,121 @@
+// host/job_supervisor.h — the supervisor of `jobhost run`: owns the job directory and runs
+// the job's attempts in worker processes (job_worker.h) under the restart strategy.
+//
+// It is the one place that decides what each attempt restores, and it owns the files:
+//  - The job directory is locked (job_directory_lock.h) for the life of the job; workers
+//    share the lock. With `--restore-mode claim` the claimed snapshot's directory is
+//    locked too, until the claimed snapshot has been disposed of.
+//  - The restore source is decided once per attempt, here: attempt 1 restores the -s
+//    snapshot, resolved and preflighted once by the caller; every later attempt restores
+//    the job's own latest complete checkpoint if it has one, else that same snapshot.
+//  - Before every attempt (no worker running) it rebuilds the job directory's registry
+//    (jobhost/state/snapshot_registry.h) and collects what the previous attempt left:
+//    checkpoints that never completed, shared files nothing references, temporary files.
+//  - Claim: once the job's first own checkpoint is complete, the claimed snapshot is
+//    discarded through its directory's registry (shared files other snapshots there still
+//    reference stay).
+//  - DELETE_ON_CANCELLATION: a cancelled job's checkpoints are discarded through the
+//    registry (`_metadata` first), then the directory.
+//
+// Thread-safety: run() is called once, on the main thread. status(), history(),
+// savepoint(), requestCancel() are thread-safe (the control endpoint calls them).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "checkpoint/checkpoint_coordinator.h"
+#include "checkpoint/job_directory_lock.h"
+#include "control/job_control.h"
+#include "job_runner.h"
+#include "job_setup.h"
+#include "runtime/restart_strategy.h"
+
+namespace jobhost::host {
+
+class JobSupervisor {
+ public:
+  /// `initial`: the -s snapshot, resolved and preflighted by the caller (or nullopt).
+  JobSupervisor(const RunOptions& options, JobSetup& setup, std::unique_ptr<RestartStrategy> restart,
+                std::optional<ResolvedSnapshot> initial);
+  ~JobSupervisor();
+
+  /// Creates the job directory and takes the locks. On failure prints one line to stderr
+  /// and returns the exit code (kExitUsage: a directory is in use or cannot be created).
+  int prepare();
+  /// Runs attempts until the job finishes, fails for good or is cancelled; the exit code.
+  int run();
+
+  const std::string& jobId() const { return jobId_; }
+  JobStatusInfo status();
+  std::vector<CheckpointRecord> history();
+  /// A savepoint of the running attempt into `targetDir` (default state.savepoints.dir).
+  /// `stop`: stop-with-savepoint — the job ends once it is complete, with nothing emitted
+  /// after it.
+  state::Result<std::string> savepoint(const std::optional<std::string>& targetDir, state::SnapshotFormat format,
+                                       bool stop);
+  /// Cancels the job (the running attempt, or the next restart).
+  void requestCancel();
+
+ private:
+  /// What an attempt restores, decided before it starts.
+  struct RestoreDecision {
+    std::optional<std::string> directory;
+    bool initial = false;
+    uint64_t firstCheckpointId = 1;
+  };
+  struct WorkerEnd {
+    int kind = 0;  // wire::EndKind
+    std::string message, operatorName, subtask;
+    bool restoreFailure = false;
+    int exitCode = 0;
+  };
+  RestoreDecision decideRestore(int attempt);
+  std::vector<std::string> workerArguments(int attempt, const RestoreDecision& d) const;
+  /// Reads the worker's messages until it closes the channel; returns its end report.
+  std::optional<WorkerEnd> readWorker(int fd);
+  void onCheckpointRecord(const CheckpointRecord& r);  // called without mu_
+  void disposeClaimedSnapshot();
+  void discardCheckpointsOnCancel();
+  void setState(JobState s);
+  void signalReady();
+  template <class Fill>
+  void sendLocked(Fill fill);
+  void recordCheckpointLocked(const CheckpointRecord& r);
+  void failInProgressLocked(const std::string& reason);
+
+  const RunOptions& o_;
+  JobSetup& setup_;
+  std::unique_ptr<RestartStrategy> restart_;
+  std::optional<ResolvedSnapshot> initial_;
+  std::string jobId_;
+  std::string jobDir_;  // empty when checkpointing is off
+  std::optional<JobDirectoryLock> jobLock_;
+  std::optional<JobDirectoryLock> claimLock_;  // until the claimed snapshot is disposed of
+  bool claimDisposed_ = false;                 // reader thread only
+
+  std::mutex mu_;
+  std::condition_variable changed_;
+  JobStatusInfo info_;                 // guarded by mu_
+  int workerChannel_ = -1;             // guarded by mu_
+  int attempt_ = 0;                    // guarded by mu_
+  uint64_t nextRequest_ = 0;           // guarded by mu_
+  std::map<uint64_t, state::Result<std::string>> savepoints_;  // guarded by mu_
+  std::set<uint64_t> abandoned_;       // guarded by mu_: requests whose caller gave up
+  std::set<uint64_t> stopRequests_;    // guarded by mu_: savepoint requests that stop the job
+  bool cancelRequested_ = false;       // guarded by mu_
+  bool stopped_ = false;               // guarded by mu_
+  std::deque<CheckpointRecord> history_;  // guarded by mu_
+  bool readySignalled_ = false;
+};
+
+}  // namespace jobhost::host

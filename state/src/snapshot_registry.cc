@@ -1,0 +1,229 @@
+// The registry of snapshot files: see jobhost/state/snapshot_registry.h.
+#include "jobhost/state/snapshot_registry.h"
+
+#include <algorithm>
+
+#include "jobhost/state/checkpoint_layout.h"
+
+namespace jobhost::state {
+
+namespace {
+
+std::string topComponent(const std::string& path) {
+  auto slash = path.find('/');
+  return slash == std::string::npos ? std::string() : path.substr(0, slash);
+}
+
+std::string metadataPath(const std::string& dir) { return dir + "/" + kMetadataFileName; }
+
+bool isRetryable(const Status& s) { return s.isIOError() || s.isNoSpace() || s.isPermissionDenied(); }
+
+/// Keeps the first error; later ones only add to the count in the message.
+void keepFirst(Status* first, const Status& s) {
+  if (!s.ok() && first->ok()) *first = s;
+}
+
+}  // namespace
+
+Result<SnapshotRegistry> SnapshotRegistry::load(std::shared_ptr<CheckpointStorage> storage) {
+  SnapshotRegistry r(std::move(storage));
+  std::vector<FileEntry> files, temporary;
+  if (Status s = r.storage_->list("", &files); !s.ok()) return s;
+  if (Status s = r.storage_->listTemporary("", &temporary); !s.ok()) return s;
+  for (const auto* list : {&files, &temporary})
+    for (const auto& f : *list)
+      if (auto id = parseCheckpointDirName(topComponent(f.path))) r.highestSeen_ = std::max(r.highestSeen_, *id);
+  for (const auto& f : files) {
+    std::string dir = topComponent(f.path);
+    if (dir.empty() || f.path != metadataPath(dir)) continue;
+    std::string bytes;
+    Status s = r.storage_->get(f.path, &bytes);
+    if (!s.ok() && isRetryable(s)) return s;
+    if (!s.ok()) {
+      r.unreadable_[dir] = s.message();
+      continue;
+    }
+    auto m = parseMetadata(bytes, dir, r.storage_->describe(f.path));
+    if (!m.ok()) {
+      r.unreadable_[dir] = m.status().message();
+      continue;
+    }
+    r.add(dir, std::move(*m));
+  }
+  return r;
+}
+
+void SnapshotRegistry::add(const std::string& dir, CheckpointMetadata m) {
+  for (const auto& f : m.referencedFiles()) referencedBy_[f.path].insert(dir);
+  snapshots_[dir] = std::move(m);
+}
+
+std::vector<uint64_t> SnapshotRegistry::checkpointIds() const {
+  std::vector<uint64_t> ids;
+  for (const auto& [dir, m] : snapshots_)
+    if (auto id = parseCheckpointDirName(dir)) ids.push_back(*id);
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+const CheckpointMetadata* SnapshotRegistry::checkpoint(uint64_t id) const {
+  auto it = snapshots_.find(checkpointDirName(id));
+  return it == snapshots_.end() ? nullptr : &it->second;
+}
+
+std::vector<std::string> SnapshotRegistry::referencesOf(const std::string& path) const {
+  auto it = referencedBy_.find(path);
+  if (it == referencedBy_.end()) return {};
+  return {it->second.begin(), it->second.end()};
+}
+
+Status SnapshotRegistry::publish(const std::string& dir, const CheckpointMetadata& metadata) {
+  if (snapshots_.count(dir)) return Status::InvalidArgument("snapshot " + storage_->describe(dir) + " already exists");
+  auto bytes = serializeMetadata(metadata, dir);
+  if (!bytes.ok()) return bytes.status();
+  if (Status s = storage_->put(metadataPath(dir), *bytes); !s.ok()) return s;
+  add(dir, metadata);
+  return Status::OK();
+}
+
+Status SnapshotRegistry::removeIfUnreferenced(const FileRef& f, const std::string& reason,
+                                              std::vector<RemovedFile>* removed) {
+  if (referencedBy_.count(f.path)) return Status::OK();
+  Status s = storage_->remove(f.path);
+  if (s.isNotFound()) return Status::OK();
+  if (!s.ok()) return s;
+  if (removed) removed->push_back({f.path, f.size, reason});
+  return Status::OK();
+}
+
+Status SnapshotRegistry::discard(const std::string& dir, std::vector<RemovedFile>* removed) {
+  auto it = snapshots_.find(dir);
+  if (it == snapshots_.end()) return Status::NotFound("no complete snapshot " + storage_->describe(dir));
+  // 1. _metadata: from here on the snapshot does not exist.
+  std::string meta = metadataPath(dir);
+  auto metaSize = storage_->fileSize(meta);
+  if (Status s = storage_->remove(meta); !s.ok() && !s.isNotFound()) return s;
+  if (removed) removed->push_back({meta, metaSize.ok() ? *metaSize : 0, "metadata of " + dir});
+  CheckpointMetadata m = std::move(it->second);
+  snapshots_.erase(it);
+  for (const auto& f : m.referencedFiles()) {
+    auto r = referencedBy_.find(f.path);
+    if (r == referencedBy_.end()) continue;
+    r->second.erase(dir);
+    if (r->second.empty()) referencedBy_.erase(r);
+  }
+  // 2. Files it referenced that nothing else does. Outside its own directory only if every
+  // other snapshot's references are known (no unreadable `_metadata`).
+  Status first;
+  for (const auto& f : m.referencedFiles()) {
+    if (!unreadable_.empty() && f.path.rfind(dir + "/", 0) != 0) continue;
+    keepFirst(&first, removeIfUnreferenced(f, "only " + dir + " used it", removed));
+  }
+  // 3. Whatever else is under its directory (files a crash left, temporary files), unless
+  // another snapshot still references it.
+  std::vector<FileEntry> rest, temporary;
+  keepFirst(&first, storage_->list(dir + "/", &rest));
+  keepFirst(&first, storage_->listTemporary(dir + "/", &temporary));
+  bool anyStillReferenced = false;
+  for (const auto& f : rest) {
+    if (referencedBy_.count(f.path)) {
+      anyStillReferenced = true;
+      continue;
+    }
+    keepFirst(&first, removeIfUnreferenced({f.path, f.size}, "left in " + dir, removed));
+  }
+  for (const auto& f : temporary) {
+    Status s = storage_->removeTemporary(f.path);
+    if (s.ok() && removed) removed->push_back({f.path, f.size, "unfinished upload", true});
+    if (!s.isNotFound()) keepFirst(&first, s);
+  }
+  if (!anyStillReferenced && first.ok()) keepFirst(&first, storage_->removeAll(dir));
+  return first;
+}
+
+Status SnapshotRegistry::discardIncomplete(const std::string& dir, const std::vector<FileRef>& uploadedElsewhere,
+                                           std::vector<RemovedFile>* removed) {
+  if (snapshots_.count(dir) || storage_->exists(metadataPath(dir)))
+    return Status::InvalidArgument("refusing to discard " + storage_->describe(dir) + " as unfinished: it is complete");
+  Status first;
+  std::vector<FileEntry> files, temporary;
+  keepFirst(&first, storage_->list(dir + "/", &files));
+  keepFirst(&first, storage_->listTemporary(dir + "/", &temporary));
+  bool anyReferenced = false;
+  for (const auto& f : files) anyReferenced |= referencedBy_.count(f.path) > 0;
+  if (anyReferenced) {
+    // Cannot happen with the layout the product writes; be safe rather than fast.
+    for (const auto& f : files) keepFirst(&first, removeIfUnreferenced({f.path, f.size}, "never completed", removed));
+    for (const auto& f : temporary) keepFirst(&first, storage_->removeTemporary(f.path));
+  } else {
+    Status s = storage_->removeAll(dir);
+    keepFirst(&first, s);
+    if (s.ok() && removed) {
+      for (const auto& f : files) removed->push_back({f.path, f.size, "never completed"});
+      for (const auto& f : temporary) removed->push_back({f.path, f.size, "unfinished upload", true});
+    }
+  }
+  for (const auto& f : uploadedElsewhere)
+    keepFirst(&first, removeIfUnreferenced(f, "uploaded by " + dir + ", which never completed", removed));
+  return first;
+}
+
+Result<std::vector<RemovedFile>> SnapshotRegistry::findGarbage(std::vector<std::string>* kept) const {
+  std::vector<FileEntry> files, temporary;
+  if (Status s = storage_->list("", &files); !s.ok()) return s;
+  if (Status s = storage_->listTemporary("", &temporary); !s.ok()) return s;
+  std::vector<RemovedFile> out;
+  std::set<std::string> keptDirs;
+  auto keep = [&](const std::string& line) {
+    if (kept) kept->push_back(line);
+  };
+  for (const auto& f : files) {
+    std::string top = topComponent(f.path);
+    if (top.empty()) continue;  // the lock file and anything else at the root
+    if (parseCheckpointDirName(top)) {
+      if (snapshots_.count(top)) continue;  // part of a complete checkpoint
+      if (unreadable_.count(top)) {
+        if (keptDirs.insert(top).second)
+          keep(storage_->describe(top) + ": its _metadata cannot be read (" + unreadable_.at(top) +
+               "); inspect it, and remove it with `jobhost savepoint -d` or by hand if it is damaged");
+        continue;
+      }
+      out.push_back({f.path, f.size, "checkpoint " + top + " never completed"});
+    } else if (top == kSharedDirName) {
+      if (referencedBy_.count(f.path)) continue;
+      if (!unreadable_.empty()) {
+        if (keptDirs.insert(top).second)
+          keep("unreferenced files in " + storage_->describe(top) + ": a checkpoint's _metadata cannot be read, so "
+               "what it references is unknown");
+        continue;
+      }
+      out.push_back({f.path, f.size, "referenced by no complete checkpoint"});
+    }
+  }
+  for (const auto& f : temporary) {
+    std::string top = topComponent(f.path);
+    if (parseCheckpointDirName(top) || top == kSharedDirName)
+      out.push_back({f.path, f.size, "unfinished upload (temporary file)", true});
+  }
+  std::sort(out.begin(), out.end(), [](const RemovedFile& a, const RemovedFile& b) { return a.path < b.path; });
+  return out;
+}
+
+Status SnapshotRegistry::collect(const std::vector<RemovedFile>& garbage, std::vector<RemovedFile>* removed) {
+  Status first;
+  std::set<std::string> incompleteDirs;
+  for (const auto& g : garbage) {
+    if (referencedBy_.count(g.path)) continue;  // registered meanwhile: never delete it
+    std::string top = topComponent(g.path);
+    Status s = g.temporary ? storage_->removeTemporary(g.path) : storage_->remove(g.path);
+    if (s.ok() && removed) removed->push_back(g);
+    if (!s.isNotFound()) keepFirst(&first, s);
+    if (parseCheckpointDirName(top) && !snapshots_.count(top)) incompleteDirs.insert(top);
+  }
+  // Directories of checkpoints that never completed, now empty.
+  for (const auto& dir : incompleteDirs)
+    if (!storage_->exists(metadataPath(dir))) keepFirst(&first, storage_->removeAll(dir));
+  return first;
+}
+
+}  // namespace jobhost::state

@@ -1,0 +1,214 @@
+// Tests of the one owner of snapshot files (jobhost/state/snapshot_registry.h) and of the
+// job-directory lock (host/checkpoint/job_directory_lock.h).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "checkpoint/job_directory_lock.h"
+#include "jobhost/state/checkpoint_layout.h"
+#include "jobhost/state/snapshot_registry.h"
+
+namespace fs = std::filesystem;
+using namespace jobhost;
+using namespace jobhost::state;
+
+namespace {
+
+class TempDir {
+ public:
+  TempDir() {
+    std::random_device rd;
+    path_ = fs::temp_directory_path() / ("jobhost-registry-" + std::to_string(rd()));
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+/// A rocksdb-incremental-like checkpoint: `own` files in chk-<id>/, `shared` files under
+/// shared/ (written here unless they exist).
+CheckpointMetadata incremental(uint64_t id, const std::vector<std::string>& shared) {
+  CheckpointMetadata m;
+  m.jobId = "job";
+  m.checkpointId = id;
+  m.jobClass = "WordCount";
+  m.backend = "rocksdb";
+  m.incremental = true;
+  OperatorSnapshot op;
+  op.uid = "counts";
+  op.name = "counts";
+  op.keyed = true;
+  SubtaskSnapshot sub;
+  IncrementalStateHandle h;
+  h.backendId = "b";
+  h.checkpointId = id;
+  h.range = {0, 127};
+  for (const auto& s : shared) h.sharedFiles.push_back({s, {"shared/" + s, 3}, id});
+  h.privateFiles.push_back({"MANIFEST", {checkpointDirName(id) + "/MANIFEST", 3}, id});
+  sub.keyed = h;
+  op.subtasks.push_back(sub);
+  m.operators.push_back(op);
+  return m;
+}
+
+class Registry : public ::testing::Test {
+ protected:
+  TempDir tmp;
+  std::shared_ptr<CheckpointStorage> storage;
+  void SetUp() override { storage = std::shared_ptr<CheckpointStorage>(openStorage(tmp.path().string()).value()); }
+  /// Writes the files of `m` and publishes it through a registry.
+  void write(SnapshotRegistry& r, const CheckpointMetadata& m) {
+    for (const auto& f : m.referencedFiles())
+      if (!storage->exists(f.path)) ASSERT_TRUE(storage->put(f.path, "abc").ok());
+    ASSERT_TRUE(r.publish(checkpointDirName(m.checkpointId), m).ok());
+  }
+  SnapshotRegistry load() { return SnapshotRegistry::load(storage).value(); }
+  bool has(const std::string& p) { return fs::exists(tmp.path() / p); }
+};
+
+TEST_F(Registry, IsRebuiltFromTheMetadataFilesWithEveryReference) {
+  {
+    auto r = load();
+    write(r, incremental(1, {"a.sst", "b.sst"}));
+    write(r, incremental(2, {"a.sst", "c.sst"}));
+  }
+  auto r = load();
+  EXPECT_EQ(r.checkpointIds(), (std::vector<uint64_t>{1, 2}));
+  EXPECT_EQ(r.referencesOf("shared/a.sst"), (std::vector<std::string>{"chk-1", "chk-2"}));
+  EXPECT_EQ(r.referencesOf("shared/b.sst"), (std::vector<std::string>{"chk-1"}));
+  EXPECT_EQ(r.highestCheckpointIdSeen(), 2u);
+}
+
+TEST_F(Registry, DiscardRemovesMetadataFirstAndKeepsSharedFilesOthersReference) {
+  auto r = load();
+  write(r, incremental(1, {"a.sst", "b.sst"}));
+  write(r, incremental(2, {"a.sst", "c.sst"}));
+  std::vector<RemovedFile> removed;
+  ASSERT_TRUE(r.discard("chk-1", &removed).ok());
+  ASSERT_FALSE(removed.empty());
+  EXPECT_EQ(removed.front().path, "chk-1/_metadata") << "the checkpoint must stop existing before any file goes";
+  EXPECT_FALSE(has("chk-1"));
+  EXPECT_FALSE(has("shared/b.sst"));
+  EXPECT_TRUE(has("shared/a.sst")) << "still referenced by chk-2";
+  EXPECT_TRUE(has("shared/c.sst"));
+  EXPECT_EQ(load().checkpointIds(), (std::vector<uint64_t>{2}));
+}
+
+TEST_F(Registry, GarbageIsWhatNoCompleteCheckpointReferencesIncludingTemporaryFiles) {
+  auto r = load();
+  write(r, incremental(1, {"a.sst"}));
+  ASSERT_TRUE(storage->put("chk-2/x.kg", "x").ok());          // never completed
+  ASSERT_TRUE(storage->put("shared/orphan.sst", "x").ok());   // uploaded, never referenced
+  ASSERT_TRUE(storage->put(".lock", "").ok());                // the lock file is not garbage
+  std::ofstream(tmp.path() / "shared" / ".up.sst.tmp.0123456789abcdef") << "partial";  // a crashed upload
+  auto reg = load();
+  EXPECT_EQ(reg.highestCheckpointIdSeen(), 2u);
+  auto garbage = reg.findGarbage().value();
+  std::vector<std::string> paths;
+  for (const auto& g : garbage) paths.push_back(g.path);
+  EXPECT_EQ(paths, (std::vector<std::string>{"chk-2/x.kg", "shared/.up.sst.tmp.0123456789abcdef", "shared/orphan.sst"}));
+  std::vector<RemovedFile> removed;
+  ASSERT_TRUE(reg.collect(garbage, &removed).ok());
+  EXPECT_EQ(removed.size(), 3u);
+  EXPECT_FALSE(has("chk-2"));
+  EXPECT_FALSE(has("shared/orphan.sst"));
+  EXPECT_FALSE(has("shared/.up.sst.tmp.0123456789abcdef"));
+  EXPECT_TRUE(has("shared/a.sst"));
+  EXPECT_TRUE(has("chk-1/_metadata"));
+  EXPECT_TRUE(has(".lock"));
+  EXPECT_TRUE(load().findGarbage().value().empty());
+}
+
+TEST_F(Registry, AnUnreadableMetadataKeepsEveryUnreferencedSharedFile) {
+  auto r = load();
+  write(r, incremental(1, {"a.sst"}));
+  write(r, incremental(2, {"b.sst"}));
+  // chk-2's _metadata is damaged: what it references is unknown.
+  fs::resize_file(tmp.path() / "chk-2" / "_metadata", 5);
+  auto reg = load();
+  EXPECT_EQ(reg.checkpointIds(), (std::vector<uint64_t>{1}));
+  ASSERT_EQ(reg.unreadable().count("chk-2"), 1u);
+  std::vector<std::string> kept;
+  auto garbage = reg.findGarbage(&kept).value();
+  EXPECT_TRUE(garbage.empty()) << garbage.front().path;
+  ASSERT_EQ(kept.size(), 2u);  // chk-2 itself, and shared/
+  // Discarding chk-1 must not delete shared files chk-2 may reference.
+  ASSERT_TRUE(reg.discard("chk-1").ok());
+  EXPECT_TRUE(has("shared/a.sst"));
+  EXPECT_TRUE(has("shared/b.sst"));
+}
+
+TEST_F(Registry, DiscardIncompleteRemovesTheDirectoryAndUnreferencedUploadsOnly) {
+  auto r = load();
+  write(r, incremental(1, {"a.sst"}));
+  ASSERT_TRUE(storage->put("chk-2/MANIFEST", "x").ok());
+  ASSERT_TRUE(storage->put("shared/new.sst", "x").ok());
+  std::vector<RemovedFile> removed;
+  ASSERT_TRUE(r.discardIncomplete("chk-2", {{"shared/new.sst", 1}, {"shared/a.sst", 3}}, &removed).ok());
+  EXPECT_FALSE(has("chk-2"));
+  EXPECT_FALSE(has("shared/new.sst"));
+  EXPECT_TRUE(has("shared/a.sst")) << "referenced by the complete chk-1";
+  Status s = r.discardIncomplete("chk-1");
+  EXPECT_TRUE(s.isInvalidArgument()) << s.toString();
+  EXPECT_TRUE(has("chk-1/_metadata"));
+}
+
+TEST_F(Registry, PublishNeverOverwritesAndDiscardOfAnUnknownSnapshotIsNotFound) {
+  auto r = load();
+  write(r, incremental(1, {"a.sst"}));
+  EXPECT_FALSE(r.publish("chk-1", incremental(1, {"a.sst"})).ok());
+  EXPECT_TRUE(r.discard("chk-9").isNotFound());
+}
+
+TEST(JobDirectoryLock, ASecondHolderIsRefusedWithTheFirstHoldersPidAndClass) {
+  TempDir tmp;
+  auto first = host::JobDirectoryLock::acquire(tmp.path().string(), {4242, "3f0c9a", "WordCount", "running job"});
+  ASSERT_TRUE(first.ok()) << first.status().toString();
+  // flock conflicts between open file descriptions, also within one process.
+  std::optional<host::LockHolder> heldBy;
+  auto second = host::JobDirectoryLock::acquire(tmp.path().string(), {1, "", "", "gc"}, &heldBy);
+  ASSERT_FALSE(second.ok());
+  EXPECT_NE(second.status().message().find("3f0c9a"), std::string::npos) << second.status().message();
+  EXPECT_NE(second.status().message().find("WordCount"), std::string::npos) << second.status().message();
+  EXPECT_NE(second.status().message().find(std::to_string(::getpid())), std::string::npos)
+      << "the pid recorded is the holder's own: " << second.status().message();
+  ASSERT_TRUE(heldBy.has_value());
+  EXPECT_EQ(heldBy->jobClass, "WordCount");
+  ASSERT_TRUE(host::JobDirectoryLock::holder(tmp.path().string()).has_value());
+  first->release();
+  EXPECT_FALSE(host::JobDirectoryLock::holder(tmp.path().string()).has_value());
+  EXPECT_TRUE(host::JobDirectoryLock::acquire(tmp.path().string(), {1, "", "", "gc"}).ok());
+}
+
+TEST(JobDirectoryLock, IsReleasedByTheKernelWhenTheHolderDies) {
+  TempDir tmp;
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    auto lock = host::JobDirectoryLock::acquire(tmp.path().string(), {0, "dead", "Gone", "running job"});
+    char c = lock.ok() ? 'y' : 'n';
+    (void)!write(ready[1], &c, 1);
+    pause();  // killed below, never releases the lock itself
+    _exit(0);
+  }
+  char c = 0;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  ASSERT_EQ(c, 'y');
+  EXPECT_FALSE(host::JobDirectoryLock::acquire(tmp.path().string(), {1, "", "", "gc"}).ok());
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  EXPECT_TRUE(host::JobDirectoryLock::acquire(tmp.path().string(), {1, "", "", "gc"}).ok());
+}
+
+}  // namespace

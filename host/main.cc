@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "job_runner.h"
 #include "job_worker.h"
+#include "signal_handling.h"
 #include "jobhost/version.h"
 #include "ui/dashboard.h"
 
@@ -53,7 +54,7 @@ void addRunOptions(CLI::App* cmd, RunOptions& o) {
 /// For `run` and `check`: moves everything after the plugin path into *jobArgs.
 void splitJobArguments(std::vector<std::string>& args, std::vector<std::string>* jobArgs) {
   static const std::set<std::string> withValue = {"-c", "--class", "-p", "--parallelism", "-D", "--config", "--restore-mode", "--claim-mode", "--job-id", "--attempt",
-                                                  "-s", "--from-snapshot"};
+                                                  "-s", "--from-snapshot", "--restore-from", "--first-checkpoint-id"};
   size_t i = 0;
   while (i < args.size() && args[i].rfind("-", 0) == 0) ++i;  // global flags
   if (i >= args.size() || (args[i] != "run" && args[i] != "check" && args[i] != "__worker")) return;
@@ -148,11 +149,17 @@ int main(int argc, char** argv) {
   addRunOptions(worker, workerOpts);
   worker->add_option("--job-id", workerParams.jobId)->required();
   worker->add_option("--attempt", workerParams.attempt)->required();
+  worker->add_option("--restore-from", workerParams.restoreFrom);
+  worker->add_flag("--restore-initial", workerParams.restoreInitial);
+  worker->add_option("--first-checkpoint-id", workerParams.firstCheckpointId);
 
   std::string gcDir;
   auto* gc = app.add_subcommand("gc", "Remove what a crash left in a job's checkpoint directory (never a referenced file)");
+  bool gcDryRun = false;
   gc->add_option("job-dir", gcDir, "<state.checkpoints.dir>/<jobId>")->required();
-  gc->footer("Example:\n  jobhost gc ~/.jobhost/checkpoints/<jobId>\n\n" + std::string(kExitCodes));
+  gc->add_flag("--dry-run", gcDryRun, "List what would be removed; remove nothing");
+  gc->footer("Refuses a directory a running job holds (its lock names the job).\n\nExample:\n"
+             "  jobhost gc --dry-run ~/.jobhost/checkpoints/<jobId>\n\n" + std::string(kExitCodes));
 
   std::string convertFrom, convertTo;
   auto* convert = app.add_subcommand(
@@ -258,7 +265,7 @@ int main(int argc, char** argv) {
   if (*inspect) return inspectCommand(inspectPath, inspectJson);
   if (*checkpoints) return checkpointsCommand(checkpointsDir);
   if (*convert) return convertCommand(convertFrom, convertTo);
-  if (*gc) return gcCommand(gcDir);
+  if (*gc) return gcCommand(gcDir, gcDryRun);
   if (*list) return listCommand();
   if (*ui) return uiCommand(uiOpts);
   if (*savepoint) {

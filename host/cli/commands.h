@@ -17,8 +17,9 @@ int inspectCommand(const std::string& path, bool json);
 /// `jobhost checkpoints <checkpoint-dir>/<jobId>`: the checkpoint history.
 int checkpointsCommand(const std::string& jobDir);
 
-/// `jobhost gc <job-dir>`: removes never-completed checkpoints and unreferenced shared files.
-int gcCommand(const std::string& jobDir);
+/// `jobhost gc <job-dir> [--dry-run]`: removes never-completed checkpoints, unreferenced
+/// shared files and temporary files of unfinished uploads; refuses a locked directory.
+int gcCommand(const std::string& jobDir, bool dryRun);
 /// `jobhost convert <snapshot> <out-dir>`: canonical savepoint from any snapshot.
 int convertCommand(const std::string& from, const std::string& outDir);
 

@@ -1,7 +1,9 @@
 #include "checkpoint/preflight.h"
 
-#include <map>
+#include <algorithm>
 #include <set>
+
+#include "checkpoint/state_assignment.h"
 
 namespace jobhost::host {
 
@@ -10,12 +12,6 @@ using state::BackendType;
 namespace {
 std::string describeWriterBackend(const state::CheckpointMetadata& m) {
   return m.backend + (m.backend == "rocksdb" ? (m.incremental ? ", incremental" : ", full") : "");
-}
-std::string descriptorText(const StateDescriptorInfo& d) {
-  std::string s = std::string(stateKindName(d.kind)) + "<";
-  if (d.kind == StateKind::kMap) s += d.userKeySerializer + " v" + std::to_string(d.userKeySerializerVersion) + ", ";
-  s += d.valueSerializer + " v" + std::to_string(d.valueSerializerVersion) + ">";
-  return s + " keyed by " + d.keySerializer + " v" + std::to_string(d.keySerializerVersion);
 }
 }  // namespace
 
@@ -35,59 +31,42 @@ PreflightReport runPreflight(const PreflightInput& in) {
   const std::string runBackendText = runBackend + (in.backend == BackendType::kRocksDb ? (in.incremental ? ", incremental" : ", full") : "");
   bool backendProblem = false;
 
-  std::map<std::string, const OperatorInfo*> planOps;
-  for (const auto& op : in.operators) planOps[op.uid] = &op;
-
-  // (a) handle types vs the effective backend, (c) uid mapping, (e) state descriptors.
-  for (const auto& op : m.operators) {
-    std::set<std::string> handleTypes;
-    for (const auto& sub : op.subtasks)
-      if (sub.keyed.index() != 0) handleTypes.insert(state::handleTypeName(sub.keyed));
-    bool hasState = !handleTypes.empty() || std::any_of(op.subtasks.begin(), op.subtasks.end(),
-                                                       [](const auto& s) { return !s.operatorState.empty(); });
-    auto it = planOps.find(op.uid);
-    if (it == planOps.end()) {
-      if (!hasState) continue;
-      std::string known;
-      for (const auto& p : in.operators) known += (known.empty() ? "" : ", ") + ("'" + p.uid + "'");
-      if (in.allowNonRestoredState)
-        add(PreflightFinding::kNote, "operator",
-            "state of operator uid '" + op.uid + "' (" + op.name + ") is skipped: --allow-non-restored-state is set");
-      else
-        add(PreflightFinding::kError, "operator",
-            "operator uid '" + op.uid + "' (" + op.name + ") has state in the snapshot but no operator of " +
-                in.selectedClass + " has that uid (its stateful operators: " + (known.empty() ? "none" : known) + ")");
-      continue;
+  // (a) handle types vs the effective backend, (c) uid mapping, (e) state descriptors:
+  // reported from the restore mapping that JobExecution::prepare() restores.
+  const StateAssignment assignment = assignState(m, in.operators, in.allowNonRestoredState, in.selectedClass);
+  for (const auto& op : assignment.operators) {
+    switch (op.action) {
+      case StateAssignment::Action::kError:
+        add(PreflightFinding::kError, "operator", op.reason);
+        continue;
+      case StateAssignment::Action::kSkip:
+        if (op.droppedState) add(PreflightFinding::kNote, "operator", op.reason);
+        continue;
+      case StateAssignment::Action::kRestoreSourcePosition:
+        continue;
+      case StateAssignment::Action::kRestoreKeyedState:
+        break;
     }
-    if (in.backend == BackendType::kHashMap && handleTypes.count("IncrementalRemoteKeyedStateHandle")) {
+    const state::OperatorSnapshot& snap = *op.snapshot;
+    bool incrementalHandle = std::any_of(snap.subtasks.begin(), snap.subtasks.end(), [](const auto& s) {
+      return std::holds_alternative<state::IncrementalStateHandle>(s.keyed);
+    });
+    if (in.backend == BackendType::kHashMap && incrementalHandle) {
       backendProblem = true;
       add(PreflightFinding::kError, "backend",
-          "operator '" + op.uid + "': the snapshot holds IncrementalRemoteKeyedStateHandle (written by the rocksdb "
+          "operator '" + snap.uid + "': the snapshot holds IncrementalRemoteKeyedStateHandle (written by the rocksdb "
           "backend with incremental checkpoints), but " + in.selectedClass + " runs with the " + runBackendText +
               " backend, which restores only KeyGroupsStateHandle");
     }
-    if (!op.keyed) continue;
-    for (const auto& saved : op.states) {
-      const StateDescriptorInfo* now = nullptr;
-      for (const auto& d : it->second->states)
-        if (d.name == saved.name) now = &d;
-      if (!now) {
+    for (const auto& st : op.states) {
+      if (st.fate == StateAssignment::StateFate::kError)
+        add(PreflightFinding::kError, "state", st.reason);
+      else if (st.fate == StateAssignment::StateFate::kKeptNotRead)
         add(PreflightFinding::kWarning, "state",
-            "operator '" + op.uid + "': state '" + saved.name + "' (" + descriptorText(saved) +
-                ") is not declared by " + in.selectedClass + "; it is restored but never read");
-        continue;
-      }
-      if (now->kind != saved.kind)
-        add(PreflightFinding::kError, "state",
-            "operator '" + op.uid + "': state '" + saved.name + "' is a " + stateKindName(saved.kind) +
-                " in the snapshot but " + in.selectedClass + " declares a " + stateKindName(now->kind));
-      else if (now->valueSerializer != saved.valueSerializer || now->valueSerializerVersion != saved.valueSerializerVersion ||
-               now->keySerializer != saved.keySerializer || now->keySerializerVersion != saved.keySerializerVersion ||
-               now->userKeySerializer != saved.userKeySerializer ||
-               now->userKeySerializerVersion != saved.userKeySerializerVersion)
-        add(PreflightFinding::kError, "state",
-            "operator '" + op.uid + "': state '" + saved.name + "' was written as " + descriptorText(saved) +
-                ", " + in.selectedClass + " declares " + descriptorText(*now));
+            "operator '" + snap.uid + "': state '" + st.descriptor->name + "' (" +
+                describeStateDescriptor(*st.descriptor) + ") is not declared by " + in.selectedClass +
+                "; kept, not read: it is restored and carried forward in every later checkpoint, and a version of " +
+                in.selectedClass + " that declares it again reads it");
     }
   }
   // (d) max parallelism.
@@ -103,7 +82,9 @@ PreflightReport runPreflight(const PreflightInput& in) {
             std::to_string(m.maxParallelism) + "; use -p " + std::to_string(m.maxParallelism) + " or less");
   // (g) files.
   std::set<std::string> checked;
-  for (const auto& op : m.operators)
+  for (const auto& assigned : assignment.operators) {
+    if (assigned.action != StateAssignment::Action::kRestoreKeyedState) continue;  // its files are not read
+    const state::OperatorSnapshot& op = *assigned.snapshot;
     for (const auto& sub : op.subtasks) {
       std::vector<std::pair<state::FileRef, uint64_t>> files;  // file, created by
       if (auto* kg = std::get_if<state::KeyGroupsStateHandle>(&sub.keyed)) files.push_back({kg->file, m.checkpointId});
@@ -124,6 +105,7 @@ PreflightReport runPreflight(const PreflightInput& in) {
                   std::to_string(f.size) + " (truncated or replaced)");
       }
     }
+  }
   // (f) plugin digest.
   if (!m.pluginDigest.empty() && !in.pluginDigest.empty() && m.pluginDigest != in.pluginDigest)
     add(PreflightFinding::kNote, "plugin",

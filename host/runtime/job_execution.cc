@@ -11,6 +11,7 @@
 #include <optional>
 #include <set>
 
+#include "checkpoint/state_assignment.h"
 #include "jobhost/serializer.h"
 #include "runtime/channel.h"
 #include "runtime/line_sinks.h"
@@ -553,16 +554,19 @@ Status JobExecution::prepare(const RestoreSource* source) {
     for (auto* consumer : byStage[static_cast<size_t>(next)])
       consumer->gate = std::make_unique<InputGate>(x.stages[s].parallelism, kChannelCapacity);
   }
-  // Restored state per uid.
-  std::map<std::string, const state::OperatorSnapshot*> restored;
+  // What is restored where: exactly what the restore preflight reported (one owner).
+  std::map<std::string, const state::OperatorSnapshot*> restoredKeyed, restoredPositions;
   if (source) {
-    for (const auto& op : source->metadata->operators) {
-      bool found = false;
-      for (const auto& info : x.operatorInfos) found |= info.uid == op.uid;
-      if (!found && !source->allowNonRestoredState && (!op.subtasks.empty()))
-        return Status::Incompatible("the snapshot has state for operator uid '" + op.uid +
-                                    "', which this job does not have; pass --allow-non-restored-state (-n) to skip it");
-      restored[op.uid] = &op;
+    StateAssignment assignment = assignState(*source->metadata, x.operatorInfos, source->allowNonRestoredState);
+    if (!assignment.ok()) {
+      std::string all;
+      for (const auto& e : assignment.errors()) all += (all.empty() ? "" : "; ") + e;
+      return Status::Incompatible("cannot restore this snapshot into the job: " + all);
+    }
+    for (const auto& op : assignment.operators) {
+      if (op.action == StateAssignment::Action::kRestoreKeyedState) restoredKeyed[op.snapshot->uid] = op.snapshot;
+      if (op.action == StateAssignment::Action::kRestoreSourcePosition)
+        restoredPositions[op.snapshot->uid] = op.snapshot;
     }
   }
   for (auto& tp : x.tasks) {
@@ -619,8 +623,8 @@ Status JobExecution::prepare(const RestoreSource* source) {
         auto b = x.config.backend == state::BackendType::kRocksDb ? state::createRocksDbBackend(bo)
                                                                   : state::createHeapBackend(bo);
         if (!b.ok()) return b.status();
-        auto it = restored.find(n.uid);
-        if (it != restored.end()) {
+        auto it = restoredKeyed.find(n.uid);
+        if (it != restoredKeyed.end()) {
           state::RestoreInput in;
           in.storage = source->storage;
           in.states = it->second->states;
@@ -645,9 +649,9 @@ Status JobExecution::prepare(const RestoreSource* source) {
         t.backendOp.push_back(static_cast<int>(i));
         t.backendsOwned.push_back(std::move(*b));
       }
-      if (source && (n.kind == NodeKind::kSource)) {
-        auto it = restored.find(n.uid);
-        if (it != restored.end())
+      if (n.kind == NodeKind::kSource) {
+        auto it = restoredPositions.find(n.uid);
+        if (it != restoredPositions.end())
           for (const auto& sub : it->second->subtasks)
             if (sub.index == t.subtask) {
               try {

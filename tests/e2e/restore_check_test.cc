@@ -161,3 +161,48 @@ TEST_F(RestoreCheck, ConvertTurnsAnIncrementalCheckpointIntoACanonicalSavepointT
 }
 
 }  // namespace
+
+namespace {
+
+const std::string kRestorePlugin = JOBHOST_RESTORE_PLUGIN;
+
+// Regression (issue 12): `check` said compatible for a snapshot operator without state
+// whose uid the class lacks (here the position-less source "ticks"), then `run` failed
+// the restore with "the snapshot has state for operator uid 'ticks', which this job does
+// not have" (exit 3): the two decided the mapping separately. Both now follow one.
+TEST_F(RestoreCheck, CheckAndRunAgreeThatAStatelessOperatorMissingFromTheClassIsFine) {
+  fs::path in = input(400);
+  std::vector<std::string> args = {"run", "-c", "UnreplayableWordCount"};
+  for (auto& f : ckFlags("100ms")) args.push_back(f);
+  args.insert(args.end(), {kRestorePlugin, "--input", in.string(), "--rate", "1500"});
+  std::string out1;
+  {
+    Process p(jobhost(args), tmp / "ticks.out", tmp / "ticks.err");
+    ASSERT_TRUE(waitForCheckpoint(p, 1, std::chrono::seconds(60))) << readFile(tmp / "ticks.err");
+    p.signal(SIGTERM);
+    Result r = p.wait(std::chrono::seconds(60));
+    ASSERT_EQ(r.exitCode, 130) << r.err;
+    out1 = r.out;
+  }
+  ASSERT_EQ(jobDirs().size(), 1u);
+  fs::path chk = completed(jobDirs()[0]).back();
+
+  Result check = cli({"check", "-s", chk.string(), "-c", "FileWordCount", kRestorePlugin, "--input", kWords});
+  EXPECT_EQ(check.exitCode, 0) << check.out << check.err;
+  EXPECT_NE(check.out.find("is compatible"), std::string::npos) << check.out;
+
+  Result run = cli({"run", "-s", chk.string(), "-c", "FileWordCount", kRestorePlugin, "--input", kWords});
+  EXPECT_EQ(run.exitCode, 0) << "check said compatible, so run must restore:\n" << run.err;
+  EXPECT_EQ(run.err.find("'ticks'"), std::string::npos) << run.err;
+  // The counts continue from the checkpoint: at least the new input's, at most that plus
+  // what the first run had counted when it was stopped.
+  auto restored = finalCounts(run.out), first = finalCounts(out1);
+  auto added = expectedCounts(readFile(kWords));
+  EXPECT_GE(restored.size(), added.size());
+  for (const auto& [word, n] : added) {
+    EXPECT_GE(restored[word], n) << word;
+    EXPECT_LE(restored[word], n + first[word]) << word;
+  }
+}
+
+}  // namespace

@@ -1,0 +1,164 @@
+#include "checkpoint/state_assignment.h"
+
+#include <algorithm>
+#include <map>
+
+namespace jobhost::host {
+
+namespace {
+
+using Action = StateAssignment::Action;
+using StateFate = StateAssignment::StateFate;
+
+bool holdsKeyedState(const state::OperatorSnapshot& op) {
+  return std::any_of(op.subtasks.begin(), op.subtasks.end(), [](const auto& s) { return s.keyed.index() != 0; });
+}
+
+bool holdsPosition(const state::OperatorSnapshot& op) {
+  return std::any_of(op.subtasks.begin(), op.subtasks.end(), [](const auto& s) { return !s.operatorState.empty(); });
+}
+
+/// "operator uid 'counts' (Keyed Aggregation)"
+std::string operatorText(const state::OperatorSnapshot& op) {
+  return "operator uid '" + op.uid + "'" + (op.name.empty() ? "" : " (" + op.name + ")");
+}
+
+/// "keyed state: ValueState 'reduce', MapState 'words'" / "a source position".
+std::string heldText(const state::OperatorSnapshot& op, bool keyed, bool position) {
+  std::string s;
+  if (keyed) {
+    s = "keyed state";
+    for (size_t i = 0; i < op.states.size(); ++i)
+      s += (i == 0 ? ": " : ", ") + std::string(stateKindName(op.states[i].kind)) + " '" + op.states[i].name + "'";
+  }
+  if (position) s += (s.empty() ? "" : " and ") + std::string("a source position");
+  return s;
+}
+
+/// "the source 'Text File Source'" / "the keyed operator 'Keyed Aggregation'"
+std::string roleText(const OperatorInfo& p) {
+  return std::string(p.source ? "the source '" : "the keyed operator '") + p.name + "'";
+}
+
+bool sameSerializers(const StateDescriptorInfo& a, const StateDescriptorInfo& b) {
+  return a.valueSerializer == b.valueSerializer && a.valueSerializerVersion == b.valueSerializerVersion &&
+         a.keySerializer == b.keySerializer && a.keySerializerVersion == b.keySerializerVersion &&
+         a.userKeySerializer == b.userKeySerializer && a.userKeySerializerVersion == b.userKeySerializerVersion;
+}
+
+}  // namespace
+
+std::string describeStateDescriptor(const StateDescriptorInfo& d) {
+  std::string s = std::string(stateKindName(d.kind)) + "<";
+  if (d.kind == StateKind::kMap) s += d.userKeySerializer + " v" + std::to_string(d.userKeySerializerVersion) + ", ";
+  s += d.valueSerializer + " v" + std::to_string(d.valueSerializerVersion) + ">";
+  return s + " keyed by " + d.keySerializer + " v" + std::to_string(d.keySerializerVersion);
+}
+
+bool StateAssignment::ok() const {
+  for (const auto& op : operators) {
+    if (op.action == Action::kError) return false;
+    for (const auto& st : op.states)
+      if (st.fate == StateFate::kError) return false;
+  }
+  return true;
+}
+
+std::vector<std::string> StateAssignment::errors() const {
+  std::vector<std::string> out;
+  for (const auto& op : operators)
+    if (op.action == Action::kError) out.push_back(op.reason);
+  for (const auto& op : operators)
+    for (const auto& st : op.states)
+      if (st.fate == StateFate::kError) out.push_back(st.reason);
+  return out;
+}
+
+const StateAssignment::Operator* StateAssignment::find(const std::string& uid, Action action) const {
+  for (const auto& op : operators)
+    if (op.action == action && op.snapshot->uid == uid) return &op;
+  return nullptr;
+}
+
+StateAssignment assignState(const state::CheckpointMetadata& metadata, const std::vector<OperatorInfo>& plan,
+                            bool allowNonRestoredState, const std::string& jobName) {
+  const std::string job = jobName.empty() ? "the job" : jobName;
+  std::map<std::string, const OperatorInfo*> byUid;
+  for (const auto& p : plan) byUid[p.uid] = &p;
+  std::string planUids;
+  for (const auto& p : plan) planUids += (planUids.empty() ? "'" : ", '") + p.uid + "'";
+
+  StateAssignment a;
+  for (const auto& op : metadata.operators) {
+    StateAssignment::Operator out;
+    out.snapshot = &op;
+    const bool keyed = holdsKeyedState(op);
+    const bool position = holdsPosition(op);
+    auto it = byUid.find(op.uid);
+    const OperatorInfo* target = it == byUid.end() ? nullptr : it->second;
+
+    if (!keyed && !position) {
+      out.action = Action::kSkip;
+      out.reason = operatorText(op) + " holds no state in the snapshot; nothing to restore";
+    } else if (target == nullptr) {
+      if (allowNonRestoredState) {
+        out.action = Action::kSkip;
+        out.droppedState = true;
+        out.reason = "state of " + operatorText(op) + " is skipped: --allow-non-restored-state is set";
+      } else {
+        out.action = Action::kError;
+        out.reason = operatorText(op) + " has state in the snapshot (" + heldText(op, keyed, position) +
+                     ") but no operator of " + job + " has that uid (its stateful operators: " +
+                     (planUids.empty() ? "none" : planUids) + "); give the operator that should take this state the uid '" +
+                     op.uid + "', or add --allow-non-restored-state (-n) to drop it";
+      }
+    } else if ((keyed && !target->keyed) || (position && !target->source)) {
+      // The uid now names an operator of the other role: it has no place for this state.
+      if (allowNonRestoredState) {
+        out.action = Action::kSkip;
+        out.droppedState = true;
+        out.reason = "state of " + operatorText(op) + " (" + heldText(op, keyed, position) +
+                     ") is skipped: in " + job + " that uid is " + roleText(*target) +
+                     ", and --allow-non-restored-state is set";
+      } else {
+        const bool toSource = keyed && !target->keyed;
+        out.action = Action::kError;
+        out.reason = operatorText(op) + " holds " + heldText(op, keyed, position) + " in the snapshot, but in " + job +
+                     " that uid is " + roleText(*target) + ", which restores only " +
+                     (toSource ? "a source position" : "keyed state") + "; give " + roleText(*target) +
+                     " another uid and the " + (toSource ? "keyed operator" : "source") +
+                     " that should take this state the uid '" + op.uid +
+                     "', or add --allow-non-restored-state (-n) to drop it";
+      }
+    } else if (keyed) {
+      out.action = Action::kRestoreKeyedState;
+      for (const auto& saved : op.states) {
+        StateAssignment::State st;
+        st.descriptor = &saved;
+        const StateDescriptorInfo* now = nullptr;
+        for (const auto& d : target->states)
+          if (d.name == saved.name) now = &d;
+        if (now == nullptr) {
+          st.fate = StateFate::kKeptNotRead;
+        } else if (now->kind != saved.kind) {
+          st.fate = StateFate::kError;
+          st.reason = "operator '" + op.uid + "': state '" + saved.name + "' is a " + stateKindName(saved.kind) +
+                      " in the snapshot but " + job + " declares a " + stateKindName(now->kind) +
+                      "; declare it as a " + stateKindName(saved.kind) + ", or declare the new state under another name";
+        } else if (!sameSerializers(*now, saved)) {
+          st.fate = StateFate::kError;
+          st.reason = "operator '" + op.uid + "': state '" + saved.name + "' was written as " +
+                      describeStateDescriptor(saved) + ", " + job + " declares " + describeStateDescriptor(*now) +
+                      "; declare it with the serializers it was written with, or declare the new state under another name";
+        }
+        out.states.push_back(std::move(st));
+      }
+    } else {
+      out.action = Action::kRestoreSourcePosition;
+    }
+    a.operators.push_back(std::move(out));
+  }
+  return a;
+}
+
+}  // namespace jobhost::host

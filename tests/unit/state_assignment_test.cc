@@ -1,0 +1,200 @@
+// Unit tests of host/checkpoint/state_assignment: which state of a snapshot is restored
+// where, skipped, kept or refused — the one decision both the preflight and
+// JobExecution::prepare() follow.
+#include "checkpoint/state_assignment.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace jobhost::host {
+namespace {
+
+using Action = StateAssignment::Action;
+using StateFate = StateAssignment::StateFate;
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+StateDescriptorInfo valueState(const std::string& name) {
+  StateDescriptorInfo d;
+  d.name = name;
+  d.kind = StateKind::kValue;
+  d.keySerializer = "string";
+  d.keySerializerVersion = 1;
+  d.valueSerializer = "i64";
+  d.valueSerializerVersion = 1;
+  return d;
+}
+
+state::OperatorSnapshot keyedSnapshot(const std::string& uid, std::vector<StateDescriptorInfo> states) {
+  state::OperatorSnapshot op;
+  op.uid = uid;
+  op.name = "Keyed Aggregation";
+  op.keyed = true;
+  op.states = std::move(states);
+  state::SubtaskSnapshot sub;
+  state::KeyGroupsStateHandle kg;
+  kg.file = {"job/chk-5/" + uid + "-0.kg", 10};
+  kg.range = {0, 127};
+  kg.offsets.assign(128, 0);
+  sub.keyed = kg;
+  op.subtasks = {sub};
+  return op;
+}
+
+state::OperatorSnapshot sourceSnapshot(const std::string& uid, const std::string& position) {
+  state::OperatorSnapshot op;
+  op.uid = uid;
+  op.name = "Text File Source";
+  state::SubtaskSnapshot sub;
+  sub.operatorState = position;
+  op.subtasks = {sub};
+  return op;
+}
+
+OperatorInfo keyedOperator(const std::string& uid, std::vector<StateDescriptorInfo> states) {
+  return {uid, "Keyed Aggregation", true, false, 1, std::move(states)};
+}
+
+OperatorInfo sourceOperator(const std::string& uid) { return {uid, "Text File Source", false, true, 1, {}}; }
+
+/// A snapshot, a plan, -n or not, and what must be decided for the snapshot's operator
+/// `uid`.
+struct Case {
+  std::string what;
+  std::vector<state::OperatorSnapshot> snapshot;
+  std::vector<OperatorInfo> plan;
+  bool allowNonRestoredState;
+  std::string uid;
+  Action action;
+  std::vector<std::string> mentions;  // in the operator's reason
+};
+
+TEST(StateAssignment, EachSnapshotOperatorIsRestoredSkippedOrRefusedAsTheRulesSay) {
+  const auto counts = keyedSnapshot("counts", {valueState("reduce")});
+  const auto lines = sourceSnapshot("lines", std::string(8, '\x01'));
+  const auto socket = sourceSnapshot("ticks", "");  // a source without a position
+  const std::vector<Case> cases = {
+      {"keyed state into the keyed operator with its uid", {counts},
+       {sourceOperator("lines"), keyedOperator("counts", {valueState("reduce")})}, false, "counts",
+       Action::kRestoreKeyedState, {}},
+      {"a position into the source with its uid", {lines}, {sourceOperator("lines")}, false, "lines",
+       Action::kRestoreSourcePosition, {}},
+      {"a stateless operator the class lacks is fine", {socket}, {keyedOperator("counts", {})}, false, "ticks",
+       Action::kSkip, {"'ticks'", "holds no state"}},
+      {"a stateless operator whose uid changed role is fine", {socket}, {keyedOperator("ticks", {})}, false, "ticks",
+       Action::kSkip, {"holds no state"}},
+      {"keyed state of a uid the class lacks is an error", {counts}, {sourceOperator("lines")}, false, "counts",
+       Action::kError,
+       {"operator uid 'counts' (Keyed Aggregation)", "keyed state: ValueState 'reduce'", "no operator of the job",
+        "its stateful operators: 'lines'", "--allow-non-restored-state (-n)"}},
+      {"keyed state of a uid the class lacks is skipped with -n", {counts}, {sourceOperator("lines")}, true, "counts",
+       Action::kSkip, {"'counts'", "--allow-non-restored-state is set"}},
+      {"a position of a uid the class lacks is an error", {lines}, {keyedOperator("counts", {})}, false, "lines",
+       Action::kError, {"'lines'", "a source position", "its stateful operators: 'counts'", "-n"}},
+      {"keyed state whose uid is now a source is an error", {counts}, {sourceOperator("counts")}, false, "counts",
+       Action::kError,
+       {"holds keyed state: ValueState 'reduce'", "that uid is the source 'Text File Source'",
+        "restores only a source position", "another uid", "--allow-non-restored-state (-n)"}},
+      {"keyed state whose uid is now a source is skipped with -n", {counts}, {sourceOperator("counts")}, true,
+       "counts", Action::kSkip, {"keyed state", "the source 'Text File Source'", "--allow-non-restored-state is set"}},
+      {"a position whose uid is now a keyed operator is an error", {lines}, {keyedOperator("lines", {})}, false,
+       "lines", Action::kError,
+       {"holds a source position", "that uid is the keyed operator 'Keyed Aggregation'", "restores only keyed state",
+        "-n"}},
+      {"a position whose uid is now a keyed operator is skipped with -n", {lines}, {keyedOperator("lines", {})}, true,
+       "lines", Action::kSkip, {"a source position", "--allow-non-restored-state is set"}},
+      {"a keyed handle without declared states still counts as state", {keyedSnapshot("audit", {})},
+       {sourceOperator("lines")}, false, "audit", Action::kError, {"'audit'", "keyed state"}},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.what);
+    state::CheckpointMetadata m;
+    m.operators = c.snapshot;
+    StateAssignment a = assignState(m, c.plan, c.allowNonRestoredState);
+    ASSERT_EQ(a.operators.size(), c.snapshot.size());
+    const StateAssignment::Operator* op = nullptr;
+    for (const auto& o : a.operators)
+      if (o.snapshot->uid == c.uid) op = &o;
+    ASSERT_NE(op, nullptr);
+    EXPECT_EQ(op->action, c.action) << op->reason;
+    EXPECT_EQ(a.ok(), c.action != Action::kError) << op->reason;
+    EXPECT_EQ(op->droppedState, c.action == Action::kSkip && c.allowNonRestoredState) << op->reason;
+    for (const auto& m : c.mentions) EXPECT_TRUE(contains(op->reason, m)) << "expected '" << m << "' in: " << op->reason;
+    if (c.action == Action::kError) {
+      ASSERT_EQ(a.errors().size(), 1u);
+      EXPECT_EQ(a.errors()[0], op->reason);
+    } else {
+      EXPECT_TRUE(a.errors().empty());
+    }
+  }
+}
+
+TEST(StateAssignment, AStateTheClassNoLongerDeclaresIsKeptNotRead) {
+  state::CheckpointMetadata m;
+  m.operators = {keyedSnapshot("distinct", {valueState("distinct"), valueState("words")})};
+  StateAssignment a = assignState(m, {keyedOperator("distinct", {valueState("distinct")})}, false);
+  ASSERT_TRUE(a.ok());
+  ASSERT_EQ(a.operators.size(), 1u);
+  const auto& op = a.operators[0];
+  EXPECT_EQ(op.action, Action::kRestoreKeyedState);
+  ASSERT_EQ(op.states.size(), 2u);
+  EXPECT_EQ(op.states[0].descriptor->name, "distinct");
+  EXPECT_EQ(op.states[0].fate, StateFate::kRestored);
+  EXPECT_EQ(op.states[1].descriptor->name, "words");
+  EXPECT_EQ(op.states[1].fate, StateFate::kKeptNotRead);
+  EXPECT_EQ(a.find("distinct", Action::kRestoreKeyedState), &op);
+  EXPECT_EQ(a.find("distinct", Action::kRestoreSourcePosition), nullptr);
+}
+
+TEST(StateAssignment, ADeclaredStateOfAnotherKindOrSerializerIsAnErrorEvenWithAllowNonRestoredState) {
+  struct StateCase {
+    std::string what;
+    std::function<void(StateDescriptorInfo&)> change;
+    std::vector<std::string> mentions;
+  };
+  const std::vector<StateCase> cases = {
+      {"kind", [](StateDescriptorInfo& d) { d.kind = StateKind::kList; },
+       {"operator 'counts'", "state 'reduce' is a ValueState in the snapshot", "class WordCount declares a ListState"}},
+      {"value serializer", [](StateDescriptorInfo& d) { d.valueSerializerVersion = 2; },
+       {"'reduce' was written as ValueState<i64 v1> keyed by string v1", "class WordCount declares ValueState<i64 v2>"}},
+      {"key serializer", [](StateDescriptorInfo& d) { d.keySerializer = "i64"; }, {"keyed by i64 v1"}},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.what);
+    state::CheckpointMetadata m;
+    m.operators = {keyedSnapshot("counts", {valueState("reduce")})};
+    StateDescriptorInfo declared = valueState("reduce");
+    c.change(declared);
+    for (bool n : {false, true}) {
+      StateAssignment a = assignState(m, {keyedOperator("counts", {declared})}, n, "class WordCount");
+      EXPECT_FALSE(a.ok());
+      ASSERT_EQ(a.operators[0].states.size(), 1u);
+      EXPECT_EQ(a.operators[0].states[0].fate, StateFate::kError);
+      ASSERT_EQ(a.errors().size(), 1u);
+      for (const auto& s : c.mentions) EXPECT_TRUE(contains(a.errors()[0], s)) << a.errors()[0];
+    }
+  }
+}
+
+TEST(StateAssignment, EveryOperatorOfTheSnapshotGetsOneDecisionInTheSnapshotsOrder) {
+  state::CheckpointMetadata m;
+  m.operators = {sourceSnapshot("lines", "pos"), sourceSnapshot("ticks", ""),
+                 keyedSnapshot("counts", {valueState("reduce")}), keyedSnapshot("gone", {valueState("x")})};
+  StateAssignment a =
+      assignState(m, {sourceOperator("lines"), keyedOperator("counts", {valueState("reduce")})}, false);
+  ASSERT_EQ(a.operators.size(), 4u);
+  EXPECT_EQ(a.operators[0].action, Action::kRestoreSourcePosition);
+  EXPECT_EQ(a.operators[1].action, Action::kSkip);
+  EXPECT_EQ(a.operators[2].action, Action::kRestoreKeyedState);
+  EXPECT_EQ(a.operators[3].action, Action::kError);
+  ASSERT_EQ(a.errors().size(), 1u);
+  EXPECT_TRUE(contains(a.errors()[0], "'gone'")) << a.errors()[0];
+}
+
+}  // namespace
+}  // namespace jobhost::host

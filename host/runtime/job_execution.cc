@@ -635,13 +635,27 @@ Status JobExecution::prepare(const RestoreSource* source) {
             else continue;
             if (!hr.intersect(range).empty()) in.handles.push_back(sub.keyed);
           }
-          Status s = (*b)->restore(in);
+          Status s;
+          try {
+            s = (*b)->restore(in);
+          } catch (const std::exception& e) {  // a backend rejecting the recorded descriptors
+            s = Status::Corruption(e.what());
+          }
           if (!s.ok()) {
             std::string what = "cannot restore state of operator '" + n.uid + "' (" + std::to_string(t.subtask + 1) +
                                "/" + std::to_string(st.parallelism) + "): " + s.message();
-            if (s.isCorruption()) return Status::Corruption(what);
-            if (s.isNotFound()) return Status::NotFound(what);
-            return Status::Incompatible(what);
+            // Final only when no retry can help: the snapshot does not fit (Incompatible) or
+            // is damaged (Corruption; a file it references is missing, a path in it is
+            // invalid). Local trouble (a full or failing disk, a permission, the working
+            // directory gone) keeps its code: a task failure for the restart strategy.
+            switch (s.code()) {
+              case Status::Code::kIncompatible: return Status::Incompatible(what);
+              case Status::Code::kCorruption:
+              case Status::Code::kInvalidArgument: return Status::Corruption(what);
+              case Status::Code::kNoSpace: return Status::NoSpace(what);
+              case Status::Code::kPermissionDenied: return Status::PermissionDenied(what);
+              default: return Status::IOError(what);
+            }
           }
         }
         ctx->backend = b->get();

@@ -98,8 +98,12 @@ class JobExecution {
   JobExecution(const JobExecution&) = delete;
   JobExecution& operator=(const JobExecution&) = delete;
 
-  /// Creates operators and backends and restores state (if `source` is given). A
-  /// failure here is a restore failure.
+  /// Creates operators and backends and restores state (if `source` is given) as
+  /// assignState() (checkpoint/state_assignment.h) maps it. Errors: Incompatible (the
+  /// snapshot does not fit the plan) and Corruption (it is damaged: a referenced file is
+  /// missing, a file is garbled) are final, no restart can fix them; NoSpace,
+  /// PermissionDenied, IOError (local or storage I/O, the message names the file and the
+  /// OS reason) and a failure to open an operator are task failures worth a retry.
   state::Status prepare(const RestoreSource* source);
   /// Starts the task threads.
   void start();

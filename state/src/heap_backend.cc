@@ -13,6 +13,7 @@
 
 #include "jobhost/state/key_group_format.h"
 #include "jobhost/state/keyed_backend.h"
+#include "restore_status.h"
 
 namespace jobhost::state {
 namespace {
@@ -201,7 +202,7 @@ class HeapBackend : public KeyedStateBackend {
       });
       // States without entries in this range are kept too.
       if (s.ok() && map.size() != fileStates.size()) s = mapFileStates();
-      if (!s.ok()) return s;
+      if (!s.ok()) return snapshotFileError(s, *input.storage, kgh->file.path);
     }
     return Status::OK();
   }

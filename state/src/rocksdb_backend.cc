@@ -50,6 +50,7 @@
 #include "jobhost/errors.h"
 #include "jobhost/state/key_group_format.h"
 #include "jobhost/state/keyed_backend.h"
+#include "restore_status.h"
 
 namespace jobhost::state {
 
@@ -490,13 +491,17 @@ class RocksDbBackend final : public KeyedStateBackend {
       return Status::InvalidArgument("rocksdb backend: refusing to use '" + dir +
                                      "' as local directory");
     }
+    // Errors name the directory and the setting that chooses it (state.local.dir), and
+    // keep the OS's code: a full or read-only disk is worth a retry, not a final error.
     fs::remove_all(dir, ec);
-    if (ec) return fromErrorCode("cannot wipe rocksdb local directory " + dir, ec);
+    if (ec) return fromErrorCode("cannot wipe rocksdb local directory " + dir + " (under state.local.dir)", ec);
     fs::create_directories(dir, ec);
-    if (ec) return fromErrorCode("cannot create rocksdb local directory " + dir, ec);
+    if (ec) return fromErrorCode("cannot create rocksdb local directory " + dir + " (under state.local.dir)", ec);
     inst_->localDir = dir;
     inst_->dbDir = joinPath(dir, "db");
-    return openLive({});
+    Status s = openLive({});
+    if (!s.ok()) return withContext(s, "rocksdb local directory " + dir + " (under state.local.dir)");
+    return s;
   }
 
   // --- KeyedStateAccess -------------------------------------------------------------
@@ -847,11 +852,19 @@ Status nameSnapshotFiles(const Status& s, CheckpointStorage& st, const std::vect
         if (msg.find("/" + f.localName) != std::string::npos && extra.find(f.file.path) == std::string::npos)
           extra += (extra.empty() ? "" : ", ") + st.describe(f.file.path) + " (local copy " + f.localName + ")";
   }
-  if (extra.empty()) return s;
-  std::string named = msg + "; the damaged snapshot file: " + extra;
-  if (s.isCorruption()) return Status::Corruption(named);
-  if (s.isNotFound()) return Status::NotFound(named);
-  return Status::IOError(named);
+  // Only damage is blamed on a snapshot file: a full or failing local disk names the
+  // local file RocksDB wrote, and keeps its code (NoSpace, IOError: worth a retry).
+  if (extra.empty() || !s.isCorruption()) return s;
+  return Status::Corruption(msg + "; the damaged snapshot file: " + extra);
+}
+
+/// Every file of the handle was downloaded; a file RocksDB still cannot find (a missing
+/// CURRENT, an SST the MANIFEST names) means the checkpoint is incomplete: Corruption.
+Status incompleteIfNotFound(const Status& s, const IncrementalStateHandle& h) {
+  if (!s.isNotFound()) return s;
+  return Status::Corruption("restore of rocksdb checkpoint " + std::to_string(h.checkpointId) +
+                            ": its files do not form a complete RocksDB instance (" + s.message() +
+                            "); restore from another checkpoint or savepoint");
 }
 }  // namespace
 
@@ -912,7 +925,7 @@ Status RocksDbBackend::downloadIncremental(CheckpointStorage& st, const Incremen
       }
       const std::string dest = dir + "/" + f.localName;
       Status s = st.getToLocalFile(f.file.path, dest);
-      if (!s.ok()) return withContext(s, what + ": cannot download " + f.localName);
+      if (!s.ok()) return withContext(snapshotFileError(s, st, f.file.path), what + ": cannot download " + f.localName);
       uint64_t size = fs::file_size(dest, ec);
       if (ec) return fromErrorCode(what + ": cannot stat downloaded " + dest, ec);
       if (size != f.file.size) {
@@ -947,7 +960,7 @@ Status RocksDbBackend::restoreInPlace(CheckpointStorage& st, const IncrementalSt
   if (ec) {
     s = fromErrorCode("cannot move restored RocksDB " + dir + " to " + inst_->dbDir, ec);
   } else {
-    s = openLive(h.columnFamilies);
+    s = incompleteIfNotFound(openLive(h.columnFamilies), h);
   }
   if (!s.ok()) {
     // Leave a usable (empty) instance behind; the restore itself failed.
@@ -1005,7 +1018,7 @@ Status RocksDbBackend::restoreByCopy(CheckpointStorage& st, const IncrementalSta
   Status s = downloadIncremental(st, h, dir);
   rocksdb::DB* db = nullptr;
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
-  if (s.ok()) s = openDb(dir, cfNames, true, &db, &handles);
+  if (s.ok()) s = incompleteIfNotFound(openDb(dir, cfNames, true, &db, &handles), h);
   if (s.ok()) {
     KeyGroupRange r = h.range.intersect(options_.range);
     std::string lower, upper;
@@ -1070,7 +1083,7 @@ Status RocksDbBackend::restoreKeyGroups(CheckpointStorage& st, const KeyGroupsSt
     if (!bs.ok()) return fromRocks(bs, what);
     return writeBatchIfLarge(&batch, false, what);
   });
-  if (!s.ok()) return s;
+  if (!s.ok()) return snapshotFileError(s, st, h.file.path);
   return writeBatchIfLarge(&batch, true, what);
 }
 

@@ -1,8 +1,15 @@
 // End-to-end tests of checkpoints and restores: rescaling from every handle type,
 // chained restores (the second restore catches files deleted or not re-registered after
 // the first), shared-file bookkeeping under num-retained, and the socket source.
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/statvfs.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <random>
 
 #include "cli_fixture.h"
 
@@ -313,6 +320,142 @@ TEST_F(Checkpoints, ACheckpointThatCannotBeWrittenIsDeclinedAndTheJobKeepsRunnin
   Result strict = run("0");
   EXPECT_EQ(strict.exitCode, 1) << strict.err;
   EXPECT_NE(strict.err.find("tolerable-failed-checkpoints = 0"), std::string::npos) << strict.err;
+}
+
+/// Keeps a filesystem full but for `slackBytes`: every byte freed is taken again within
+/// milliseconds, until stop(). Its files are removed by stop().
+class DiskFiller {
+ public:
+  DiskFiller(fs::path dir, uint64_t slackBytes) : dir_(std::move(dir)), slack_(slackBytes) {
+    thread_ = std::thread([this] { loop(); });
+  }
+  ~DiskFiller() { stop(); }
+  /// Blocks until the filesystem was full but for the slack at least once.
+  void waitFull() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [this] { return full_; });
+  }
+  void stop() {
+    if (!thread_.joinable()) return;
+    stop_ = true;
+    thread_.join();
+    for (int i = 0; i < files_; ++i) fs::remove(dir_ / ("filler-" + std::to_string(i)));
+  }
+
+ private:
+  uint64_t freeBytes() const {
+    struct statvfs st {};
+    if (statvfs(dir_.c_str(), &st) != 0) return 0;
+    return static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
+  }
+  void loop() {
+    const std::string chunk(64 * 1024, 'f');
+    while (!stop_) {
+      uint64_t free = freeBytes();
+      if (free > slack_ + chunk.size()) {
+        int fd = ::open((dir_ / ("filler-" + std::to_string(files_++))).c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        for (uint64_t left = free - slack_; fd >= 0 && left >= chunk.size(); left -= chunk.size())
+          if (::write(fd, chunk.data(), chunk.size()) != static_cast<ssize_t>(chunk.size())) break;
+        if (fd >= 0) ::close(fd);
+        continue;
+      }
+      {
+        std::lock_guard lock(mu_);
+        full_ = true;
+      }
+      cv_.notify_all();
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  }
+
+  const fs::path dir_;
+  const uint64_t slack_;
+  std::atomic<bool> stop_{false};
+  int files_ = 0;  // touched by the thread until stop() joins it
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool full_ = false;  // guarded by mu_
+  std::thread thread_;
+};
+
+/// Bytes of the shared files (RocksDB SSTs) of the job directories under `ckdir`.
+uint64_t sharedBytes(const fs::path& ckdir) {
+  uint64_t n = 0;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(ckdir, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec))
+    if (it->path().parent_path().filename() == "shared" && it->is_regular_file(ec)) n += it->file_size(ec);
+  return n;
+}
+
+// Regression (issue 12): a full local disk while a failover restores the RocksDB state
+// ended the job at once ("failed while restoring state, not retrying", exit 3): every
+// restore error but Corruption/NotFound was turned into "incompatible". An I/O error is a
+// task failure: the restart strategy retries, and once there is space again the job
+// recovers with exact counts. The log names the local file and the OS reason.
+TEST_F(Checkpoints, AFullLocalDiskDuringARestoreIsRetriedAndTheJobRecoversWithExactCounts) {
+  SmallFilesystem small(tmp / "local", "64m");
+  if (!small.mounted) GTEST_SKIP() << "cannot mount a tmpfs here (needs root): no full local disk to restore on";
+  // Distinct random words: the state (and what a restore downloads) grows with the input
+  // by ~50 bytes a line, compressed. "to" and "be" count every line: exactly-once state.
+  fs::path in = tmp / "distinct.txt";
+  std::string text;
+  std::mt19937_64 random(12);
+  char word[48];
+  for (int i = 0; i < 200000; ++i) {
+    std::snprintf(word, sizeof word, "%016llx%016llx", static_cast<unsigned long long>(random()),
+                  static_cast<unsigned long long>(random()));
+    text += std::string(word) + " to be\n";
+  }
+  writeFile(in, text);
+  std::vector<std::string> args = {"run", "-c", "WordCountIncremental", "-D", "state.local.dir=" + small.dir.string(),
+                                   "-D", "restart-strategy.type=fixed-delay", "-D",
+                                   "restart-strategy.fixed-delay.attempts=50", "-D",
+                                   "restart-strategy.fixed-delay.delay=200ms"};
+  for (auto& f : ckFlags("100ms")) args.push_back(f);
+  args.insert(args.end(), {kPlugin, "--input", in.string(), "--rate", "20000"});
+  Process p(jobhost(args), tmp / "enospc.out", tmp / "enospc.err");
+  // A checkpoint whose restore needs far more than the slack the filler leaves (a new
+  // RocksDB instance fits in it; the download of the checkpoint's files does not).
+  constexpr uint64_t kSlack = 1u << 20, kState = 4u << 20;
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (sharedBytes(ckdir()) < kState && p.running() && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_GE(sharedBytes(ckdir()), kState) << "the job ended or stalled first:\n" << readFile(tmp / "enospc.err");
+  DiskFiller filler(small.dir, kSlack);
+  filler.waitFull();
+  // Fail over: kill the worker (the supervisor restarts it); its working directory stays.
+  std::vector<pid_t> workers;
+  {
+    std::ifstream children("/proc/" + std::to_string(p.pid()) + "/task/" + std::to_string(p.pid()) + "/children");
+    pid_t c;
+    while (children >> c) workers.push_back(c);
+  }
+  // (Unless the full disk already failed it: then a worker may be between attempts.)
+  ASSERT_LE(workers.size(), 1u) << "one worker process";
+  if (!workers.empty()) kill(workers[0], SIGKILL);
+  // The next attempt's restore runs out of space; once that is logged, free the disk.
+  until = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (readFile(tmp / "enospc.err").find("No space left on device") == std::string::npos && p.running() &&
+         std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  filler.stop();
+  Result r = p.wait(std::chrono::seconds(300));
+  EXPECT_EQ(r.exitCode, 0) << "an I/O error while restoring is retried:\n" << r.err;
+  EXPECT_EQ(r.err.find("not retrying"), std::string::npos) << r.err;
+  // The failed attempt names what it could not restore, the local file and the errno text.
+  std::string failed;
+  std::istringstream lines(r.err);
+  for (std::string line; std::getline(lines, line);)
+    if (line.find("No space left on device") != std::string::npos && line.find("failed") != std::string::npos) {
+      failed = line;
+      break;
+    }
+  ASSERT_FALSE(failed.empty()) << r.err;
+  EXPECT_NE(failed.find("cannot restore state of operator 'counts'"), std::string::npos) << failed;
+  EXPECT_NE(failed.find(small.dir.string() + "/"), std::string::npos) << "names the local file: " << failed;
+  EXPECT_NE(failed.find("restarting"), std::string::npos) << failed;
+  EXPECT_EQ(finalCounts(r.out), expectedCounts(text));
 }
 
 }  // namespace

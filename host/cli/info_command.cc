@@ -7,7 +7,7 @@
 #include "cli/table.h"
 #include "config/configuration.h"
 #include "jobhost/job.h"
-#include "runtime/restart_strategy.h"
+#include "config/units.h"
 #include "job_runner.h"
 #include "jobhost/version.h"
 #include "plugin/elf_metadata.h"

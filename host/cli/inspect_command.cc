@@ -9,6 +9,7 @@
 #include "checkpoint/checkpoint_coordinator.h"
 #include "cli/commands.h"
 #include "cli/table.h"
+#include "config/units.h"
 #include "job_runner.h"
 
 namespace jobhost::host {
@@ -16,15 +17,6 @@ namespace jobhost::host {
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string human(uint64_t b) {
-  char buf[32];
-  if (b < 1024) std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
-  else if (b < (1 << 20)) std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
-  else if (b < (1ULL << 30)) std::snprintf(buf, sizeof buf, "%.1f MiB", b / 1048576.0);
-  else std::snprintf(buf, sizeof buf, "%.2f GiB", b / 1073741824.0);
-  return buf;
-}
 
 std::string jsonEscape(const std::string& s) {
   std::string o = "\"";
@@ -149,12 +141,12 @@ int inspectCommand(const std::string& path, bool json) {
       for (const auto& f : files) bytes += f.size;
       t.add({"  " + std::to_string(sub.index), state::handleTypeName(sub.keyed),
              sub.keyed.index() ? std::to_string(range.start) + "-" + std::to_string(range.end) : "-",
-             std::to_string(files.size()), human(bytes)});
+             std::to_string(files.size()), formatBytes(bytes)});
     }
     std::cout << t.render();
     for (const auto& sub : op.subtasks)
       for (const auto& f : state::referencedFiles(sub.keyed))
-        std::cout << "    " << r->storage->describe(f.path) << "  (" << human(f.size) << ")\n";
+        std::cout << "    " << r->storage->describe(f.path) << "  (" << formatBytes(f.size) << ")\n";
     std::cout << "\n";
   }
   return kExitOk;
@@ -198,8 +190,8 @@ int checkpointsCommand(const std::string& jobDir) {
     std::tm tm{};
     localtime_r(&secs, &tm);
     std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
-    t.add({std::to_string(id), "COMPLETED", kindText(m), when, human(m.stats.newBytes), human(m.stats.totalBytes),
-           joinIds(dependencies(m)), abs.string()});
+    t.add({std::to_string(id), "COMPLETED", kindText(m), when, formatBytes(m.stats.newBytes),
+           formatBytes(m.stats.totalBytes), joinIds(dependencies(m)), abs.string()});
   }
   std::cout << t.render();
   return kExitOk;

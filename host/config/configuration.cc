@@ -143,31 +143,6 @@ bool Configuration::getBool(const std::string& key) const {
   throw ConfigError(key + " = '" + getString(key) + "' (from " + origin(key) + ") must be true or false");
 }
 
-std::optional<std::chrono::milliseconds> parseDuration(const std::string& text) {
-  std::string t;
-  for (char c : text)
-    if (!std::isspace(static_cast<unsigned char>(c))) t.push_back(static_cast<char>(std::tolower(c)));
-  if (t.empty()) return std::nullopt;
-  size_t i = 0;
-  while (i < t.size() && (std::isdigit(static_cast<unsigned char>(t[i])) || t[i] == '.')) ++i;
-  if (i == 0 || std::count(t.begin(), t.begin() + static_cast<long>(i), '.') > 1) return std::nullopt;
-  double n;
-  try {
-    n = std::stod(t.substr(0, i));
-  } catch (...) {
-    return std::nullopt;
-  }
-  std::string unit = t.substr(i);
-  double ms;
-  if (unit.empty() || unit == "ms" || unit == "milli" || unit == "millis") ms = n;
-  else if (unit == "s" || unit == "sec" || unit == "second" || unit == "seconds") ms = n * 1000;
-  else if (unit == "min" || unit == "m" || unit == "minute" || unit == "minutes") ms = n * 60000;
-  else if (unit == "h" || unit == "hour" || unit == "hours") ms = n * 3600000;
-  else return std::nullopt;
-  if (!(ms >= 0) || ms > 9.0e15) return std::nullopt;  // beyond ~285,000 years: a typo
-  return std::chrono::milliseconds(static_cast<int64_t>(ms));
-}
-
 std::chrono::milliseconds Configuration::getDuration(const std::string& key) const {
   auto d = parseDuration(getString(key));
   if (!d)

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "config/units.h"  // parseDuration: how getDuration() reads a value
+
 namespace jobhost::host {
 
 /// Thrown for a configuration value that cannot be used; the CLI exits with code 2.
@@ -63,8 +65,5 @@ class Configuration {
   std::map<std::string, Value> values_;
   std::string file_;
 };
-
-/// Parses a duration; nullopt if malformed.
-std::optional<std::chrono::milliseconds> parseDuration(const std::string& text);
 
 }  // namespace jobhost::host

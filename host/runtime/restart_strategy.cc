@@ -5,17 +5,12 @@
 
 #include <fmt/format.h>
 
+#include "config/units.h"
+
 namespace jobhost::host {
 
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
-
-std::string formatDuration(milliseconds d) {
-  auto ms = d.count();
-  if (ms % 60000 == 0 && ms > 0) return std::to_string(ms / 60000) + " min";
-  if (ms % 1000 == 0) return std::to_string(ms / 1000) + " s";
-  return std::to_string(ms) + " ms";
-}
 
 namespace {
 

@@ -25,6 +25,4 @@ class RestartStrategy {
 /// Throws ConfigError for an unknown type or a bad value.
 std::unique_ptr<RestartStrategy> createRestartStrategy(const Configuration& config);
 
-std::string formatDuration(std::chrono::milliseconds d);
-
 }  // namespace jobhost::host

@@ -24,6 +24,8 @@
 #include <string>
 #include <vector>
 
+#include "config/units.h"
+
 extern "C" char** environ;
 
 namespace bench {
@@ -97,12 +99,10 @@ inline std::string fmtTime(double sec) {
   if (sec >= 1e-3) return strf("%.2f ms", sec * 1e3);
   return strf("%.1f us", sec * 1e6);
 }
+/// The host's byte format (config/units.h) for a measured, possibly fractional count.
 inline std::string fmtBytes(double b) {
-  if (!std::isfinite(b)) return "-";
-  if (b >= 1024.0 * 1024 * 1024) return strf("%.2f GiB", b / (1024.0 * 1024 * 1024));
-  if (b >= 1024.0 * 1024) return strf("%.1f MiB", b / (1024.0 * 1024));
-  if (b >= 1024.0) return strf("%.1f KiB", b / 1024.0);
-  return strf("%.0f B", b);
+  if (!std::isfinite(b) || b < 0) return "-";
+  return jobhost::host::formatBytes(static_cast<uint64_t>(std::llround(b)));
 }
 inline std::string fmtBps(double bps) { return std::isfinite(bps) ? fmtBytes(bps) + "/s" : "-"; }
 inline std::string fmtCount(double n) {

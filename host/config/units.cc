@@ -1,0 +1,50 @@
+#include "config/units.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+
+namespace jobhost::host {
+
+std::string formatBytes(uint64_t b) {
+  char buf[32];
+  if (b < 1024) std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
+  else if (b < (1 << 20)) std::snprintf(buf, sizeof buf, "%.1f KiB", static_cast<double>(b) / 1024.0);
+  else if (b < (1ULL << 30)) std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(b) / 1048576.0);
+  else std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(b) / 1073741824.0);
+  return buf;
+}
+
+std::string formatDuration(std::chrono::milliseconds d) {
+  auto ms = d.count();
+  if (ms % 60000 == 0 && ms > 0) return std::to_string(ms / 60000) + " min";
+  if (ms % 1000 == 0) return std::to_string(ms / 1000) + " s";
+  return std::to_string(ms) + " ms";
+}
+
+std::optional<std::chrono::milliseconds> parseDuration(const std::string& text) {
+  std::string t;
+  for (char c : text)
+    if (!std::isspace(static_cast<unsigned char>(c))) t.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+  if (t.empty()) return std::nullopt;
+  size_t i = 0;
+  while (i < t.size() && (std::isdigit(static_cast<unsigned char>(t[i])) || t[i] == '.')) ++i;
+  if (i == 0 || std::count(t.begin(), t.begin() + static_cast<long>(i), '.') > 1) return std::nullopt;
+  double n;
+  try {
+    n = std::stod(t.substr(0, i));
+  } catch (...) {
+    return std::nullopt;
+  }
+  std::string unit = t.substr(i);
+  double ms;
+  if (unit.empty() || unit == "ms" || unit == "milli" || unit == "millis") ms = n;
+  else if (unit == "s" || unit == "sec" || unit == "second" || unit == "seconds") ms = n * 1000;
+  else if (unit == "min" || unit == "m" || unit == "minute" || unit == "minutes") ms = n * 60000;
+  else if (unit == "h" || unit == "hour" || unit == "hours") ms = n * 3600000;
+  else return std::nullopt;
+  if (!(ms >= 0) || ms > 9.0e15) return std::nullopt;  // beyond ~285,000 years: a typo
+  return std::chrono::milliseconds(static_cast<int64_t>(ms));
+}
+
+}  // namespace jobhost::host

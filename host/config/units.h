@@ -1,0 +1,30 @@
+// host/config/units.h — byte counts and durations as people read and write them: the
+// one formatter/parser for the whole host (logs, CLI tables, the dashboard, messages,
+// configuration values).
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace jobhost::host {
+
+/// Binary units: "0 B", "1023 B", "1.0 KiB", "14.1 KiB", "3.0 MiB", "1.25 GiB" (bytes
+/// below 1 KiB exactly, KiB and MiB with one decimal, GiB and above with two).
+std::string formatBytes(uint64_t bytes);
+
+/// The largest unit that divides `d` evenly: "2 min", "90 s", "1500 ms", "0 s". What
+/// parseDuration reads back to the same value.
+std::string formatDuration(std::chrono::milliseconds d);
+
+/// Parses a duration as configuration values write it: a non-negative number (a decimal
+/// point allowed) followed by a unit — "ms"/"milli"/"millis" (also no unit),
+/// "s"/"sec"/"second"/"seconds", "min"/"m"/"minute"/"minutes", "h"/"hour"/"hours" —
+/// case-insensitive, spaces ignored: "500ms", "10 s", "1min", "1.5 s". Fractions of a
+/// millisecond are cut. nullopt if malformed, negative or beyond ~285,000 years.
+std::optional<std::chrono::milliseconds> parseDuration(const std::string& text);
+
+}  // namespace jobhost::host

@@ -11,6 +11,7 @@
 #include "cli/table.h"
 #include "config/units.h"
 #include "job_runner.h"
+#include "jobhost/state/checkpoint_layout.h"
 
 namespace jobhost::host {
 
@@ -160,12 +161,8 @@ int checkpointsCommand(const std::string& jobDir) {
   }
   std::vector<std::pair<uint64_t, fs::path>> chks;
   for (const auto& e : fs::directory_iterator(jobDir, ec)) {
-    std::string n = e.path().filename().string();
-    if (n.rfind("chk-", 0) != 0 || !e.is_directory()) continue;
-    try {
-      chks.emplace_back(std::stoull(n.substr(4)), e.path());
-    } catch (...) {
-    }
+    auto id = state::parseCheckpointDirName(e.path().filename().string());
+    if (id && e.is_directory()) chks.emplace_back(*id, e.path());
   }
   std::sort(chks.begin(), chks.end());
   if (chks.empty()) {

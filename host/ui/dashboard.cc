@@ -19,6 +19,7 @@
 #include "checkpoint/checkpoint_coordinator.h"
 #include "control/control_client.h"
 #include "control/control_server.h"
+#include "jobhost/state/checkpoint_layout.h"
 #include "ui/ui_api.capnp.h"
 #include "ui/ui_assets.h"
 
@@ -336,13 +337,10 @@ std::vector<CheckpointRecord> Dashboard::diskHistory(const std::string& jobDir) 
   std::vector<std::pair<uint64_t, fs::path>> chks;
   std::error_code ec;
   for (auto it = fs::directory_iterator(jobDir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
-    std::string n = it->path().filename().string();
+    auto id = state::parseCheckpointDirName(it->path().filename().string());
     std::error_code e2;
-    if (n.size() <= 4 || n.rfind("chk-", 0) != 0 || !it->is_directory(e2) || it->is_symlink(e2)) continue;
-    if (!std::all_of(n.begin() + 4, n.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }) ||
-        n.size() > 24)
-      continue;
-    chks.emplace_back(std::stoull(n.substr(4)), it->path());
+    if (!id || !it->is_directory(e2) || it->is_symlink(e2)) continue;
+    chks.emplace_back(*id, it->path());
   }
   std::sort(chks.begin(), chks.end());
   std::vector<CheckpointRecord> out;

@@ -4,9 +4,11 @@
 // session (setsid), stdin from /dev/null, stdout and stderr appended to a log file in the
 // runtime directory. Handshake: the child gets JOBHOST_READY_FD=<fd>, the write end of a
 // pipe, and writes "<jobId>\n" to it once the job runs and its control socket is up
-// (JobRunner; see notifyDetachedParent in control/control_server.h). Fallback, should the
-// pipe close without an id: a new socket in the runtime directory whose status names the
-// child's pid. The parent then waits until the job answers `status` on its socket.
+// (DetachHandshake, detach.h, held by the supervisor). Fallback, should the pipe close
+// without an id: a new socket in the runtime directory whose status names the child's
+// pid. The parent then waits until the job answers `status` on its socket.
+#include "cli/detach.h"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -16,6 +18,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <deque>
@@ -40,6 +43,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr auto kReadyTimeout = std::chrono::minutes(5);
+constexpr char kReadyFdVariable[] = "JOBHOST_READY_FD";
 
 std::set<std::string> socketsIn(const std::string& dir) {
   std::set<std::string> out;
@@ -114,8 +118,10 @@ int runDetached(const std::vector<std::string>& cliArgs, const std::vector<std::
   // Everything the child needs, prepared before fork (the child only makes syscalls).
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e)
-    if (std::strncmp(*e, "JOBHOST_READY_FD=", 17) != 0) env.push_back(*e);
-  env.push_back("JOBHOST_READY_FD=" + std::to_string(ready[1]));
+    if (std::strncmp(*e, kReadyFdVariable, sizeof kReadyFdVariable - 1) != 0 ||
+        (*e)[sizeof kReadyFdVariable - 1] != '=')
+      env.push_back(*e);
+  env.push_back(std::string(kReadyFdVariable) + "=" + std::to_string(ready[1]));
   std::vector<char*> cargv, cenv;
   for (auto& a : argv) cargv.push_back(a.data());
   cargv.push_back(nullptr);
@@ -224,6 +230,50 @@ int runDetached(const std::vector<std::string>& cliArgs, const std::vector<std::
     std::cerr << "warning: the job runs (pid " << pid << ") but its control socket " << socketPath
               << " does not answer: list, savepoint, cancel and stop cannot reach it; see the log\n";
   return kExitOk;
+}
+
+DetachHandshake DetachHandshake::fromEnvironment() {
+  const char* v = std::getenv(kReadyFdVariable);
+  if (v == nullptr) return DetachHandshake();
+  char* end = nullptr;
+  long fd = std::strtol(v, &end, 10);
+  unsetenv(kReadyFdVariable);  // no process started from here on sees it
+  if (end == v || *end != '\0' || fd < 3 || fd > (1L << 20)) return DetachHandshake();
+  int flags = fcntl(static_cast<int>(fd), F_GETFD);
+  if (flags < 0) return DetachHandshake();  // not an open fd: nothing to signal
+  fcntl(static_cast<int>(fd), F_SETFD, flags | FD_CLOEXEC);  // nor inherits the fd
+  return DetachHandshake(static_cast<int>(fd));
+}
+
+DetachHandshake::DetachHandshake(DetachHandshake&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
+
+DetachHandshake& DetachHandshake::operator=(DetachHandshake&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) close(fd_);
+    fd_ = other.fd_;
+    other.fd_ = -1;
+  }
+  return *this;
+}
+
+DetachHandshake::~DetachHandshake() {
+  if (fd_ >= 0) close(fd_);
+}
+
+void DetachHandshake::signalReady(const std::string& jobId) {
+  if (fd_ < 0) return;
+  std::string line = jobId + "\n";
+  const char* p = line.data();
+  size_t left = line.size();
+  while (left > 0) {
+    ssize_t n = write(fd_, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // the parent is gone: nothing to tell
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+  close(fd_);
+  fd_ = -1;
 }
 
 }  // namespace jobhost::host

@@ -154,26 +154,6 @@ state::Result<std::string> ensureRuntimeDir() {
 
 std::string controlSocketPath(const std::string& dir, const std::string& jobId) { return dir + "/" + jobId + ".sock"; }
 
-void notifyDetachedParent(const std::string& jobId) {
-  const char* v = std::getenv("JOBHOST_READY_FD");
-  if (!v) return;
-  char* end = nullptr;
-  long fd = std::strtol(v, &end, 10);
-  unsetenv("JOBHOST_READY_FD");
-  if (end == v || *end != '\0' || fd < 3 || fd > 1 << 20) return;
-  std::string line = jobId + "\n";
-  const char* p = line.data();
-  size_t left = line.size();
-  while (left > 0) {
-    ssize_t n = write(static_cast<int>(fd), p, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    p += n;
-    left -= static_cast<size_t>(n);
-  }
-  close(static_cast<int>(fd));
-}
-
 // ---------------------------------------------------------------------------------------
 // Server
 

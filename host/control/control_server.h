@@ -57,9 +57,4 @@ class ControlServer {
   std::unique_ptr<Impl> impl_;
 };
 
-/// The `jobhost run -d` handshake (host/cli/detach.cc): when the environment holds
-/// JOBHOST_READY_FD=<fd>, writes "<jobId>\n" to that fd, closes it and unsets the
-/// variable; otherwise does nothing. Call once the job runs and its ControlServer is up.
-void notifyDetachedParent(const std::string& jobId);
-
 }  // namespace jobhost::host

@@ -375,19 +375,5 @@ TEST_F(ControlServerTest, ConnectionsFromAnotherUidAreDropped) {
   EXPECT_TRUE(callStatus(path).ok());  // the owner still gets answers
 }
 
-TEST_F(ControlServerTest, NotifyDetachedParentWritesTheJobIdOnceAndClosesTheFd) {
-  int fds[2];
-  ASSERT_EQ(pipe(fds), 0);
-  setenv("JOBHOST_READY_FD", std::to_string(fds[1]).c_str(), 1);
-  notifyDetachedParent("abc123");
-  EXPECT_EQ(std::getenv("JOBHOST_READY_FD"), nullptr);
-  char buf[64] = {};
-  ssize_t n = read(fds[0], buf, sizeof buf);
-  EXPECT_EQ(std::string(buf, n > 0 ? static_cast<size_t>(n) : 0), "abc123\n");
-  EXPECT_EQ(read(fds[0], buf, sizeof buf), 0);  // write end closed
-  close(fds[0]);
-  notifyDetachedParent("again");  // no variable: nothing happens
-}
-
 }  // namespace
 }  // namespace jobhost::host

@@ -19,6 +19,7 @@
 #include <functional>
 
 #include "checkpoint/checkpoint_record_capnp.h"
+#include "config/units.h"
 #include "control/control.capnp.h"
 #include "control/control_server.h"
 
@@ -40,11 +41,6 @@ JobState fromWire(rpc::JobState s) {
 }
 
 std::string str(capnp::Text::Reader t) { return std::string(t.cStr(), t.size()); }
-
-std::string seconds(std::chrono::milliseconds d) {
-  if (d.count() % 1000 == 0) return std::to_string(d.count() / 1000) + " s";
-  return std::to_string(d.count()) + " ms";
-}
 
 /// A blocking connect bounded by `timeout` (SO_SNDTIMEO bounds AF_UNIX connects that wait
 /// for backlog room). Returns the fd, or -1 with *err set.
@@ -128,7 +124,7 @@ class ClientIo {
         return p.wait(io_.waitScope);
       } catch (const kj::Exception& e) {
         if (timedOut)
-          return state::Status::IOError(what + ": no answer within " + seconds(timeout) + " (" + path + ")");
+          return state::Status::IOError(what + ": no answer within " + formatDuration(timeout) + " (" + path + ")");
         return state::Status::IOError(describe(e, what));
       }
     } catch (const kj::Exception& e) {

@@ -81,7 +81,12 @@ Status SnapshotRegistry::publish(const std::string& dir, const CheckpointMetadat
   if (snapshots_.count(dir)) return Status::InvalidArgument("snapshot " + storage_->describe(dir) + " already exists");
   auto bytes = serializeMetadata(metadata, dir);
   if (!bytes.ok()) return bytes.status();
-  if (Status s = storage_->put(metadataPath(dir), *bytes); !s.ok()) return s;
+  if (Status s = storage_->put(metadataPath(dir), *bytes); !s.ok()) {
+    // A failure after the file became visible (e.g. the directory fsync) must not leave a
+    // snapshot behind that nobody reported complete.
+    if (storage_->exists(metadataPath(dir))) (void)storage_->remove(metadataPath(dir));
+    return s;
+  }
   add(dir, metadata);
   return Status::OK();
 }

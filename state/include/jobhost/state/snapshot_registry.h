@@ -74,7 +74,9 @@ class SnapshotRegistry {
   const std::shared_ptr<CheckpointStorage>& storagePtr() const { return storage_; }
 
   /// Publishes a snapshot: writes `<dir>/_metadata` durably (never overwriting) and
-  /// registers it. Every file it references must already be durable.
+  /// registers it. Every file it references must already be durable. On failure nothing
+  /// is published (a `_metadata` that became visible before the failure is removed again,
+  /// best effort).
   Status publish(const std::string& dir, const CheckpointMetadata& metadata);
 
   /// Deletes a registered snapshot in the crash-safe order (see the file comment).

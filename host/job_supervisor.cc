@@ -104,7 +104,6 @@ Worker spawnWorker(const std::vector<std::string>& args, int inheritFd) {
     pthread_sigmask(SIG_SETMASK, &none, nullptr);
     setenv("JOBHOST_WORKER_FD", std::to_string(ch).c_str(), 1);
     setenv("JOBHOST_CRASH_FD", std::to_string(cr).c_str(), 1);
-    unsetenv("JOBHOST_READY_FD");  // the detach handshake is the supervisor's
     std::vector<char*> argv;
     for (const auto& s : args) argv.push_back(const_cast<char*>(s.c_str()));
     argv.push_back(nullptr);
@@ -128,7 +127,12 @@ std::string describeSignal(int sig) {
 
 JobSupervisor::JobSupervisor(const RunOptions& options, JobSetup& setup, std::unique_ptr<RestartStrategy> restart,
                              std::optional<ResolvedSnapshot> initial)
-    : o_(options), setup_(setup), restart_(std::move(restart)), initial_(std::move(initial)), jobId_(newJobId()) {}
+    : o_(options),
+      setup_(setup),
+      restart_(std::move(restart)),
+      initial_(std::move(initial)),
+      jobId_(newJobId()),
+      ready_(DetachHandshake::fromEnvironment()) {}
 
 JobSupervisor::~JobSupervisor() = default;
 
@@ -188,7 +192,7 @@ JobStatusInfo JobSupervisor::status() {
 
 std::vector<CheckpointRecord> JobSupervisor::history() {
   std::lock_guard lock(mu_);
-  return {history_.begin(), history_.end()};
+  return {history_.records().begin(), history_.records().end()};
 }
 
 state::Result<std::string> JobSupervisor::savepoint(const std::optional<std::string>& targetDir,
@@ -251,45 +255,15 @@ void JobSupervisor::setState(JobState s) {
 }
 
 void JobSupervisor::recordCheckpointLocked(const CheckpointRecord& r) {
-  auto it = std::find_if(history_.rbegin(), history_.rend(), [&](const CheckpointRecord& h) {
-    return h.id == r.id && h.triggerTimeMs == r.triggerTimeMs;
-  });
-  auto before = it != history_.rend() ? std::optional(it->status) : std::nullopt;
-  if (!r.savepoint && before != r.status) {
-    if (r.status == CheckpointRecord::Status::kCompleted) ++info_.checkpointsCompleted;
-    if (r.status == CheckpointRecord::Status::kFailed) ++info_.checkpointsFailed;
-  }
-  if (it != history_.rend()) {
-    *it = r;
-    return;
-  }
-  history_.push_back(r);
-  while (history_.size() > CheckpointCoordinator::kHistoryLimit) history_.pop_front();
+  history_.record(r);
+  info_.checkpointsCompleted = history_.completed();
+  info_.checkpointsFailed = history_.failed();
 }
 
 void JobSupervisor::failInProgressLocked(const std::string& reason) {
-  auto now = nowMs();
-  for (auto& h : history_) {
-    if (h.status != CheckpointRecord::Status::kInProgress) continue;
-    CheckpointRecord r = h;
-    r.status = CheckpointRecord::Status::kFailed;
-    r.failureReason = reason;
-    r.durationMicros = static_cast<uint64_t>(std::max<int64_t>(0, now - r.triggerTimeMs)) * 1000;
-    recordCheckpointLocked(r);
-  }
-}
-
-void JobSupervisor::signalReady() {
-  if (readySignalled_) return;
-  readySignalled_ = true;
-  const char* fdText = std::getenv("JOBHOST_READY_FD");
-  if (!fdText) return;
-  int fd = std::atoi(fdText);
-  if (fd <= 2) return;
-  std::string line = jobId_ + "\n";
-  ssize_t n = ::write(fd, line.data(), line.size());
-  (void)n;
-  ::close(fd);
+  history_.failAllInProgress(reason, nowMs());
+  info_.checkpointsCompleted = history_.completed();
+  info_.checkpointsFailed = history_.failed();
 }
 
 void JobSupervisor::onCheckpointRecord(const CheckpointRecord& r) {
@@ -384,7 +358,7 @@ std::optional<JobSupervisor::WorkerEnd> JobSupervisor::readWorker(int fd) {
       switch (m.which()) {
         case wire::FromWorker::RUNNING:
           setState(JobState::kRunning);
-          signalReady();
+          ready_.signalReady(jobId_);
           break;
         case wire::FromWorker::STATS: {
           auto s = m.getStats();

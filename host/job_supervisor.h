@@ -34,7 +34,9 @@
 #include <vector>
 
 #include "checkpoint/checkpoint_coordinator.h"
+#include "checkpoint/checkpoint_history.h"
 #include "checkpoint/job_directory_lock.h"
+#include "cli/detach.h"
 #include "control/job_control.h"
 #include "job_runner.h"
 #include "job_setup.h"
@@ -87,7 +89,6 @@ class JobSupervisor {
   void disposeClaimedSnapshot();
   void discardCheckpointsOnCancel();
   void setState(JobState s);
-  void signalReady();
   template <class Fill>
   void sendLocked(Fill fill);
   void recordCheckpointLocked(const CheckpointRecord& r);
@@ -114,8 +115,8 @@ class JobSupervisor {
   std::set<uint64_t> stopRequests_;    // guarded by mu_: savepoint requests that stop the job
   bool cancelRequested_ = false;       // guarded by mu_
   bool stopped_ = false;               // guarded by mu_
-  std::deque<CheckpointRecord> history_;  // guarded by mu_
-  bool readySignalled_ = false;
+  CheckpointHistory history_;          // guarded by mu_
+  DetachHandshake ready_;              // main thread: `jobhost run -d` waits for RUNNING
 };
 
 }  // namespace jobhost::host

@@ -1,5 +1,6 @@
 #include "checkpoint/checkpoint_coordinator.h"
 
+#include "config/units.h"
 #include "jobhost/state/checkpoint_layout.h"
 
 #include <spdlog/spdlog.h>
@@ -16,14 +17,6 @@ namespace fs = std::filesystem;
 using state::Status;
 
 namespace {
-std::string humanBytes(uint64_t b) {
-  char buf[32];
-  if (b < 1024) std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
-  else if (b < (1 << 20)) std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
-  else if (b < (1ULL << 30)) std::snprintf(buf, sizeof buf, "%.1f MiB", b / 1048576.0);
-  else std::snprintf(buf, sizeof buf, "%.2f GiB", b / 1073741824.0);
-  return buf;
-}
 std::string chkDir(uint64_t id) { return state::checkpointDirName(id); }
 int64_t nowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -143,33 +136,16 @@ void CheckpointCoordinator::setOnHistoryChange(std::function<void(const Checkpoi
 
 std::vector<CheckpointRecord> CheckpointCoordinator::history() const {
   std::lock_guard lock(mu_);
-  return {history_.begin(), history_.end()};
+  return {history_.records().begin(), history_.records().end()};
 }
 
 void CheckpointCoordinator::recordLocked(const CheckpointRecord& r) {
-  auto it = std::find_if(history_.rbegin(), history_.rend(), [&](const CheckpointRecord& h) {
-    return h.id == r.id && h.triggerTimeMs == r.triggerTimeMs;
-  });
-  if (it != history_.rend()) {
-    *it = r;
-  } else {
-    history_.push_back(r);
-    while (history_.size() > kHistoryLimit) history_.pop_front();
-  }
+  history_.record(r);
   if (onHistory_) onHistory_(r);
 }
 
 void CheckpointCoordinator::failRecordLocked(uint64_t id, const std::string& reason) {
-  for (auto it = history_.rbegin(); it != history_.rend(); ++it) {
-    if (it->id != id || it->status != CheckpointRecord::Status::kInProgress) continue;
-    CheckpointRecord r = *it;
-    r.status = CheckpointRecord::Status::kFailed;
-    r.failureReason = reason;
-    int64_t elapsedMs = std::max<int64_t>(0, nowMs() - r.triggerTimeMs);
-    r.durationMicros = static_cast<uint64_t>(elapsedMs) * 1000;
-    recordLocked(r);
-    return;
-  }
+  if (auto r = history_.fail(id, reason, nowMs()); r && onHistory_) onHistory_(*r);
 }
 
 bool CheckpointCoordinator::triggerCheckpoint() {
@@ -329,8 +305,8 @@ void CheckpointCoordinator::finalizeLocked(Pending p) {
   }
   ++completed_;
   consecutiveFailures_ = 0;
-  spdlog::info("completed checkpoint {} ({} new, {} total, {} ms): {}", p.id, humanBytes(m.stats.newBytes),
-               humanBytes(m.stats.totalBytes), m.stats.asyncMicros / 1000, storage_->describe(dir));
+  spdlog::info("completed checkpoint {} ({} new, {} total, {} ms): {}", p.id, formatBytes(m.stats.newBytes),
+               formatBytes(m.stats.totalBytes), m.stats.asyncMicros / 1000, storage_->describe(dir));
   retained_.push_back(p.id);
   recordLocked(recordFromMetadata(m, storage_->describe(dir)));
   if (execution_) execution_->notifyCheckpointComplete(p.id);
@@ -350,7 +326,8 @@ void CheckpointCoordinator::subsumeLocked() {
                               s.toString());
     for (const auto& r : removed) spdlog::debug("removed {} ({})", storage_->describe(r.path), r.reason);
     spdlog::debug("subsumed checkpoint {}", old);
-    for (auto it = history_.rbegin(); it != history_.rend(); ++it)
+    const auto& records = history_.records();
+    for (auto it = records.rbegin(); it != records.rend(); ++it)
       if (it->id == old && it->triggerTimeMs == triggerTime) {
         CheckpointRecord r = *it;
         r.subsumed = true;
@@ -377,7 +354,7 @@ void CheckpointCoordinator::finalizeSavepointLocked(Pending p, state::Checkpoint
     return;
   }
   std::string path = sp->storage->describe(sp->dir);
-  spdlog::info("completed savepoint {} ({} total, {} ms): {}", p.id, humanBytes(m.stats.totalBytes),
+  spdlog::info("completed savepoint {} ({} total, {} ms): {}", p.id, formatBytes(m.stats.totalBytes),
                m.stats.asyncMicros / 1000, path);
   recordLocked(recordFromMetadata(m, path));
   sp->result = path;

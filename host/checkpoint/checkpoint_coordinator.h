@@ -31,6 +31,7 @@
 #include <string>
 #include <thread>
 
+#include "checkpoint/checkpoint_history.h"
 #include "checkpoint/checkpoint_record.h"
 #include "jobhost/state/checkpoint_metadata.h"
 #include "jobhost/state/checkpoint_storage.h"
@@ -91,7 +92,7 @@ class CheckpointCoordinator : public CheckpointListener {
 
   /// The newest records kept in the history (checkpoints and savepoints of this attempt,
   /// in progress, completed, failed or subsumed; plus the checkpoints recover() found).
-  static constexpr size_t kHistoryLimit = 200;
+  static constexpr size_t kHistoryLimit = CheckpointHistory::kLimit;
   /// The history, oldest first (at most kHistoryLimit records).
   std::vector<CheckpointRecord> history() const;
   /// Called (under the coordinator's lock: do not call back into it) with a record each
@@ -146,7 +147,7 @@ class CheckpointCoordinator : public CheckpointListener {
   int consecutiveFailures_ = 0;                  // guarded by mu_
   bool stop_ = false;                            // guarded by mu_
   std::function<void(const state::CheckpointMetadata&)> onComplete_;
-  std::deque<CheckpointRecord> history_;         // guarded by mu_
+  CheckpointHistory history_;                    // guarded by mu_
   std::function<void(const CheckpointRecord&)> onHistory_;  // guarded by mu_
   std::thread thread_;
 };

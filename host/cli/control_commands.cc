@@ -10,6 +10,10 @@
 #include <thread>
 
 #include "checkpoint/checkpoint_coordinator.h"
+#include "checkpoint/job_directory_lock.h"
+#include "config/units.h"
+#include "jobhost/state/checkpoint_layout.h"
+#include "jobhost/state/snapshot_registry.h"
 #include "cli/commands.h"
 #include "cli/table.h"
 #include "control/control_client.h"
@@ -29,15 +33,6 @@ std::string localTime(int64_t epochMs) {
   localtime_r(&t, &tm);
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
-  return buf;
-}
-
-std::string human(uint64_t b) {
-  char buf[32];
-  if (b < 1024) std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
-  else if (b < (1 << 20)) std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
-  else if (b < (1ULL << 30)) std::snprintf(buf, sizeof buf, "%.1f MiB", b / 1048576.0);
-  else std::snprintf(buf, sizeof buf, "%.2f GiB", b / 1073741824.0);
   return buf;
 }
 
@@ -144,38 +139,57 @@ int savepointCommand(const std::string& jobId, const std::optional<std::string>&
 }
 
 int disposeSavepointCommand(const std::string& path) {
-  auto r = resolveSnapshot(path);
+  // Exactly the snapshot named: never "the latest one" of a job directory.
+  auto r = openSnapshot(path);
   if (!r.ok()) {
     std::cerr << "error: cannot dispose " << path << ": " << r.status().message() << "\n";
     return kExitUsage;
   }
   const state::CheckpointMetadata& m = r->metadata;
-  if (m.kind != state::SnapshotKind::kSavepoint) {
-    std::cerr << "error: refusing to dispose " << r->directory << ": it is checkpoint " << m.checkpointId << " of job "
-              << m.jobId << ", not a savepoint. Checkpoints belong to their job and its retention "
-              << "(state.checkpoints.num-retained, execution.checkpointing.externalized-checkpoint-retention); "
-              << "savepoint -d removes only savepoints.\n";
+  fs::path dir = fs::path(r->directory);
+  bool checkpoint = state::parseCheckpointDirName(dir.filename().string()).has_value();
+  // The lock of the directory that owns it: a running job's checkpoint, a claimed
+  // snapshot or a directory gc is cleaning is refused with the holder named.
+  fs::path owner = checkpoint ? dir.parent_path() : dir;
+  auto lock = JobDirectoryLock::acquire(owner.string(), {static_cast<int>(::getpid()), "", "", "savepoint -d"});
+  if (!lock.ok()) {
+    std::cerr << "error: cannot dispose " << dir.string() << ": " << lock.status().message() << "\n";
     return kExitUsage;
   }
-  fs::path dir = fs::path(r->directory);
-  std::error_code ec;
-  uint64_t files = 0, bytes = 0;
-  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
-       it.increment(ec)) {
-    if (it->is_regular_file(ec)) {
-      ++files;
-      bytes += it->file_size(ec);
-    }
-  }
-  std::cout << "Disposing savepoint '" << dir.string() << "'." << std::endl;
-  fs::remove_all(dir, ec);
-  if (ec) {
-    std::cerr << "error: cannot remove " << dir.string() << ": " << ec.message() << "\n";
+  // Through the registry of the directory holding it: `_metadata` first, then the files
+  // no other snapshot there references.
+  auto registry = state::SnapshotRegistry::load(r->storage);
+  if (!registry.ok()) {
+    std::cerr << "error: cannot read " << dir.parent_path().string() << ": " << registry.status().message()
+              << " — nothing was removed\n";
     return kExitJobFailed;
   }
-  std::cout << "Savepoint '" << dir.string() << "' disposed: removed " << files << (files == 1 ? " file" : " files")
-            << " (" << human(bytes) << "; savepoint " << m.checkpointId << " of job " << m.jobId << ", class "
-            << m.jobClass << ").\n";
+  std::cout << "Disposing " << (checkpoint ? "checkpoint" : "savepoint") << " '" << dir.string() << "'." << std::endl;
+  std::vector<state::RemovedFile> removed;
+  state::Status s = registry->discard(dir.filename().string(), &removed);
+  if (!s.ok()) {
+    std::cerr << "error: " << s.message() << "\n";
+    if (!fs::exists(dir / state::kMetadataFileName))
+      std::cerr << "The snapshot no longer exists (its _metadata was removed first); what is left is garbage: "
+                << (checkpoint ? "jobhost gc " + owner.string() : "rm -r " + dir.string()) << "\n";
+    return kExitJobFailed;
+  }
+  size_t shared = 0;
+  for (const auto& f : m.referencedFiles())
+    if (!registry->referencesOf(f.path).empty()) ++shared;
+  lock->release();
+  // The lock file (created by acquire() inside a savepoint's directory) is not the user's.
+  std::erase_if(removed, [](const state::RemovedFile& f) {
+    return fs::path(f.path).filename() == state::kLockFileName;
+  });
+  uint64_t bytes = 0;
+  for (const auto& f : removed) bytes += f.size;
+  std::cout << (checkpoint ? "Checkpoint '" : "Savepoint '") << dir.string() << "' disposed: removed " << removed.size()
+            << (removed.size() == 1 ? " file" : " files") << " (" << formatBytes(bytes) << "; "
+            << (checkpoint ? "checkpoint " : "savepoint ") << m.checkpointId << " of job " << m.jobId << ", class "
+            << m.jobClass << ")"
+            << (shared ? "; kept " + std::to_string(shared) + " shared files newer checkpoints still reference" : "")
+            << ".\n";
   return kExitOk;
 }
 

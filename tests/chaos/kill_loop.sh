@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# tests/chaos/kill_loop.sh [iterations] — kill -9 at scale (issue 12, item 8).
+#
+# For the hashmap and the rocksdb incremental backend at parallelism 2, and for two
+# oracles — WordCount (exact final counts) and SequenceChecker (every key's sequence
+# arrives gap- and repeat-free, exactly once in state) — it runs the job, waits for a
+# checkpoint of this run, sleeps a random moment, SIGKILLs the whole process tree
+# (supervisor and worker, mid-alignment, mid-upload, mid-publication, mid-subsumption),
+# and restores the next run from the job directory the killed run wrote. After every
+# kill:
+#   - `jobhost check` of the newest complete checkpoint passes (every file it references
+#     exists with its recorded size, and it fits the class);
+#   - `jobhost gc --dry-run` lists nothing a complete checkpoint references, and after a
+#     real `gc` every complete checkpoint still passes `jobhost check`.
+# A last run goes to the end of the input, then the oracle decides.
+#
+# Environment: JOBHOST (binary, default build/host/jobhost), JOBHOST_PLUGIN (default
+# build/plugins/libwordcount_jobs.so), SEED (default: random; printed, so a failure can be
+# repeated), KEEP=1 keeps the work directory. Exit 0 if every check passed.
+set -euo pipefail
+
+iterations=${1:-20}
+here=$(cd "$(dirname "$0")/../.." && pwd)
+jobhost=${JOBHOST:-$here/build/host/jobhost}
+plugin=${JOBHOST_PLUGIN:-$here/build/plugins/libwordcount_jobs.so}
+seed=${SEED:-$((RANDOM * 32768 + RANDOM))}
+RANDOM=$seed
+work=$(mktemp -d "${TMPDIR:-/tmp}/jobhost-kill-loop.XXXXXX")
+export XDG_RUNTIME_DIR=$work/run
+mkdir -m 700 "$XDG_RUNTIME_DIR"
+cleanup() { if [ "${KEEP:-0}" = 1 ]; then echo "kept $work"; else rm -rf "$work"; fi; }
+trap cleanup EXIT
+echo "kill loop: $iterations iterations per configuration, SEED=$seed, work in $work"
+
+fail() {
+  echo "FAILED: $*" >&2
+  KEEP=1
+  exit 1
+}
+
+# The newest complete checkpoint of a job directory ("" if none).
+newest_checkpoint() {
+  local best=0 d n
+  for d in "$1"/chk-*; do
+    [ -f "$d/_metadata" ] || continue
+    n=${d##*/chk-}
+    [ "$n" -gt "$best" ] && best=$n
+  done
+  [ "$best" -gt 0 ] && echo "$1/chk-$best" || true
+}
+
+# loop NAME CLASS JOBARGS... : runs the kill loop for one configuration.
+loop() {
+  local name=$1 cls=$2
+  shift 2
+  local -a flags=("${backend_flags[@]}")
+  local dir=$work/$name ck=$work/$name/checkpoints prev="" kills=0 checks=0
+  mkdir -p "$dir"
+  local t0=$SECONDS
+  for ((i = 1; i <= iterations; i++)); do
+    local -a args=(run -c "$cls" -p 2 -D "state.checkpoints.dir=$ck" -D execution.checkpointing.interval=50ms
+                   -D state.checkpoints.num-retained=2 "${flags[@]}")
+    [ -n "$prev" ] && args+=(-s "$prev")
+    local before
+    before=$(ls "$ck" 2>/dev/null || true)
+    setsid "$jobhost" "${args[@]}" "$plugin" "$@" --rate "$rate" --output "$dir/out.$i" 2>"$dir/err.$i" &
+    local pid=$! mine="" waited=0
+    # Wait for this run's first complete checkpoint.
+    while [ -z "$mine" ] && kill -0 "$pid" 2>/dev/null && [ $waited -lt 600 ]; do
+      for d in "$ck"/*; do
+        [ -d "$d" ] || continue
+        case " $before " in *" ${d##*/} "*) continue ;; esac
+        [ -n "$(newest_checkpoint "$d")" ] && mine=$d
+      done
+      sleep 0.1
+      waited=$((waited + 1))
+    done
+    [ -n "$mine" ] || { cat "$dir/err.$i" >&2; fail "$name run $i wrote no checkpoint"; }
+    sleep "0.$((RANDOM % 10))$((RANDOM % 10))"
+    kill -9 -- -"$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    # Nothing of that job may still run (the worker dies with its supervisor).
+    while pgrep -g "$pid" >/dev/null 2>&1; do sleep 0.05; done
+    kills=$((kills + 1))
+    local newest
+    newest=$(newest_checkpoint "$mine")
+    "$jobhost" check -s "$newest" -c "$cls" -p 2 "${flags[@]}" "$plugin" "$@" >"$dir/check.$i" 2>&1 ||
+      { cat "$dir/check.$i" >&2; fail "$name kill $i: jobhost check of $newest failed"; }
+    # gc --dry-run must list nothing a complete checkpoint references.
+    local referenced=$dir/referenced.$i listed=$dir/gc.$i
+    : >"$referenced"
+    for c in "$mine"/chk-*; do
+      [ -f "$c/_metadata" ] || continue
+      "$jobhost" inspect --json "$c" | grep -o '"path":"[^"]*"' | cut -d'"' -f4 >>"$referenced" || true
+    done
+    "$jobhost" gc --dry-run "$mine" >"$listed" 2>&1 || { cat "$listed" >&2; fail "$name kill $i: gc --dry-run failed"; }
+    while read -r f; do
+      [ -n "$f" ] || continue
+      if grep -qF -- "$f" "$listed"; then fail "$name kill $i: gc would remove $f, which a complete checkpoint references"; fi
+    done <"$referenced"
+    "$jobhost" gc "$mine" >>"$listed" 2>&1 || { cat "$listed" >&2; fail "$name kill $i: gc failed"; }
+    for c in "$mine"/chk-*; do
+      [ -f "$c/_metadata" ] || continue
+      "$jobhost" check -s "$c" -c "$cls" -p 2 "${flags[@]}" "$plugin" "$@" >/dev/null 2>&1 ||
+        fail "$name kill $i: $c no longer passes jobhost check after gc"
+      checks=$((checks + 1))
+    done
+    prev=$mine
+  done
+  # To the end, without throttling.
+  "$jobhost" run -s "$prev" -c "$cls" -p 2 -D "state.checkpoints.dir=$ck" -D execution.checkpointing.interval=200ms \
+    "${flags[@]}" "$plugin" "$@" --output "$dir/out.final" 2>"$dir/err.final" ||
+    { tail -20 "$dir/err.final" >&2; fail "$name: the final run failed"; }
+  echo "  $name: $kills kills, $checks checkpoint checks after gc, $((SECONDS - t0)) s"
+}
+
+# Oracles.
+check_counts() {  # DIR INPUT: the highest count printed per word equals the word's count in INPUT
+  local expected actual
+  expected=$(tr -s '[:space:]' '\n' <"$2" | tr '[:upper:]' '[:lower:]' | grep -v '^$' | sort | uniq -c |
+             awk '{print $2 "\t" $1}' | sort)
+  # "(word,3)" or "2> (word,3)"; a word may itself contain commas: the count follows the last.
+  actual=$(cat "$1"/out.* | sed -E 's/^[0-9]+> //; s/^\((.*),([0-9]+)\)$/\1\t\2/' |
+           awk -F'\t' '{ if ($2 + 0 > max[$1]) max[$1] = $2 + 0 } END { for (w in max) print w "\t" max[w] }' | sort)
+  [ "$expected" = "$actual" ] || { diff <(echo "$expected") <(echo "$actual") | head >&2; fail "$3: final counts differ"; }
+}
+check_sequences() {  # DIR KEYS NAME: no ALERT, and every key reached its end
+  if cat "$1"/out.* | grep -q ALERT; then cat "$1"/out.* | grep ALERT | head >&2; fail "$3: gaps or repeats"; fi
+  local done
+  done=$(cat "$1"/out.* | grep -c '^\(.*> \)\?DONE key' || true)
+  [ "$done" -ge "$2" ] || fail "$3: only $done of $2 keys reached their last record"
+}
+
+lines=$((iterations * 1500 + 20000))
+rate=4000
+words=$work/words.txt
+for ((n = 0; n * 14 < lines; n++)); do cat "$here/plugins/wordcount/data/words.txt"; done >"$words"
+keys=16
+per_key=$(((iterations * 1500 + 20000) / keys))
+
+for config in hashmap rocksdb-incremental; do
+  if [ $config = hashmap ]; then backend_flags=(-D state.backend.type=hashmap)
+  else backend_flags=(-D state.backend.type=rocksdb -D state.backend.incremental=true); fi
+  echo "$config:"
+  loop "wc-$config" WordCount --input "$words"
+  check_counts "$work/wc-$config" "$words" "wc-$config"
+  loop "seq-$config" SequenceChecker --keys "$keys" --per-key "$per_key"
+  check_sequences "$work/seq-$config" "$keys" "seq-$config"
+done
+echo "kill loop passed (SEED=$seed)"

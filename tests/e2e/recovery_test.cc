@@ -149,6 +149,38 @@ TEST_F(Recovery, EveryAttemptRestoresTheSnapshotResolvedOnceNotANewerOneThatAppe
   EXPECT_TRUE(contains(r.err, "restoring from snapshot " + chk.string())) << r.err;
 }
 
+// Item 6: `-s <job dir>` had no fallback when its newest `_metadata` could not be read.
+TEST_F(Recovery, ARestoreFromAJobDirectoryWhoseNewestMetadataIsUnreadableUsesTheNextOlderOneAndSaysSo) {
+  fs::path in = input(400);
+  auto before = jobDirs();
+  Process p(jobhost(std::vector<std::string>{"run", "-c", "WordCount", "-D", "state.checkpoints.num-retained=5"} +
+                    ckFlags("100ms") + std::vector<std::string>{kPlugin, "--input", in.string(), "--rate", "1000"}),
+            tmp / "job.out", tmp / "job.err");
+  fs::path jobDir = waitForNewJobDir(p, before);
+  ASSERT_FALSE(jobDir.empty()) << readFile(tmp / "job.err");
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (p.running() && completed(jobDir).size() < 2 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  p.signal(SIGTERM);
+  ASSERT_EQ(p.wait().exitCode, 130);
+  auto chks = completed(jobDir);
+  ASSERT_GE(chks.size(), 2u);
+  uint64_t newest = newestCheckpoint(jobDir);
+  fs::path damaged = jobDir / ("chk-" + std::to_string(newest));
+  fs::resize_file(damaged / "_metadata", 12);
+  Result r = cli({"check", "-s", jobDir.string(), "-c", "WordCount", kPlugin, "--input", in.string()});
+  EXPECT_EQ(r.exitCode, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.err, "skipped the newer chk-" + std::to_string(newest))) << r.err;
+  EXPECT_TRUE(contains(r.err, "cannot be read")) << r.err;
+  EXPECT_FALSE(contains(r.out + r.err, "using the latest complete checkpoint in " + jobDir.string() + ": chk-" +
+                                           std::to_string(newest) + "\n"))
+      << r.err;
+  // gc keeps the shared files the damaged checkpoint may reference, and says so.
+  Result gc = cli({"gc", "--dry-run", jobDir.string()});
+  EXPECT_EQ(gc.exitCode, 0) << gc.err;
+  EXPECT_TRUE(contains(gc.out, "cannot be read")) << gc.out;
+}
+
 // Defect 3: gc guessed "running" from control sockets answering; a job found through
 // another runtime directory (or none) had its in-flight files deleted.
 TEST_F(Recovery, GcSavepointDisposeAndClaimRefuseALiveJobsDirectoryNamingItWhateverItsControlSocket) {

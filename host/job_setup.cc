@@ -136,4 +136,8 @@ int setupJob(const RunOptions& o, JobSetup* s) {
   return 0;
 }
 
+std::string attemptLocalDir(const JobSetup& setup, const std::string& jobId, int attempt) {
+  return (std::filesystem::path(setup.localDirRoot) / ("jobhost-" + jobId + "-" + std::to_string(attempt))).string();
+}
+
 }  // namespace jobhost::host

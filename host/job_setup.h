@@ -41,6 +41,10 @@ struct JobSetup {
   std::string localDirRoot;   // state.local.dir or the temp dir
 };
 
+/// The local working directory of one attempt (rocksdb instances go below it): the worker
+/// removes it when it ends, the supervisor after a worker that died.
+std::string attemptLocalDir(const JobSetup& setup, const std::string& jobId, int attempt);
+
 /// Loads the plugin, selects the class, layers the configuration and builds the plan.
 /// On error prints one line to stderr and returns the exit code (kExitUsage); else 0.
 int setupJob(const RunOptions& options, JobSetup* setup);

@@ -478,6 +478,9 @@ int JobSupervisor::run() {
     }
     close(w.channel);
     close(w.crash);
+    // A worker that died (kill -9, OOM) could not remove its working directory.
+    std::error_code rmError;
+    fs::remove_all(attemptLocalDir(setup_, jobId_, attempt), rmError);
 
     std::string message, where;
     if (ended) {

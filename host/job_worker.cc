@@ -170,7 +170,7 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
   ec.maxParallelism = setup.maxParallelism;
   ec.backend = setup.backend;
   ec.incremental = setup.incremental;
-  ec.localStateDir = (fs::path(setup.localDirRoot) / ("jobhost-" + w.jobId + "-" + std::to_string(w.attempt))).string();
+  ec.localStateDir = attemptLocalDir(setup, w.jobId, w.attempt);
 
   Plan plan;
   try {

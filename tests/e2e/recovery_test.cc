@@ -252,6 +252,25 @@ TEST_F(Recovery, GcCollectsWhatACrashLeftIncludingTemporaryFilesAndDryRunOnlyLis
   EXPECT_TRUE(contains(again.out, "nothing to remove")) << again.out;
 }
 
+// A worker killed by a signal could not remove its RocksDB working directory: every
+// crashed attempt left a copy of the state in state.local.dir.
+TEST_F(Recovery, TheSupervisorRemovesTheWorkingDirectoryOfAWorkerThatDied) {
+  std::string text;
+  for (int i = 1; i <= 3000; ++i) text += i == 800 ? "crash\n" : "alpha beta gamma\n";
+  fs::path in = tmp / "crash.txt";
+  writeFile(in, text);
+  fs::path local = tmp / "local";
+  fs::create_directories(local);
+  Result r = cli(std::vector<std::string>{"run", "-c", "WordCountIncremental", "-D", "state.local.dir=" + local.string()} +
+                 ckFlags("100ms") + failFast(1) +
+                 std::vector<std::string>{kPlugin, "--input", in.string(), "--rate", "2000"});
+  EXPECT_EQ(r.exitCode, 1) << r.err;
+  EXPECT_TRUE(contains(r.err, "SIGABRT")) << r.err;
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(local)) left.push_back(e.path().filename().string());
+  EXPECT_TRUE(left.empty()) << left.front() << " was left in state.local.dir";
+}
+
 // Item 9: stop took the savepoint and cancelled afterwards, so records after the
 // savepoint's barrier were emitted before the stop and again after the restore.
 TEST_F(Recovery, StopEmitsNothingAfterItsSavepointSoARestoreNeitherLosesNorRepeatsOutput) {

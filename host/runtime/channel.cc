@@ -43,8 +43,18 @@ std::optional<ChannelEvent> InputGate::next(const std::vector<bool>& blocked) {
   for (;;) {
     if (cancelled_) return std::nullopt;
     if (auto e = takeLocked(blocked)) return e;
+    if (woken_) {
+      woken_ = false;
+      return std::nullopt;
+    }
     dataReady_.wait(lock);
   }
+}
+
+void InputGate::wakeUp() {
+  std::lock_guard lock(mu_);
+  woken_ = true;
+  dataReady_.notify_all();
 }
 
 void InputGate::cancel() {

@@ -3,7 +3,9 @@
 // An InputGate belongs to one consuming subtask and has one channel per producing
 // subtask. Producers push whole buffers (many serialized records), checkpoint barriers
 // and end-of-partition markers; a full channel blocks its producer (back-pressure).
-// The consumer takes events from channels that are not blocked by barrier alignment.
+// The consumer takes events from channels that are not blocked by barrier alignment
+// (see barrier_aligner.h). Another thread can wake a consumer waiting in next() with
+// wakeUp(), e.g. to hand its task a checkpoint notification (the task's mailbox).
 //
 // Thread-safety: all methods are thread-safe; one mutex per gate.
 #pragma once
@@ -32,8 +34,12 @@ class InputGate {
   bool push(int channel, ChannelEvent event);
   /// An event from a channel not in `blocked`, without waiting; nullopt if none.
   std::optional<ChannelEvent> tryNext(const std::vector<bool>& blocked);
-  /// Waits for an event from a channel not in `blocked`; nullopt once cancelled.
+  /// Waits for an event from a channel not in `blocked`. nullopt once cancelled, or
+  /// when woken by wakeUp() (then the caller checks why and calls next() again).
   std::optional<ChannelEvent> next(const std::vector<bool>& blocked);
+  /// Makes next() return nullopt instead of waiting, once: the call waiting now, else
+  /// the next call that finds no event. Wake-ups do not accumulate.
+  void wakeUp();
   /// Wakes every waiter; later push/next return false/nullopt.
   void cancel();
   int channels() const { return static_cast<int>(queues_.size()); }
@@ -47,6 +53,7 @@ class InputGate {
   size_t capacity_;
   size_t rr_ = 0;           // round-robin start, guarded by mu_
   bool cancelled_ = false;  // guarded by mu_
+  bool woken_ = false;      // guarded by mu_; set by wakeUp(), consumed by next()
 };
 
 }  // namespace jobhost::host

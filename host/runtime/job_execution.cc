@@ -3,6 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
@@ -13,6 +14,7 @@
 
 #include "checkpoint/state_assignment.h"
 #include "jobhost/serializer.h"
+#include "runtime/barrier_aligner.h"
 #include "runtime/channel.h"
 #include "runtime/line_sinks.h"
 
@@ -48,7 +50,36 @@ struct Stage {
   int nextStage = -1;
 };
 
+/// `text` with bytes that are not printable ASCII shown as \xNN (for messages).
+std::string printable(std::string_view text) {
+  std::string out;
+  for (unsigned char c : text) {
+    if (c >= 0x20 && c < 0x7f) {
+      out.push_back(static_cast<char>(c));
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    }
+  }
+  return out;
+}
+
+/// Throws JobArgumentError naming the operator if its uid is not valid.
+void checkUid(const PlanNode& n) {
+  std::string why = validateOperatorUid(n.uid);
+  if (why.empty()) return;
+  std::string what = n.uidExplicit ? "uid '" + printable(n.uid) + "' of operator '" + printable(n.name) + "'"
+                                   : "the default uid '" + printable(n.uid) + "' of operator '" + printable(n.name) +
+                                         "' (made from its name)";
+  throw JobArgumentError(what + " is not valid: " + why +
+                         ". A uid names files and directories of the job's state: use 1 to 128 letters, digits, '.', "
+                         "'_' or '-', not starting with '.' (e.g. .uid(\"counts\"))" +
+                         (n.uidExplicit ? "" : "; give the operator one with .uid(...)"));
+}
+
 std::vector<Stage> buildStages(const Plan& plan, int parallelism) {
+  for (const auto& n : plan.nodes) checkUid(n);
   std::vector<int> consumer(plan.nodes.size(), -1);
   for (const auto& n : plan.nodes)
     if (n.input >= 0) consumer[static_cast<size_t>(n.input)] = n.id;
@@ -167,15 +198,32 @@ class OperatorContextImpl : public OperatorContext {
     if (!writer) throw StateError("operator '" + name + "' has no exchange output");
     return *writer;
   }
-  LineSink& stdoutSink() override { return LineSinks::instance().stdoutSink(); }
-  LineSink& fileSink(const std::string& path) override { return LineSinks::instance().fileSink(path); }
+  LineSink& stdoutSink() override { return remember(LineSinks::instance().stdoutSink()); }
+  LineSink& fileSink(const std::string& path) override { return remember(LineSinks::instance().fileSink(path)); }
   bool cancelled() const override { return cancelFlag->load(std::memory_order_relaxed); }
   std::atomic<const char*>* activeOperatorSlot() override { return activeSlot; }
+
+  /// The line sinks this operator opened: its task flushes them (see flushLineSinks).
+  /// Changed in open() before the task thread starts, then on the task thread only.
+  std::vector<BufferedLineSink*> openedSinks;
+
+ private:
+  BufferedLineSink& remember(BufferedLineSink& sink) {
+    if (std::find(openedSinks.begin(), openedSinks.end(), &sink) == openedSinks.end()) openedSinks.push_back(&sink);
+    return sink;
+  }
 };
 
 }  // namespace
 
 struct JobExecution::Impl {
+  /// A triggered checkpoint that is not withdrawn. `aborted` is shared with the
+  /// asynchronous parts (SnapshotRequest::aborted) and set when it is withdrawn.
+  struct ActiveCheckpoint {
+    CheckpointTarget target;
+    std::shared_ptr<std::atomic<bool>> aborted;
+  };
+
   struct Task {
     int index = 0;
     int stage = 0;
@@ -192,12 +240,16 @@ struct JobExecution::Impl {
     std::unique_ptr<InputGate> gate;  // null for sources
     std::unique_ptr<ExchangeWriterImpl> writer;
     std::thread thread;
-    std::mutex triggerMu;
-    std::deque<CheckpointTarget> triggers;  // guarded by triggerMu (sources)
-    // Alignment state (task thread only).
-    uint64_t aligning = 0;
-    std::vector<bool> blocked, ended;
-    int barriersSeen = 0;
+    // Mailbox: what other threads hand to this task, taken on its thread between records
+    // and polls (drainMail). A task waiting in its gate is woken with InputGate::wakeUp,
+    // a suspended source waits on mailCv.
+    std::mutex mailMu;
+    std::condition_variable mailCv;
+    std::deque<std::function<void()>> mail;  // guarded by mailMu; run on the task thread
+    std::deque<uint64_t> triggers;           // guarded by mailMu; sources: barriers to emit
+    std::atomic<bool> hasMail{false};        // mail or triggers may be waiting
+    // Task thread only.
+    uint64_t suspendedBy = 0;  // source: the stop checkpoint whose barrier it emitted (0: polling)
   };
 
   Plan plan;
@@ -219,6 +271,9 @@ struct JobExecution::Impl {
   std::deque<std::function<void()>> upQueue;  // guarded by upMu
   bool upStop = false;                        // guarded by upMu
   std::thread uploader;
+  std::mutex targetsMu;
+  std::map<uint64_t, ActiveCheckpoint> targets;  // guarded by targetsMu
+  std::atomic<int> finishedTasks{0};
 
   Impl(Plan p, ExecutionConfig c, CheckpointListener* l) : plan(std::move(p)), config(std::move(c)), listener(l) {}
 
@@ -243,8 +298,11 @@ struct JobExecution::Impl {
 
   void cancelAll() {
     cancelled.store(true);
-    for (auto& t : tasks)
+    for (auto& t : tasks) {
       if (t->gate) t->gate->cancel();
+      { std::lock_guard lock(t->mailMu); }  // a source checking its wait condition sees `cancelled`
+      t->mailCv.notify_all();
+    }
   }
 
   void enqueueUpload(std::function<void()> fn) {
@@ -267,22 +325,83 @@ struct JobExecution::Impl {
     }
   }
 
+  /// Hands `fn` to `t`'s thread (see Task's mailbox). Never blocks on the task.
+  void post(Task& t, std::function<void()> fn) {
+    {
+      std::lock_guard lock(t.mailMu);
+      t.mail.push_back(std::move(fn));
+      t.hasMail.store(true, std::memory_order_release);
+    }
+    t.mailCv.notify_all();
+    if (t.gate) t.gate->wakeUp();
+  }
+
+  /// On the uploader (so after every asynchronous part queued before), hands each task
+  /// with backends `fn(backend)` for each of its backends, to run on the task's thread.
+  void notifyBackends(std::function<void(state::KeyedStateBackend&)> fn) {
+    enqueueUpload([this, fn = std::move(fn)] {
+      for (auto& tp : tasks) {
+        if (tp->backends.empty()) continue;
+        Task* t = tp.get();
+        post(*t, [t, fn] {
+          for (auto* b : t->backends) fn(*b);
+        });
+      }
+    });
+  }
+
+  /// Runs the task's mail and, for a source, emits the barriers of its triggers.
+  void drainMail(Task& t) {
+    std::deque<std::function<void()>> work;
+    std::deque<uint64_t> triggered;
+    {
+      std::lock_guard lock(t.mailMu);
+      work.swap(t.mail);
+      triggered.swap(t.triggers);
+      t.hasMail.store(false, std::memory_order_relaxed);
+    }
+    for (auto& fn : work) fn();
+    for (uint64_t id : triggered) performCheckpoint(t, id);
+  }
+
+  /// A suspended source: waits for mail, a trigger or cancellation.
+  void waitForMail(Task& t) {
+    std::unique_lock lock(t.mailMu);
+    t.mailCv.wait(lock, [&] { return cancelled.load() || t.hasMail.load(std::memory_order_relaxed); });
+  }
+
   std::string subtaskLabel(const Task& t) const {
     return "(" + std::to_string(t.subtask + 1) + "/" + std::to_string(stages[static_cast<size_t>(t.stage)].parallelism) +
            ")";
   }
 
-  bool isAborted(uint64_t id) {
+  /// The checkpoint if the tasks should still take part in it; nullopt once withdrawn.
+  std::optional<ActiveCheckpoint> activeCheckpoint(uint64_t id) {
     std::lock_guard lock(targetsMu);
-    return aborted.count(id) > 0;
+    auto it = targets.find(id);
+    if (it == targets.end()) return std::nullopt;
+    return it->second;
   }
 
-  /// Snapshot of one task: sync part here, async part on the uploader.
-  void performCheckpoint(Task& t, const CheckpointTarget& target) {
-    if (isAborted(target.checkpointId)) {
-      if (t.writer) t.writer->broadcast(ChannelEvent::kBarrier, target.checkpointId);
+  /// Writes out every line the task's operators have produced so far.
+  static void flushLineSinks(Task& t) {
+    for (auto& ctx : t.contexts)
+      for (auto* sink : ctx->openedSinks) sink->flush();
+  }
+
+  /// Checkpoint `id` at this point of the task's input (a source: between two polls; an
+  /// input task: its barrier is aligned). The synchronous part runs here, the
+  /// asynchronous part on the uploader. The barrier is forwarded in every case, also
+  /// when the checkpoint was withdrawn: downstream tasks align on it.
+  void performCheckpoint(Task& t, uint64_t id) {
+    // Lines of records before the barrier reach the OS before anyone learns of it.
+    flushLineSinks(t);
+    std::optional<ActiveCheckpoint> active = activeCheckpoint(id);
+    if (!active) {
+      if (t.writer) t.writer->broadcast(ChannelEvent::kBarrier, id);
       return;
     }
+    const CheckpointTarget& target = active->target;
     auto syncStart = std::chrono::steady_clock::now();
     auto snap = std::make_shared<TaskSnapshot>();
     snap->taskIndex = t.index;
@@ -297,14 +416,16 @@ struct JobExecution::Impl {
       snap->operators.emplace_back(n->uid, std::move(ss));
     }
     for (size_t b = 0; b < t.backends.size(); ++b) {
+      const PlanNode* n = t.nodes[static_cast<size_t>(t.backendOp[b])];
+      snap->states[n->uid] = t.backends[b]->states();
       state::SnapshotRequest req;
-      req.checkpointId = target.checkpointId;
+      req.checkpointId = id;
       req.format = target.format;
       req.storage = target.storage.get();
       req.exclusiveDir = target.exclusiveDir;
       req.sharedDir = target.sharedDir;
-      const PlanNode* n = t.nodes[static_cast<size_t>(t.backendOp[b])];
       req.filePrefix = n->uid + "-" + std::to_string(t.subtask);
+      req.aborted = active->aborted;
       auto a = t.backends[b]->snapshotSync(req);
       if (!a.ok()) {
         failure = a.status();
@@ -316,15 +437,20 @@ struct JobExecution::Impl {
     }
     snap->syncMicros = static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - syncStart).count());
-    if (t.writer) t.writer->broadcast(ChannelEvent::kBarrier, target.checkpointId);
-    uint64_t id = target.checkpointId;
+    if (t.writer) t.writer->broadcast(ChannelEvent::kBarrier, id);
+    // Atomic stop: nothing after this barrier. An abort posted from now on finds
+    // suspendedBy set and resumes the source (mail runs on this thread, after this).
+    if (!t.gate && target.stopSources) t.suspendedBy = id;
     if (!failure.ok()) {
       enqueueUpload([this, id, failure] { listener->decline(id, failure); });
       return;
     }
     auto parts = std::make_shared<decltype(asyncParts)>(std::move(asyncParts));
-    enqueueUpload([this, id, snap, parts, keepAlive = target.storage] {
-      if (isAborted(id)) return;  // its files would only be cleaned up again
+    enqueueUpload([this, id, snap, parts, aborted = active->aborted, keepAlive = target.storage] {
+      // Not started yet: its files would only be cleaned up again. Nothing to report.
+      if (aborted->load(std::memory_order_acquire)) return;
+      // Started: report exactly once, when nothing is being written any more. Each
+      // part checks `aborted` as it goes and stops early.
       for (auto& [slot, part] : *parts) {
         auto h = part->run();
         if (!h.ok()) {
@@ -339,7 +465,7 @@ struct JobExecution::Impl {
 
   void flushOutputs(Task& t) {
     if (t.writer) t.writer->flush();
-    LineSinks::instance().flush();
+    flushLineSinks(t);
   }
 
   void finishTask(Task& t) {
@@ -347,22 +473,20 @@ struct JobExecution::Impl {
     for (auto& op : t.ops) op->endInput();
     for (auto& op : t.ops) op->close();
     if (t.writer) t.writer->broadcast(ChannelEvent::kEnd, 0);
-    LineSinks::instance().flush();
+    flushLineSinks(t);
   }
 
   void runSource(Task& t) {
     auto* src = static_cast<SourceOperator*>(t.ops.front().get());
     auto lastFlush = std::chrono::steady_clock::now();
     while (!cancelled.load(std::memory_order_relaxed)) {
-      std::optional<CheckpointTarget> trig;
-      {
-        std::lock_guard lock(t.triggerMu);
-        if (!t.triggers.empty()) {
-          trig = t.triggers.front();
-          t.triggers.pop_front();
-        }
+      if (t.hasMail.load(std::memory_order_acquire)) drainMail(t);
+      if (t.suspendedBy != 0) {
+        // Stopped by a stop checkpoint: no poll until it is aborted or we are cancelled.
+        // Later triggers are still served (barriers only).
+        waitForMail(t);
+        continue;
       }
-      if (trig) performCheckpoint(t, *trig);
       PollStatus st = src->poll();
       if (st == PollStatus::kEnd) break;
       auto now = std::chrono::steady_clock::now();
@@ -373,15 +497,13 @@ struct JobExecution::Impl {
     }
     if (!cancelled.load()) finishTask(t);
     // Triggers that arrived after the last poll can no longer be served.
-    std::deque<CheckpointTarget> left;
+    std::deque<uint64_t> left;
     {
-      std::lock_guard lock(t.triggerMu);
+      std::lock_guard lock(t.mailMu);
       left.swap(t.triggers);
     }
-    for (const auto& trig : left) {
-      uint64_t id = trig.checkpointId;
+    for (uint64_t id : left)
       enqueueUpload([this, id] { listener->decline(id, Status::IOError("a source finished before its barrier")); });
-    }
   }
 
   void processData(Task& t, const std::string& data) {
@@ -399,71 +521,35 @@ struct JobExecution::Impl {
   }
 
   void runInput(Task& t) {
-    int n = t.gate->channels();
-    t.blocked.assign(static_cast<size_t>(n), false);
-    t.ended.assign(static_cast<size_t>(n), false);
-    int endedCount = 0;
-    std::optional<CheckpointTarget> pendingTarget;
+    BarrierAligner aligner(t.gate->channels());
     while (!cancelled.load(std::memory_order_relaxed)) {
-      auto ev = t.gate->tryNext(t.blocked);
+      auto ev = t.gate->tryNext(aligner.blocked());
       if (!ev) {
         flushOutputs(t);
-        ev = t.gate->next(t.blocked);
-        if (!ev) return;  // cancelled
+        ev = t.gate->next(aligner.blocked());  // nullopt: cancelled, or woken for mail
       }
+      // Mail posted before `ev` was sent runs before `ev` is handled: a notification the
+      // uploader delivered before a barrier was sent reaches the backends before it.
+      if (t.hasMail.load(std::memory_order_acquire)) drainMail(t);
+      if (!ev) continue;
+      std::optional<uint64_t> aligned;
       switch (ev->kind) {
         case ChannelEvent::kData:
           processData(t, ev->data);
           break;
-        case ChannelEvent::kBarrier: {
-          if (ev->checkpointId > t.aligning) {
-            // A newer barrier: any unfinished alignment is abandoned (its checkpoint was aborted).
-            t.aligning = ev->checkpointId;
-            t.barriersSeen = 0;
-            std::fill(t.blocked.begin(), t.blocked.end(), false);
-          } else if (ev->checkpointId < t.aligning) {
-            break;  // stale barrier of an abandoned checkpoint
-          }
-          t.blocked[static_cast<size_t>(ev->channel)] = true;
-          ++t.barriersSeen;
-          maybeCompleteAlignment(t, endedCount);
+        case ChannelEvent::kBarrier:
+          aligned = aligner.onBarrier(ev->channel, ev->checkpointId);
           break;
-        }
         case ChannelEvent::kEnd:
-          t.ended[static_cast<size_t>(ev->channel)] = true;
-          t.blocked[static_cast<size_t>(ev->channel)] = true;
-          ++endedCount;
-          if (endedCount == n) {
-            finishTask(t);
-            return;
-          }
-          maybeCompleteAlignment(t, endedCount);
+          aligned = aligner.onEndOfChannel(ev->channel);
           break;
       }
-    }
-  }
-
-  void maybeCompleteAlignment(Task& t, int endedCount) {
-    if (t.aligning == 0 || t.barriersSeen == 0) return;
-    int needed = t.gate->channels() - endedCount;
-    int seenLive = 0;
-    for (int c = 0; c < t.gate->channels(); ++c)
-      if (t.blocked[static_cast<size_t>(c)] && !t.ended[static_cast<size_t>(c)]) ++seenLive;
-    if (seenLive < needed) return;
-    CheckpointTarget target;
-    {
-      std::lock_guard lock(targetsMu);
-      auto it = targets.find(t.aligning);
-      if (it == targets.end()) {
-        t.barriersSeen = 0;
-        for (int c = 0; c < t.gate->channels(); ++c) t.blocked[static_cast<size_t>(c)] = t.ended[static_cast<size_t>(c)];
+      if (aligned) performCheckpoint(t, *aligned);
+      if (aligner.allEnded()) {
+        finishTask(t);
         return;
       }
-      target = it->second;
     }
-    performCheckpoint(t, target);
-    t.barriersSeen = 0;
-    for (int c = 0; c < t.gate->channels(); ++c) t.blocked[static_cast<size_t>(c)] = t.ended[static_cast<size_t>(c)];
   }
 
   void runTask(Task& t) {
@@ -475,7 +561,7 @@ struct JobExecution::Impl {
       if (cancelled.load() && !hasFailed()) {
         // A cancelled task still closes its operators (user close() runs), without endInput().
         for (auto& op : t.ops) op->close();
-        LineSinks::instance().flush();
+        flushLineSinks(t);
       }
     } catch (const UserCodeError& e) {
       fail(e.what(), e.operatorName(), subtaskLabel(t));
@@ -489,11 +575,6 @@ struct JobExecution::Impl {
       upCv.notify_all();
     }
   }
-
-  std::mutex targetsMu;
-  std::map<uint64_t, CheckpointTarget> targets;  // guarded by targetsMu
-  std::set<uint64_t> aborted;                    // guarded by targetsMu
-  std::atomic<int> finishedTasks{0};
 };
 
 bool activeOperatorOfThisThread(const char** operatorName, const char** subtask) {
@@ -501,6 +582,22 @@ bool activeOperatorOfThisThread(const char** operatorName, const char** subtask)
   *operatorName = tCrashInfo.slot->load(std::memory_order_relaxed);
   *subtask = tCrashInfo.subtask;
   return *operatorName != nullptr;
+}
+
+std::string validateOperatorUid(std::string_view uid) {
+  constexpr size_t kMaxUidLength = 128;
+  if (uid.empty()) return "it is empty";
+  if (uid.size() > kMaxUidLength)
+    return "it has " + std::to_string(uid.size()) + " characters, more than " + std::to_string(kMaxUidLength);
+  if (uid.front() == '.') return "it starts with '.'";
+  for (size_t i = 0; i < uid.size(); ++i) {
+    unsigned char c = static_cast<unsigned char>(uid[i]);
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-')
+      continue;
+    std::string shown = c == '\'' ? "a quote" : "'" + printable(uid.substr(i, 1)) + "'";
+    return "it contains " + shown + " at position " + std::to_string(i + 1);
+  }
+  return {};
 }
 
 std::vector<OperatorInfo> describeOperators(const Plan& plan, int parallelism) {
@@ -730,45 +827,52 @@ bool JobExecution::triggerCheckpoint(const CheckpointTarget& target) {
   if (!running() || x.finishedTasks.load() > 0) return false;
   {
     std::lock_guard lock(x.targetsMu);
-    x.targets[target.checkpointId] = target;
+    x.targets[target.checkpointId] = {target, std::make_shared<std::atomic<bool>>(false)};
     while (x.targets.size() > 8) x.targets.erase(x.targets.begin());
   }
   for (auto& t : x.tasks) {
     if (t->gate) continue;
-    std::lock_guard lock(t->triggerMu);
-    t->triggers.push_back(target);
+    {
+      std::lock_guard lock(t->mailMu);
+      t->triggers.push_back(target.checkpointId);
+      t->hasMail.store(true, std::memory_order_release);
+    }
+    t->mailCv.notify_all();
   }
   return true;
 }
 
 void JobExecution::notifyCheckpointComplete(uint64_t id) {
-  // Runs on the uploader so it is ordered with the asynchronous snapshot parts.
-  Impl& x = *impl_;
-  x.enqueueUpload([&x, id] {
-    for (auto& t : x.tasks)
-      for (auto* b : t->backends) b->notifyCheckpointComplete(id);
-  });
+  // Through the uploader, so after every asynchronous part queued before (those of this
+  // checkpoint have all reported, or it would not be complete), then on each task thread.
+  impl_->notifyBackends([id](state::KeyedStateBackend& b) { b.notifyCheckpointComplete(id); });
 }
 
 void JobExecution::notifyCheckpointAborted(uint64_t id) {
   Impl& x = *impl_;
   {
-    // Withdraw the target at once: tasks that have not snapshotted yet skip it, queued
-    // asynchronous parts do not run.
+    // Withdraw the target at once: tasks that have not snapshotted only forward its
+    // barrier, queued asynchronous parts do not run, running ones stop early.
     std::lock_guard lock(x.targetsMu);
-    x.targets.erase(id);
-    x.aborted.insert(id);
-    while (x.aborted.size() > 64) x.aborted.erase(x.aborted.begin());
+    auto it = x.targets.find(id);
+    if (it != x.targets.end()) {
+      it->second.aborted->store(true, std::memory_order_release);
+      x.targets.erase(it);
+    }
   }
-  for (auto& t : x.tasks) {
-    if (t->gate) continue;
-    std::lock_guard lock(t->triggerMu);
-    std::erase_if(t->triggers, [id](const CheckpointTarget& c) { return c.checkpointId == id; });
+  for (auto& tp : x.tasks) {
+    if (tp->gate) continue;
+    Impl::Task* t = tp.get();
+    {
+      std::lock_guard lock(t->mailMu);
+      std::erase(t->triggers, id);
+    }
+    // A source suspended by this (stop) checkpoint polls again.
+    x.post(*t, [t, id] {
+      if (t->suspendedBy == id) t->suspendedBy = 0;
+    });
   }
-  x.enqueueUpload([&x, id] {
-    for (auto& t : x.tasks)
-      for (auto* b : t->backends) b->notifyCheckpointAborted(id);
-  });
+  x.notifyBackends([id](state::KeyedStateBackend& b) { b.notifyCheckpointAborted(id); });
 }
 
 int JobExecution::taskCount() const { return static_cast<int>(impl_->tasks.size()); }

@@ -6,20 +6,32 @@
 // restart is a new JobExecution built from a fresh plan.
 //
 // Checkpoints: triggerCheckpoint() asks the source tasks to emit a barrier; each task
-// snapshots when the barrier has arrived on all its inputs (alignment), forwards it, and
-// finishes its snapshot asynchronously on the uploader thread, then reports to the
-// CheckpointListener.
+// snapshots when the barrier has arrived on all its inputs (alignment, see
+// barrier_aligner.h), flushes the line sinks it writes to, forwards the barrier, and
+// finishes its snapshot asynchronously on the uploader thread (one thread, FIFO), then
+// reports to the CheckpointListener. A stop target (CheckpointTarget::stopSources)
+// also suspends the sources right after its barrier, as Flink's stop-with-savepoint.
 //
-// Thread-safety: public methods are thread-safe.
+// Each task has a mailbox drained on its own thread between records and polls (a task
+// waiting for input is woken for it): checkpoint notifications reach the backends
+// through it, after passing the uploader queue, so a backend sees them on its task
+// thread and only after its asynchronous part of that checkpoint has returned (the
+// contract of keyed_backend.h).
+//
+// Thread-safety: public methods are thread-safe. notifyCheckpointComplete/Aborted,
+// triggerCheckpoint, cancel and failExternally never block on the tasks or the
+// uploader, so a CheckpointListener may call them from its callbacks.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -51,10 +63,27 @@ struct OperatorInfo {
 struct TaskSnapshot {
   int taskIndex = 0;
   std::vector<std::pair<std::string, state::SubtaskSnapshot>> operators;  // uid -> snapshot
+  /// operator uid -> the backend's registered states (KeyedStateBackend::states()),
+  /// collected in the synchronous part; one entry per keyed operator of the task. It may
+  /// hold states the plan no longer declares (restored and still snapshotted).
+  std::map<std::string, std::vector<StateDescriptorInfo>> states;
   uint64_t syncMicros = 0;
 };
 
-/// Receives the tasks' checkpoint acknowledgements (from the uploader thread).
+/// Receives the tasks' checkpoint reports. Called on the execution's uploader thread,
+/// one call at a time, never with a JobExecution lock held (the listener may call back
+/// into the JobExecution, e.g. notifyCheckpointAborted from decline()).
+///
+/// Contract, per task and checkpoint id triggered by triggerCheckpoint():
+///  - A task reports at most once: acknowledge() with its snapshot, or decline().
+///  - Unless the checkpoint is aborted (notifyCheckpointAborted) or the execution ends
+///    first, every task reports.
+///  - After an abort: a task whose asynchronous part had already started reports exactly
+///    once, when that part has stopped writing (it sees the abort and stops early with
+///    decline(), or had finished and acknowledges). A task that had not started it
+///    writes nothing for that checkpoint and need not report. So once every task that
+///    started has reported, no file of the aborted checkpoint is being written.
+///  - A source that ends before it emitted the barrier declines.
 class CheckpointListener {
  public:
   virtual ~CheckpointListener() = default;
@@ -71,6 +100,11 @@ struct CheckpointTarget {
   std::shared_ptr<state::CheckpointStorage> storage;
   std::string exclusiveDir;
   std::string sharedDir;
+  /// Atomic stop (stop-with-savepoint): a source task that emits this barrier then emits
+  /// nothing more and stays suspended until the checkpoint is aborted (the sources then
+  /// resume) or the execution is cancelled. Cancel once the checkpoint is complete, and
+  /// no record after it is ever emitted.
+  bool stopSources = false;
 };
 
 /// What to restore from: metadata with paths relative to `storage`.
@@ -88,8 +122,15 @@ struct ExecutionResult {
   bool restoreFailure = false;  // failed while restoring state: not worth retrying
 };
 
-/// Splits a plan into stages; throws JobArgumentError for shapes it cannot run.
+/// Splits a plan into stages; throws JobArgumentError for shapes it cannot run and for
+/// an operator uid that is not valid (see validateOperatorUid).
 std::vector<OperatorInfo> describeOperators(const Plan& plan, int parallelism);
+
+/// Empty if `uid` may name an operator, else why not. A uid names files and directories
+/// (the rocksdb working directory, snapshot file names), so it must be one plain path
+/// component: 1 to 128 characters out of letters, digits, '.', '_', '-', not starting
+/// with '.'.
+std::string validateOperatorUid(std::string_view uid);
 
 class JobExecution {
  public:
@@ -112,9 +153,15 @@ class JobExecution {
   void cancel();
   /// Fails the attempt from outside the tasks (e.g. too many failed checkpoints).
   void failExternally(const std::string& reason);
-  /// Asks the sources to inject a barrier. False if the job is not running.
+  /// Asks the sources to inject a barrier. False if the job is not running (or a task
+  /// has finished: a draining job takes no checkpoints).
   bool triggerCheckpoint(const CheckpointTarget& target);
+  /// The checkpoint is complete: each task's backends are told on the task's thread.
   void notifyCheckpointComplete(uint64_t checkpointId);
+  /// The checkpoint is withdrawn: tasks that have not snapshotted only forward its
+  /// barrier, asynchronous parts not yet started never run, running ones stop early
+  /// (see CheckpointListener), sources suspended by it resume, and each task's backends
+  /// are told on the task's thread.
   void notifyCheckpointAborted(uint64_t checkpointId);
   int taskCount() const;
   const std::vector<OperatorInfo>& operators() const;

@@ -1,8 +1,12 @@
 // host/runtime/line_sinks.h — process-wide line outputs for the print and text sinks.
 //
 // Lines from all subtasks go through one buffered writer per destination, so lines are
-// never interleaved mid-line. Buffers are flushed when a task goes idle, at every
-// checkpoint barrier and when a task ends.
+// never interleaved mid-line. Each task flushes the sinks its operators opened (see
+// JobExecution): when it goes idle, before it forwards a checkpoint barrier or reports
+// its snapshot, and when it ends; the execution flushes every sink when it is over.
+// Hence, once checkpoint N is complete, every line of a record before barrier N has been
+// handed to the OS (fflush, not fsync). Lines of records after the barrier may be written
+// too; a restore from N replays those records, so the guarantee is at-least-once.
 //
 // Thread-safety: thread-safe (one mutex per sink).
 #pragma once
@@ -55,9 +59,10 @@ class LineSinks {
     static LineSinks sinks;
     return sinks;
   }
-  LineSink& stdoutSink() { return stdout_; }
-  /// Appends to `path`; throws std::runtime_error if it cannot be opened.
-  LineSink& fileSink(const std::string& path) {
+  BufferedLineSink& stdoutSink() { return stdout_; }
+  /// Appends to `path`; throws std::runtime_error if it cannot be opened. One writer per
+  /// path for the life of the process.
+  BufferedLineSink& fileSink(const std::string& path) {
     std::lock_guard lock(mu_);
     auto it = files_.find(path);
     if (it != files_.end()) return *it->second;

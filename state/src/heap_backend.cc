@@ -38,9 +38,11 @@ class HeapSnapshot : public AsyncSnapshot {
 
   Result<KeyedStateHandle> run() override {
     std::string path = (req_.exclusiveDir.empty() ? "" : req_.exclusiveDir + "/") + req_.filePrefix + ".kg";
+    if (req_.isAborted()) return stop(path);
     auto writer = KeyGroupWriter::create(*req_.storage, path, states_, range_);
     if (!writer.ok()) return writer.status();
     for (int kg = range_.start; kg <= range_.end; ++kg) {
+      if (req_.isAborted()) return stop(path);  // the unfinished file is discarded with the writer
       if (Status s = (*writer)->beginKeyGroup(kg); !s.ok()) return s;
       size_t slot = static_cast<size_t>(kg - range_.start);
       for (size_t si = 0; si < frozen_.size(); ++si) {
@@ -61,6 +63,12 @@ class HeapSnapshot : public AsyncSnapshot {
   }
 
  private:
+  /// Gives up an aborted snapshot: releases the frozen tables (writers stop copying).
+  Status stop(const std::string& path) {
+    frozen_.clear();
+    return req_.abortedError(req_.storage->describe(path));
+  }
+
   SnapshotRequest req_;
   KeyGroupRange range_;
   std::vector<StateDescriptorInfo> states_;

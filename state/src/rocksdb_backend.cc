@@ -284,6 +284,7 @@ class FullAsyncSnapshot : public AsyncSnapshot {
 
   Result<KeyedStateHandle> write() {
     const std::string path = joinPath(request_.exclusiveDir, request_.filePrefix + ".kg");
+    if (request_.isAborted()) return request_.abortedError(request_.storage->describe(path));
     auto writer = KeyGroupWriter::create(*request_.storage, path, states_, range_);
     if (!writer.ok()) return writer.status();
     KeyGroupWriter& w = **writer;
@@ -302,6 +303,10 @@ class FullAsyncSnapshot : public AsyncSnapshot {
     }
     Status s;
     for (int kg = range_.start; kg <= range_.end && s.ok(); ++kg) {
+      if (request_.isAborted()) {
+        s = request_.abortedError(request_.storage->describe(path));  // the writer discards the file
+        break;
+      }
       s = w.beginKeyGroup(kg);
       for (size_t i = 0; i < its.size() && s.ok(); ++i) {
         rocksdb::Iterator* it = its[i].get();
@@ -430,7 +435,13 @@ class IncrementalAsyncSnapshot : public AsyncSnapshot {
     h.range = range_;
     h.columnFamilies = columnFamilies_;
     std::map<std::string, SharedFileRef> all;
+    size_t uploaded = 0;
     for (const auto& [name, size] : files) {
+      if (request_.isAborted())
+        return request_.abortedError("the RocksDB files of " + request_.filePrefix + " to " +
+                                     st.describe(request_.exclusiveDir) + " (" + std::to_string(uploaded) + " of " +
+                                     std::to_string(files.size()) + " done)");
+      ++uploaded;
       const std::string local = dir_ + "/" + name;
       SharedFileRef ref;
       ref.localName = name;

@@ -1126,5 +1126,37 @@ TEST(InputGateTest, AfterCancelPushFailsAndNextReturnsNothing) {
   EXPECT_FALSE(gate.next({false}).has_value());
 }
 
+TEST(InputGateTest, AWakeUpMakesOneNextReturnNothingInsteadOfWaitingAndDoesNotAccumulate) {
+  InputGate gate(1, 4);
+  gate.wakeUp();
+  gate.wakeUp();
+  EXPECT_FALSE(gate.next({false}).has_value());  // returns at once: no event, woken
+  ASSERT_TRUE(gate.push(0, data("after")));
+  auto e = gate.next({false});  // the second wake-up did not count
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->data, "after");
+}
+
+TEST(InputGateTest, AnEventAlreadyQueuedIsDeliveredBeforeAWakeUp) {
+  InputGate gate(1, 4);
+  ASSERT_TRUE(gate.push(0, data("queued")));
+  gate.wakeUp();
+  auto e = gate.next({false});
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->data, "queued");
+  EXPECT_FALSE(gate.next({false}).has_value());  // then the wake-up
+}
+
+TEST(InputGateTest, AWakeUpWakesAConsumerWaitingOnBlockedChannels) {
+  InputGate gate(2, 4);
+  ASSERT_TRUE(gate.push(0, data("blocked")));
+  auto got = std::async(std::launch::async, [&] { return gate.next({true, false}); });
+  CancelOnExit guard{gate};
+  gate.wakeUp();
+  ASSERT_EQ(got.wait_for(10s), std::future_status::ready) << "wakeUp() did not wake the consumer";
+  EXPECT_FALSE(got.get().has_value());
+  EXPECT_TRUE(gate.push(1, data("still usable")));
+}
+
 }  // namespace
 }  // namespace jobhost::host

@@ -8,12 +8,20 @@
 // paused and must be cheap (heap: copy-on-write marks; rocksdb: flush + native
 // checkpoint); the AsyncSnapshot it returns writes the files on a background thread and
 // produces the handle. The backend may keep processing records while an AsyncSnapshot
-// runs; at most one AsyncSnapshot per backend runs at a time.
+// runs; at most one AsyncSnapshot per backend runs at a time. An aborted checkpoint's
+// AsyncSnapshot stops early (SnapshotRequest::aborted).
 //
-// Thread-safety: every method except AsyncSnapshot::run() is called from the task
-// thread. run() may overlap with record processing.
+// Thread-safety: every KeyedStateBackend method — state access, restore(),
+// snapshotSync(), notifyCheckpointComplete(), notifyCheckpointAborted() — is called on
+// the thread of the task that owns the backend, one at a time. AsyncSnapshot::run() and
+// the AsyncSnapshot's destructor run on another thread and may overlap with any of those
+// calls: whatever the backend shares with an AsyncSnapshot it must guard itself.
+// Ordering: notifyCheckpointComplete(N) and notifyCheckpointAborted(N) are called only
+// after this backend's AsyncSnapshot for N, if there is one, has returned from run() (or
+// was destroyed without running), so its result is visible to them.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -56,6 +64,17 @@ struct SnapshotRequest {
   std::string sharedDir;
   /// Unique per operator subtask, used in file names, e.g. "counts-0".
   std::string filePrefix;
+  /// Becomes true (never false again) once the checkpoint is aborted; null: never.
+  /// AsyncSnapshot::run() checks it before each file and each key group and, once set,
+  /// stops writing and returns an IOError naming the checkpoint ("... was aborted").
+  std::shared_ptr<const std::atomic<bool>> aborted;
+
+  bool isAborted() const { return aborted && aborted->load(std::memory_order_acquire); }
+  /// What run() returns once isAborted(), e.g. "IO error: checkpoint 7 was aborted;
+  /// stopped writing /ckpt/job/chk-7/counts-0.kg".
+  Status abortedError(const std::string& what) const {
+    return Status::IOError("checkpoint " + std::to_string(checkpointId) + " was aborted; stopped writing " + what);
+  }
 };
 
 /// The background half of a snapshot.
@@ -64,7 +83,8 @@ class AsyncSnapshot {
   virtual ~AsyncSnapshot() = default;
   /// Writes the snapshot's files (durably: each file fsynced and published) and returns
   /// the handle. On error, files it wrote may remain (the caller cleans up the
-  /// exclusive directory); shared files are never deleted here.
+  /// exclusive directory); shared files are never deleted here. Returns early with an
+  /// error once request.aborted is set; a file being written then is discarded.
   virtual Result<KeyedStateHandle> run() = 0;
 };
 

@@ -146,7 +146,7 @@ std::set<std::string> referencedShared(Cli& t, const fs::path& chk, const std::f
 }
 
 TEST_F(Checkpoints, IncrementalCheckpointsUploadOnlyNewFilesAndDeleteSharedFilesExactlyWhenUnreferenced) {
-  fs::path in = input(150);
+  fs::path in = input(600);
   std::vector<std::string> args = {"run", "-c", "WordCountIncremental", "-D", "state.checkpoints.num-retained=2"};
   for (auto& f : ckFlags("100ms")) args.push_back(f);
   args.insert(args.end(), {kPlugin, "--input", in.string(), "--rate", "2000"});

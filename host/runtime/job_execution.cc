@@ -265,7 +265,8 @@ struct JobExecution::Impl {
   std::mutex resultMu;
   ExecutionResult result;  // guarded by resultMu
   bool failed = false;     // guarded by resultMu
-  // Uploader: runs asynchronous snapshot parts in FIFO order.
+  // Uploader: runs asynchronous snapshot parts, the reports that must follow them and
+  // the hand-over of notifications to the tasks, in FIFO order.
   std::mutex upMu;
   std::condition_variable upCv;
   std::deque<std::function<void()>> upQueue;  // guarded by upMu

@@ -15,8 +15,8 @@
 // Each task has a mailbox drained on its own thread between records and polls (a task
 // waiting for input is woken for it): checkpoint notifications reach the backends
 // through it, after passing the uploader queue, so a backend sees them on its task
-// thread and only after its asynchronous part of that checkpoint has returned (the
-// contract of keyed_backend.h).
+// thread and after its asynchronous part of that checkpoint has returned or was dropped
+// unstarted (the ordering contract of keyed_backend.h).
 //
 // Thread-safety: public methods are thread-safe. notifyCheckpointComplete/Aborted,
 // triggerCheckpoint, cancel and failExternally never block on the tasks or the

@@ -16,9 +16,10 @@
 // the thread of the task that owns the backend, one at a time. AsyncSnapshot::run() and
 // the AsyncSnapshot's destructor run on another thread and may overlap with any of those
 // calls: whatever the backend shares with an AsyncSnapshot it must guard itself.
-// Ordering: notifyCheckpointComplete(N) and notifyCheckpointAborted(N) are called only
-// after this backend's AsyncSnapshot for N, if there is one, has returned from run() (or
-// was destroyed without running), so its result is visible to them.
+// Ordering: when notifyCheckpointComplete(N) or notifyCheckpointAborted(N) is called,
+// this backend's AsyncSnapshot for N, if there is one, has returned from run() (so what
+// run() recorded is visible) or will never run (an aborted checkpoint's part that had
+// not started; it is destroyed without running, possibly concurrently).
 #pragma once
 
 #include <atomic>

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -155,11 +156,16 @@ class StreamEnvironment {
       if (n.uid == uid) return true;
     return false;
   }
+  /// "auto-<node id>-<name>": the name lower-cased, and every character a uid may not hold
+  /// (anything but letters, digits, '.', '_', '-': a uid names state files) as '-'.
   static std::string defaultUid(const PlanNode& n) {
     std::string kind = n.name;
-    std::transform(kind.begin(), kind.end(), kind.begin(),
-                   [](char c) { return c == ' ' ? '-' : static_cast<char>(std::tolower(c)); });
-    return "auto-" + std::to_string(n.id) + "-" + kind;
+    std::transform(kind.begin(), kind.end(), kind.begin(), [](char c) {
+      unsigned char u = static_cast<unsigned char>(c);
+      bool allowed = std::isalnum(u) != 0 || c == '.' || c == '_' || c == '-';
+      return allowed && u < 0x80 ? static_cast<char>(std::tolower(u)) : '-';
+    });
+    return ("auto-" + std::to_string(n.id) + "-" + kind).substr(0, 128);
   }
   JobArgs args_;
   Plan plan_;

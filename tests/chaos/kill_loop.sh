@@ -144,7 +144,8 @@ check_sequences() {  # DIR KEYS NAME: no ALERT, and every key reached its end
 lines=$((iterations * 1500 + 20000))
 rate=4000
 words=$work/words.txt
-for ((n = 0; n * 14 < lines; n++)); do cat "$here/plugins/wordcount/data/words.txt"; done >"$words"
+cp "$here/plugins/wordcount/data/words.txt" "$words"
+while [ "$(wc -l <"$words")" -lt "$lines" ]; do cat "$words" "$words" >"$words.tmp" && mv "$words.tmp" "$words"; done
 keys=16
 per_key=$(((iterations * 1500 + 20000) / keys))
 

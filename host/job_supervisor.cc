@@ -104,6 +104,7 @@ Worker spawnWorker(const std::vector<std::string>& args, int inheritFd) {
     pthread_sigmask(SIG_SETMASK, &none, nullptr);
     setenv("JOBHOST_WORKER_FD", std::to_string(ch).c_str(), 1);
     setenv("JOBHOST_CRASH_FD", std::to_string(cr).c_str(), 1);
+    setenv("JOBHOST_SUPERVISOR_PID", std::to_string(getppid()).c_str(), 1);
     std::vector<char*> argv;
     for (const auto& s : args) argv.push_back(const_cast<char*>(s.c_str()));
     argv.push_back(nullptr);
@@ -215,7 +216,9 @@ state::Result<std::string> JobSupervisor::savepoint(const std::optional<std::str
     sp.setCanonical(format == state::SnapshotFormat::kCanonical);
     sp.setStop(stop);
   });
-  bool done = changed_.wait_for(lock, std::chrono::minutes(10),
+  // Longer than the worker's own 10-minute limit, so its answer (success or time-out)
+  // always arrives before this gives up.
+  bool done = changed_.wait_for(lock, std::chrono::minutes(11),
                                 [&] { return savepoints_.count(id) || attempt_ != attempt || workerChannel_ < 0; });
   auto it = savepoints_.find(id);
   if (it == savepoints_.end()) {
@@ -280,7 +283,9 @@ void JobSupervisor::disposeClaimedSnapshot() {
   fs::path dir(initial_->directory);
   // Through the registry of the directory holding it: `_metadata` first, and a file
   // another snapshot there still references stays.
-  auto registry = state::SnapshotRegistry::load(initial_->storage);
+  bool checkpoint = state::parseCheckpointDirName(dir.filename().string()).has_value();
+  auto registry = checkpoint ? state::SnapshotRegistry::load(initial_->storage)
+                             : state::SnapshotRegistry::loadOne(initial_->storage, dir.filename().string());
   std::vector<state::RemovedFile> removed;
   state::Status s = registry.ok() ? registry->discard(dir.filename().string(), &removed) : registry.status();
   if (!s.ok()) {
@@ -295,7 +300,7 @@ void JobSupervisor::disposeClaimedSnapshot() {
   claimLock_.reset();
 }
 
-JobSupervisor::RestoreDecision JobSupervisor::decideRestore(int attempt) {
+state::Result<JobSupervisor::RestoreDecision> JobSupervisor::decideRestore(int attempt) {
   RestoreDecision d;
   uint64_t initialId = initial_ ? initial_->metadata.checkpointId : 0;
   d.firstCheckpointId = initialId + 1;
@@ -304,9 +309,10 @@ JobSupervisor::RestoreDecision JobSupervisor::decideRestore(int attempt) {
     auto storage = state::openStorage(jobDir_);
     auto registry = storage.ok() ? state::SnapshotRegistry::load(std::move(*storage))
                                  : state::Result<state::SnapshotRegistry>(storage.status());
-    if (!registry.ok()) {
-      spdlog::warn("cannot read the job's checkpoints in {}: {}", jobDir_, registry.status().message());
-    } else {
+    if (!registry.ok())
+      return state::Status::IOError("cannot read the job's checkpoints in " + jobDir_ + ": " +
+                                    registry.status().message());
+    {
       std::vector<std::string> kept;
       auto garbage = registry->findGarbage(&kept);
       std::vector<state::RemovedFile> removed;
@@ -324,6 +330,12 @@ JobSupervisor::RestoreDecision JobSupervisor::decideRestore(int attempt) {
         d.directory = (fs::path(jobDir_) / state::checkpointDirName(ids.back())).string();
         return d;
       }
+      // Its own checkpoints exist but none can be read: restoring anything older would
+      // silently lose their progress.
+      if (!registry->unreadable().empty())
+        return state::Status::Corruption("none of the job's checkpoints in " + jobDir_ +
+                                         " can be read (see the warnings above); restore one by hand with -s, or "
+                                         "start without state");
     }
   }
   if (initial_) {
@@ -424,8 +436,23 @@ void JobSupervisor::discardCheckpointsOnCancel() {
   }
   std::error_code ec;
   if (s.ok() && registry.ok() && registry->unreadable().empty()) {
+    // What is left are empty directories and the lock file; anything else (a savepoint a
+    // user took into this directory, say) is not a checkpoint and stays, and so does the
+    // directory then.
+    fs::path dir(jobDir_);
+    for (const auto& e : fs::directory_iterator(dir, ec))
+      if (e.is_directory(ec) && (e.path().filename() == state::kSharedDirName ||
+                                 e.path().filename() == state::kTaskOwnedDirName ||
+                                 state::parseCheckpointDirName(e.path().filename().string())))
+        fs::remove(e.path(), ec);  // only if empty
     jobLock_.reset();
-    fs::remove_all(jobDir_, ec);  // nothing referenced is left: empty directories and the lock file
+    fs::remove(dir / state::kLockFileName, ec);
+    ec.clear();
+    fs::remove(dir, ec);  // only if empty
+    if (ec == std::errc::directory_not_empty) {
+      spdlog::info("kept {}: it holds files that are not checkpoints", jobDir_);
+      ec.clear();
+    }
   }
   if (!s.ok() || ec)
     spdlog::warn("could not delete all checkpoints of cancelled job {} in {}: {}", jobId_, jobDir_,
@@ -443,95 +470,102 @@ int JobSupervisor::run() {
   int exitCode = kExitOk;
   bool cancelled = false;
   for (int attempt = 1;; ++attempt) {
-    RestoreDecision restore = decideRestore(attempt);
-    Worker w;
-    try {
-      w = spawnWorker(workerArguments(attempt, restore), jobLock_ ? jobLock_->fd() : -1);
-    } catch (const std::exception& e) {
-      spdlog::error("{}", e.what());
-      exitCode = kExitJobFailed;
-      break;
-    }
-    {
-      std::lock_guard lock(mu_);
-      workerChannel_ = w.channel;
-      attempt_ = attempt;
-      if (cancelRequested_) sendLocked([](wire::ToWorker::Builder b) { b.setCancel(); });
-    }
-    auto ended = readWorker(w.channel);
-    int status = 0;
-    waitpid(w.pid, &status, 0);
-    std::string crashReport;
-    {
-      char buf[1024];
-      ssize_t n;
-      while ((n = ::read(w.crash, buf, sizeof buf)) > 0) crashReport.append(buf, static_cast<size_t>(n));
-    }
-    bool requested, stopped;
-    {
-      std::lock_guard lock(mu_);
-      workerChannel_ = -1;
-      failInProgressLocked("the job attempt ended before it completed");
-      changed_.notify_all();
-      requested = cancelRequested_;
-      stopped = stopped_;
-    }
-    close(w.channel);
-    close(w.crash);
-    // A worker that died (kill -9, OOM) could not remove its working directory.
-    std::error_code rmError;
-    fs::remove_all(attemptLocalDir(setup_, jobId_, attempt), rmError);
-
+    // Nothing runs now: what the previous attempt left is collected and the restore
+    // source decided. If the job's own checkpoints cannot be read, the attempt fails (and
+    // the restart strategy decides) rather than falling back to an older snapshot.
+    auto restore = decideRestore(attempt);
     std::string message, where;
-    if (ended) {
-      auto kind = static_cast<wire::EndKind>(ended->kind);
-      if (kind == wire::EndKind::FINISHED) {
-        spdlog::info("job {} ({}) finished", jobId_, className);
-        setState(JobState::kFinished);
-        break;
-      }
-      if (kind == wire::EndKind::SETUP_FAILED) {  // the worker printed why
-        exitCode = ended->exitCode;
-        setState(JobState::kFailed);
-        break;
-      }
-      if (kind == wire::EndKind::CANCELLED || requested) {
-        if (interruptedBySignal()) {
-          spdlog::info("job {} stopped by signal", jobId_);
-          exitCode = kExitInterrupted;
-        } else {
-          spdlog::info("job {} {}", jobId_, stopped ? "stopped with a savepoint" : "cancelled");
-        }
-        setState(JobState::kCanceled);
-        cancelled = true;
-        break;
-      }
-      message = ended->message;
-      where = ended->operatorName.empty() ? "" : "operator '" + ended->operatorName + "' " + ended->subtask + ": ";
-      if (ended->restoreFailure) {
-        spdlog::error("job {} failed while restoring state, not retrying: {}", jobId_, message);
-        exitCode = ended->exitCode ? ended->exitCode : kExitIncompatible;
-        setState(JobState::kFailed);
-        break;
-      }
+    if (!restore.ok()) {
+      message = restore.status().message();
     } else {
-      // No report: the worker died.
-      if (WIFSIGNALED(status)) message = "the worker process was killed by " + describeSignal(WTERMSIG(status));
-      else message = "the worker process exited with code " + std::to_string(WEXITSTATUS(status)) + " without a report";
-      auto tab = crashReport.find('\t');
-      if (tab != std::string::npos) {
-        std::string rest = crashReport.substr(tab + 1);
-        auto tab2 = rest.find('\t');
-        std::string op = rest.substr(0, tab2);
-        std::string subtask = tab2 == std::string::npos ? "" : rest.substr(tab2 + 1);
-        while (!subtask.empty() && (subtask.back() == '\n')) subtask.pop_back();
-        if (!op.empty()) where = "operator '" + op + "' " + subtask + ": ";
-      }
-      if (requested) {
-        setState(JobState::kCanceled);
-        cancelled = true;
-        exitCode = interruptedBySignal() ? kExitInterrupted : kExitOk;
+      Worker w;
+      try {
+        w = spawnWorker(workerArguments(attempt, *restore), jobLock_ ? jobLock_->fd() : -1);
+      } catch (const std::exception& e) {
+        spdlog::error("{}", e.what());
+        exitCode = kExitJobFailed;
         break;
+      }
+      {
+        std::lock_guard lock(mu_);
+        workerChannel_ = w.channel;
+        attempt_ = attempt;
+        if (cancelRequested_) sendLocked([](wire::ToWorker::Builder b) { b.setCancel(); });
+      }
+      auto ended = readWorker(w.channel);
+      int status = 0;
+      waitpid(w.pid, &status, 0);
+      std::string crashReport;
+      {
+        char buf[1024];
+        ssize_t n;
+        while ((n = ::read(w.crash, buf, sizeof buf)) > 0) crashReport.append(buf, static_cast<size_t>(n));
+      }
+      bool requested, stopped;
+      {
+        std::lock_guard lock(mu_);
+        workerChannel_ = -1;
+        failInProgressLocked("the job attempt ended before it completed");
+        changed_.notify_all();
+        requested = cancelRequested_;
+        stopped = stopped_;
+      }
+      close(w.channel);
+      close(w.crash);
+      // A worker that died (kill -9, OOM) could not remove its working directory.
+      std::error_code rmError;
+      fs::remove_all(attemptLocalDir(setup_, jobId_, attempt), rmError);
+
+      if (ended) {
+        auto kind = static_cast<wire::EndKind>(ended->kind);
+        if (kind == wire::EndKind::FINISHED) {
+          spdlog::info("job {} ({}) finished", jobId_, className);
+          setState(JobState::kFinished);
+          break;
+        }
+        if (kind == wire::EndKind::SETUP_FAILED) {  // the worker printed why
+          exitCode = ended->exitCode;
+          setState(JobState::kFailed);
+          break;
+        }
+        if (kind == wire::EndKind::CANCELLED || requested) {
+          if (interruptedBySignal()) {
+            spdlog::info("job {} stopped by signal", jobId_);
+            exitCode = kExitInterrupted;
+          } else {
+            spdlog::info("job {} {}", jobId_, stopped ? "stopped with a savepoint" : "cancelled");
+          }
+          setState(JobState::kCanceled);
+          cancelled = true;
+          break;
+        }
+        message = ended->message;
+        where = ended->operatorName.empty() ? "" : "operator '" + ended->operatorName + "' " + ended->subtask + ": ";
+        if (ended->restoreFailure) {
+          spdlog::error("job {} failed while restoring state, not retrying: {}", jobId_, message);
+          exitCode = ended->exitCode ? ended->exitCode : kExitIncompatible;
+          setState(JobState::kFailed);
+          break;
+        }
+      } else {
+        // No report: the worker died.
+        if (WIFSIGNALED(status)) message = "the worker process was killed by " + describeSignal(WTERMSIG(status));
+        else message = "the worker process exited with code " + std::to_string(WEXITSTATUS(status)) + " without a report";
+        auto tab = crashReport.find('\t');
+        if (tab != std::string::npos) {
+          std::string rest = crashReport.substr(tab + 1);
+          auto tab2 = rest.find('\t');
+          std::string op = rest.substr(0, tab2);
+          std::string subtask = tab2 == std::string::npos ? "" : rest.substr(tab2 + 1);
+          while (!subtask.empty() && (subtask.back() == '\n')) subtask.pop_back();
+          if (!op.empty()) where = "operator '" + op + "' " + subtask + ": ";
+        }
+        if (requested) {
+          setState(JobState::kCanceled);
+          cancelled = true;
+          exitCode = interruptedBySignal() ? kExitInterrupted : kExitOk;
+          break;
+        }
       }
     }
     {

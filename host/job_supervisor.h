@@ -81,7 +81,9 @@ class JobSupervisor {
     bool restoreFailure = false;
     int exitCode = 0;
   };
-  RestoreDecision decideRestore(int attempt);
+  /// Collects what the previous attempt left and decides what this one restores. An
+  /// error if the job directory cannot be read, or holds checkpoints none of which can be.
+  state::Result<RestoreDecision> decideRestore(int attempt);
   std::vector<std::string> workerArguments(int attempt, const RestoreDecision& d) const;
   /// Reads the worker's messages until it closes the channel; returns its end report.
   std::optional<WorkerEnd> readWorker(int fd);

@@ -92,7 +92,10 @@ void installCrashReporter(int fd) {
 
 int runWorker(const RunOptions& o, const WorkerParams& w) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (getppid() == 1) return kExitJobFailed;  // the supervisor died before we got here
+  // The supervisor died before PR_SET_PDEATHSIG took effect? (Compared with its pid, not
+  // with 1: in a container the supervisor may itself be pid 1.)
+  if (const char* sup = std::getenv("JOBHOST_SUPERVISOR_PID"); sup && getppid() != std::atoi(sup))
+    return kExitJobFailed;
   installCrashReporter(w.crashFd);
   Channel channel(w.channelFd);
   auto end = [&](wire::EndKind kind, const std::string& message, const std::string& op, const std::string& subtask,

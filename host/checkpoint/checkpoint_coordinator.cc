@@ -186,7 +186,10 @@ bool CheckpointCoordinator::triggerCheckpoint() {
 void CheckpointCoordinator::acknowledge(uint64_t id, TaskSnapshot snapshot) {
   std::lock_guard lock(mu_);
   if (!pending_ || pending_->id != id) {
-    if (aborted_.count(id)) cleanUpAbortedLocked(id, &snapshot);  // a late part of an aborted checkpoint
+    // A late part of an aborted checkpoint or savepoint: it has stopped writing now.
+    std::vector<TaskSnapshot> late;
+    late.push_back(std::move(snapshot));
+    cleanUpAbortedLocked(id, late);
     return;
   }
   pending_->acks.push_back(std::move(snapshot));
@@ -199,16 +202,23 @@ void CheckpointCoordinator::acknowledge(uint64_t id, TaskSnapshot snapshot) {
 void CheckpointCoordinator::decline(uint64_t id, const Status& reason) {
   std::lock_guard lock(mu_);
   if (!pending_ || pending_->id != id) {
-    if (aborted_.count(id)) cleanUpAbortedLocked(id, nullptr);
+    cleanUpAbortedLocked(id, {});
     return;
   }
   abortLocked(id, reason.toString());
 }
 
-void CheckpointCoordinator::cleanUpAbortedLocked(uint64_t id, const TaskSnapshot* late) {
+void CheckpointCoordinator::cleanUpAbortedLocked(uint64_t id, const std::vector<TaskSnapshot>& parts) {
+  if (auto sp = abortedSavepoints_.find(id); sp != abortedSavepoints_.end()) {
+    // A savepoint directory is new and ours alone until its _metadata exists.
+    Status s = sp->second.first->removeAll(sp->second.second);
+    if (!s.ok()) spdlog::warn("could not clean up {}: {}", sp->second.first->describe(sp->second.second), s.toString());
+    return;
+  }
+  if (!aborted_.count(id)) return;
   std::vector<state::FileRef> uploaded;  // shared files this checkpoint uploaded itself
-  if (late)
-    for (const auto& [uid, sub] : late->operators)
+  for (const auto& part : parts)
+    for (const auto& [uid, sub] : part.operators)
       if (auto* inc = std::get_if<state::IncrementalStateHandle>(&sub.keyed))
         for (const auto& f : inc->sharedFiles)
           if (f.createdByCheckpoint == id) uploaded.push_back(f.file);
@@ -222,18 +232,22 @@ void CheckpointCoordinator::abortLocked(uint64_t id, const std::string& reason) 
   if (pending_ && pending_->savepoint) {
     SavepointRequest* sp = pending_->savepoint;
     spdlog::warn("savepoint {} failed: {}", sp->storage->describe(sp->dir), reason);
-    // A savepoint directory is new and ours alone until its _metadata exists.
-    Status s = sp->storage->removeAll(sp->dir);
-    if (!s.ok()) spdlog::warn("could not clean up {}: {}", sp->storage->describe(sp->dir), s.toString());
     sp->result = Status::IOError("savepoint failed: " + reason);
     failRecordLocked(id, reason);
     pending_.reset();
     done_.notify_all();
+    // Withdraw it first, so tasks that have not snapshotted yet write nothing more; parts
+    // still writing report later and clean up again (cleanUpAbortedLocked).
     if (execution_) execution_->notifyCheckpointAborted(id);
+    abortedSavepoints_[id] = {sp->storage, sp->dir};
+    while (abortedSavepoints_.size() > 16) abortedSavepoints_.erase(abortedSavepoints_.begin());
+    cleanUpAbortedLocked(id, {});
     return;
   }
   spdlog::warn("checkpoint {} failed and was discarded: {}", id, reason);
   failRecordLocked(id, reason);
+  std::vector<TaskSnapshot> reported;  // parts that reported before the abort
+  if (pending_ && pending_->id == id) reported = std::move(pending_->acks);
   pending_.reset();
   done_.notify_all();
   aborted_.insert(id);
@@ -244,9 +258,10 @@ void CheckpointCoordinator::abortLocked(uint64_t id, const std::string& reason) 
                                std::to_string(consecutiveFailures_) +
                                " in a row; execution.checkpointing.tolerable-failed-checkpoints = " +
                                std::to_string(options_.tolerableFailures) + ")");
-  // Withdraw it first, so tasks that have not snapshotted yet write nothing more.
+  // Withdraw it first, so tasks that have not snapshotted yet write nothing more. What the
+  // parts that already reported uploaded goes now; parts still writing report later.
   if (execution_) execution_->notifyCheckpointAborted(id);
-  cleanUpAbortedLocked(id, nullptr);
+  cleanUpAbortedLocked(id, reported);
 }
 
 void CheckpointCoordinator::finalizeLocked(Pending p) {

@@ -122,9 +122,10 @@ class CheckpointCoordinator : public CheckpointListener {
   void abortLocked(uint64_t id, const std::string& reason);
   /// Discards the oldest retained checkpoints beyond num-retained (through the registry).
   void subsumeLocked();
-  /// What an aborted checkpoint's late part wrote: its chk-<n> again, and the shared
-  /// files it uploaded that nothing references.
-  void cleanUpAbortedLocked(uint64_t id, const TaskSnapshot* late);
+  /// What an aborted checkpoint wrote (called at the abort and again for every late
+  /// part): its chk-<n>, and the shared files `parts` uploaded that nothing references; for
+  /// an aborted savepoint its directory. No-op for ids that were not aborted.
+  void cleanUpAbortedLocked(uint64_t id, const std::vector<TaskSnapshot>& parts);
   void loop();
   /// Adds `r`, or replaces the record with the same id and trigger time; notifies.
   void recordLocked(const CheckpointRecord& r);
@@ -143,6 +144,8 @@ class CheckpointCoordinator : public CheckpointListener {
   uint64_t nextId_;                              // guarded by mu_
   std::deque<uint64_t> retained_;                // guarded by mu_; ids, oldest first
   std::set<uint64_t> aborted_;                   // guarded by mu_; may still report late
+  /// Aborted savepoints' storage and directory, for late reports; guarded by mu_.
+  std::map<uint64_t, std::pair<std::shared_ptr<state::CheckpointStorage>, std::string>> abortedSavepoints_;
   uint64_t completed_ = 0;                       // guarded by mu_
   int consecutiveFailures_ = 0;                  // guarded by mu_
   bool stop_ = false;                            // guarded by mu_

@@ -158,7 +158,10 @@ int disposeSavepointCommand(const std::string& path) {
   }
   // Through the registry of the directory holding it: `_metadata` first, then the files
   // no other snapshot there references.
-  auto registry = state::SnapshotRegistry::load(r->storage);
+  // A checkpoint shares files with its siblings: the whole job directory is read. A
+  // savepoint is self-contained: only it is read (its neighbours are none of our business).
+  auto registry = checkpoint ? state::SnapshotRegistry::load(r->storage)
+                             : state::SnapshotRegistry::loadOne(r->storage, dir.filename().string());
   if (!registry.ok()) {
     std::cerr << "error: cannot read " << dir.parent_path().string() << ": " << registry.status().message()
               << " — nothing was removed\n";

@@ -22,7 +22,9 @@
 namespace jobhost::host {
 
 inline constexpr std::chrono::milliseconds kStatusTimeout = std::chrono::seconds(5);
-inline constexpr std::chrono::milliseconds kSavepointTimeout = std::chrono::minutes(10);
+// Longer than the supervisor's wait (11 min), which is longer than the worker's savepoint
+// limit (10 min): the answer of the side that decides always arrives first.
+inline constexpr std::chrono::milliseconds kSavepointTimeout = std::chrono::minutes(12);
 
 struct JobEndpoint {
   std::string jobId;       // from the socket name <jobId>.sock

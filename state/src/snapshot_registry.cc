@@ -53,6 +53,22 @@ Result<SnapshotRegistry> SnapshotRegistry::load(std::shared_ptr<CheckpointStorag
   return r;
 }
 
+Result<SnapshotRegistry> SnapshotRegistry::loadOne(std::shared_ptr<CheckpointStorage> storage, const std::string& dir) {
+  SnapshotRegistry r(std::move(storage));
+  r.partial_ = true;
+  std::string bytes;
+  if (Status s = r.storage_->get(metadataPath(dir), &bytes); !s.ok()) return s;
+  auto m = parseMetadata(bytes, dir, r.storage_->describe(metadataPath(dir)));
+  if (!m.ok()) return m.status();
+  r.add(dir, std::move(*m));
+  return r;
+}
+
+bool SnapshotRegistry::referencesUnder(const std::string& dir) const {
+  auto it = referencedBy_.lower_bound(dir + "/");
+  return it != referencedBy_.end() && it->first.rfind(dir + "/", 0) == 0;
+}
+
 void SnapshotRegistry::add(const std::string& dir, CheckpointMetadata m) {
   for (const auto& f : m.referencedFiles()) referencedBy_[f.path].insert(dir);
   snapshots_[dir] = std::move(m);
@@ -83,8 +99,9 @@ Status SnapshotRegistry::publish(const std::string& dir, const CheckpointMetadat
   if (!bytes.ok()) return bytes.status();
   if (Status s = storage_->put(metadataPath(dir), *bytes); !s.ok()) {
     // A failure after the file became visible (e.g. the directory fsync) must not leave a
-    // snapshot behind that nobody reported complete.
-    if (storage_->exists(metadataPath(dir))) (void)storage_->remove(metadataPath(dir));
+    // snapshot behind that nobody reported complete; but another writer's `_metadata`
+    // ("already exists") is not ours to remove.
+    if (!s.isInvalidArgument() && storage_->exists(metadataPath(dir))) (void)storage_->remove(metadataPath(dir));
     return s;
   }
   add(dir, metadata);
@@ -121,7 +138,7 @@ Status SnapshotRegistry::discard(const std::string& dir, std::vector<RemovedFile
   // other snapshot's references are known (no unreadable `_metadata`).
   Status first;
   for (const auto& f : m.referencedFiles()) {
-    if (!unreadable_.empty() && f.path.rfind(dir + "/", 0) != 0) continue;
+    if (!knowsAllReferences() && f.path.rfind(dir + "/", 0) != 0) continue;
     keepFirst(&first, removeIfUnreferenced(f, "only " + dir + " used it", removed));
   }
   // 3. Whatever else is under its directory (files a crash left, temporary files), unless
@@ -174,6 +191,7 @@ Status SnapshotRegistry::discardIncomplete(const std::string& dir, const std::ve
 }
 
 Result<std::vector<RemovedFile>> SnapshotRegistry::findGarbage(std::vector<std::string>* kept) const {
+  if (partial_) return std::vector<RemovedFile>{};  // only the owner of a whole directory finds garbage
   std::vector<FileEntry> files, temporary;
   if (Status s = storage_->list("", &files); !s.ok()) return s;
   if (Status s = storage_->listTemporary("", &temporary); !s.ok()) return s;
@@ -190,9 +208,10 @@ Result<std::vector<RemovedFile>> SnapshotRegistry::findGarbage(std::vector<std::
       if (unreadable_.count(top)) {
         if (keptDirs.insert(top).second)
           keep(storage_->describe(top) + ": its _metadata cannot be read (" + unreadable_.at(top) +
-               "); inspect it, and remove it with `jobhost savepoint -d` or by hand if it is damaged");
+               "); if it is damaged, delete that directory by hand (rm -r), then run jobhost gc again");
         continue;
       }
+      if (referencedBy_.count(f.path)) continue;  // another snapshot still uses it
       out.push_back({f.path, f.size, "checkpoint " + top + " never completed"});
     } else if (top == kSharedDirName) {
       if (referencedBy_.count(f.path)) continue;
@@ -227,7 +246,7 @@ Status SnapshotRegistry::collect(const std::vector<RemovedFile>& garbage, std::v
   }
   // Directories of checkpoints that never completed, now empty.
   for (const auto& dir : incompleteDirs)
-    if (!storage_->exists(metadataPath(dir))) keepFirst(&first, storage_->removeAll(dir));
+    if (!storage_->exists(metadataPath(dir)) && !referencesUnder(dir)) keepFirst(&first, storage_->removeAll(dir));
   return first;
 }
 

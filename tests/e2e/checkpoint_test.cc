@@ -146,10 +146,11 @@ std::set<std::string> referencedShared(Cli& t, const fs::path& chk, const std::f
 }
 
 TEST_F(Checkpoints, IncrementalCheckpointsUploadOnlyNewFilesAndDeleteSharedFilesExactlyWhenUnreferenced) {
+  // Long enough (about 8 s) to observe many checkpoints also on a loaded machine.
   fs::path in = input(600);
   std::vector<std::string> args = {"run", "-c", "WordCountIncremental", "-D", "state.checkpoints.num-retained=2"};
   for (auto& f : ckFlags("100ms")) args.push_back(f);
-  args.insert(args.end(), {kPlugin, "--input", in.string(), "--rate", "2000"});
+  args.insert(args.end(), {kPlugin, "--input", in.string(), "--rate", "1000"});
   Process p(jobhost(args), tmp / "inc.out", tmp / "inc.err");
   // Observe the job directory while checkpoints complete: at every moment the shared
   // directory must hold every file a retained checkpoint references.
@@ -182,6 +183,21 @@ TEST_F(Checkpoints, IncrementalCheckpointsUploadOnlyNewFilesAndDeleteSharedFiles
   Result r = p.wait();
   ASSERT_EQ(r.exitCode, 0) << r.err;
   EXPECT_GT(observations, 3);
+  // Reuse, from the log (every checkpoint, not only those the loop caught before their
+  // subsumption): "completed checkpoint N (X new, Y total, ...)" with X < Y.
+  {
+    std::istringstream log(r.err);
+    std::string line;
+    while (std::getline(log, line)) {
+      auto at = line.find("completed checkpoint ");
+      auto open = line.find('(', at == std::string::npos ? 0 : at);
+      if (at == std::string::npos || open == std::string::npos) continue;
+      auto newEnd = line.find(" new, ", open);
+      auto totalEnd = line.find(" total", newEnd == std::string::npos ? open : newEnd);
+      if (newEnd == std::string::npos || totalEnd == std::string::npos) continue;
+      if (line.substr(open + 1, newEnd - open - 1) != line.substr(newEnd + 6, totalEnd - newEnd - 6)) ++reusingCheckpoints;
+    }
+  }
   EXPECT_GT(reusingCheckpoints, 0) << "no checkpoint reused an earlier upload: nothing was incremental";
   // After the run: exactly the files the retained checkpoints reference remain.
   auto chks = completed(jobDir);

@@ -271,6 +271,56 @@ TEST_F(Recovery, TheSupervisorRemovesTheWorkingDirectoryOfAWorkerThatDied) {
   EXPECT_TRUE(left.empty()) << left.front() << " was left in state.local.dir";
 }
 
+// DELETE_ON_CANCELLATION removed the whole job directory, a savepoint a user took into
+// it included ("no job ever deletes a savepoint").
+TEST_F(Recovery, DeleteOnCancellationDeletesTheCheckpointsAndNothingElse) {
+  auto before = jobDirs();
+  Process p(jobhost(std::vector<std::string>{"run", "-c", "WordCount", "-D",
+                                             "execution.checkpointing.externalized-checkpoint-retention=DELETE_ON_CANCELLATION"} +
+                    ckFlags("100ms") + std::vector<std::string>{kPlugin, "--input", input(400).string(), "--rate", "1000"}),
+            tmp / "job.out", tmp / "job.err");
+  fs::path jobDir = waitForNewJobDir(p, before);
+  ASSERT_FALSE(jobDir.empty()) << readFile(tmp / "job.err");
+  std::string jobId = jobDir.filename().string();
+  Result sp = cli({"savepoint", jobId, jobDir.string()});
+  ASSERT_EQ(sp.exitCode, 0) << sp.out << sp.err;
+  Result c = cli({"cancel", jobId});
+  ASSERT_EQ(c.exitCode, 0) << c.out << c.err;
+  Result r = p.wait();
+  EXPECT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_TRUE(completed(jobDir).empty()) << "the checkpoints are deleted";
+  std::vector<fs::path> savepoints;
+  for (const auto& e : fs::directory_iterator(jobDir))
+    if (e.path().filename().string().rfind("savepoint-", 0) == 0) savepoints.push_back(e.path());
+  ASSERT_EQ(savepoints.size(), 1u) << "the user's savepoint is not the job's to delete";
+  EXPECT_TRUE(fs::exists(savepoints[0] / "_metadata"));
+  EXPECT_FALSE(fs::exists(jobDir / "shared"));
+  EXPECT_TRUE(contains(r.err, "it holds files that are not checkpoints")) << r.err;
+}
+
+// The supervisor fell back to the -s snapshot (or to no state at all) when the job's own
+// checkpoints could not be read before a restart, silently losing their progress.
+TEST_F(Recovery, AFailoverWhoseOwnCheckpointsCannotBeReadFailsTheAttemptInsteadOfStartingOver) {
+  fs::path in = wordsWithError("in.txt", 6000, 3000);
+  auto before = jobDirs();
+  Process p(jobhost(std::vector<std::string>{"run", "-c", "WordCount", "-D", "restart-strategy.type=fixed-delay", "-D",
+                                             "restart-strategy.fixed-delay.attempts=2", "-D",
+                                             "restart-strategy.fixed-delay.delay=3s"} +
+                    ckFlags("100ms") + std::vector<std::string>{kPlugin, "--input", in.string(), "--rate", "1500"}),
+            tmp / "job.out", tmp / "job.err");
+  fs::path jobDir = waitForNewJobDir(p, before);
+  ASSERT_FALSE(jobDir.empty()) << readFile(tmp / "job.err");
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (p.running() && !contains(readFile(tmp / "job.err"), "restarting in") && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  // During the restart delay: every checkpoint of the job becomes unreadable.
+  for (const auto& c : completed(jobDir)) fs::resize_file(c / "_metadata", 7);
+  Result r = p.wait();
+  EXPECT_EQ(r.exitCode, 1) << r.err;
+  EXPECT_TRUE(contains(r.err, "none of the job's checkpoints in " + jobDir.string() + " can be read")) << r.err;
+  EXPECT_FALSE(contains(r.err, "attempt 2 failed: the input contained")) << "attempt 2 ran from scratch: " << r.err;
+}
+
 // Item 9: stop took the savepoint and cancelled afterwards, so records after the
 // savepoint's barrier were emitted before the stop and again after the restore.
 TEST_F(Recovery, StopEmitsNothingAfterItsSavepointSoARestoreNeitherLosesNorRepeatsOutput) {
@@ -364,9 +414,15 @@ TEST_P(KeptState, AStateTheClassNoLongerDeclaresSurvivesItsCheckpointsAndFailove
   Result inspect = cli({"inspect", completed(dir2).back().string()});
   EXPECT_TRUE(contains(inspect.out, "tags")) << "the kept state is in v2's metadata: " << inspect.out;
 
-  // v1 again, from v2's checkpoint: every key it counted before still has its tags.
+  // v1 again, from v2's checkpoint: every key it counted before still has its tags. Its
+  // input goes on after the end of v2's, so it sees every key again whatever position the
+  // checkpoint holds.
+  fs::path longer = tmp / "keys-longer.txt";
+  std::string more;
+  for (int i = 0; i < 50; ++i) more += "k" + std::to_string(i % 5) + "\n";
+  writeFile(longer, text + more);
   Result again = cli(std::vector<std::string>{"run", "-s", dir2.string(), "-c", "KeyedCountsWithMap", "-D", backend} +
-                     std::vector<std::string>{kEvolving, "--input", in.string()});
+                     std::vector<std::string>{kEvolving, "--input", longer.string()});
   ASSERT_EQ(again.exitCode, 0) << again.err;
   EXPECT_FALSE(contains(again.out, "LOST")) << again.out.substr(0, 2000);
   std::set<std::string> restoredKeys;  // keys whose first line shows a count from before

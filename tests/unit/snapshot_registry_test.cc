@@ -170,6 +170,35 @@ TEST_F(Registry, PublishNeverOverwritesAndDiscardOfAnUnknownSnapshotIsNotFound) 
   EXPECT_TRUE(r.discard("chk-9").isNotFound());
 }
 
+TEST_F(Registry, ASavepointIsDisposedOfAloneWhateverItsNeighboursAre) {
+  // Savepoints are self-contained: disposing of one reads nothing else under the parent,
+  // so a neighbour that cannot be read does not block it, and nothing outside it goes.
+  auto r = load();
+  CheckpointMetadata sp = incremental(7, {});
+  sp.kind = SnapshotKind::kSavepoint;
+  for (const auto& f : sp.referencedFiles()) ASSERT_TRUE(storage->put(f.path, "abc").ok());
+  ASSERT_TRUE(r.publish("chk-7", sp).ok());
+  ASSERT_TRUE(storage->put("savepoint-other/_metadata", "not a metadata file").ok());
+  ASSERT_TRUE(storage->put("shared/a.sst", "kept").ok());
+  auto one = SnapshotRegistry::loadOne(storage, "chk-7");
+  ASSERT_TRUE(one.ok()) << one.status().toString();
+  EXPECT_TRUE(one->findGarbage().value().empty()) << "a partial view finds no garbage";
+  ASSERT_TRUE(one->discard("chk-7").ok());
+  EXPECT_FALSE(has("chk-7"));
+  EXPECT_TRUE(has("savepoint-other/_metadata"));
+  EXPECT_TRUE(has("shared/a.sst"));
+  EXPECT_TRUE(SnapshotRegistry::loadOne(storage, "chk-7").status().isNotFound());
+}
+
+TEST_F(Registry, APublicationThatLosesARaceLeavesTheWinnersMetadataAlone) {
+  auto first = load();
+  auto second = load();  // loaded before the first publishes
+  write(first, incremental(3, {"a.sst"}));
+  Status s = second.publish("chk-3", incremental(3, {"a.sst"}));
+  EXPECT_FALSE(s.ok());
+  EXPECT_TRUE(has("chk-3/_metadata")) << "the loser removed the winner's _metadata: " << s.toString();
+}
+
 TEST(JobDirectoryLock, ASecondHolderIsRefusedWithTheFirstHoldersPidAndClass) {
   TempDir tmp;
   auto first = host::JobDirectoryLock::acquire(tmp.path().string(), {4242, "3f0c9a", "WordCount", "running job"});

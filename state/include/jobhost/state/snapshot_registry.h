@@ -56,6 +56,12 @@ class SnapshotRegistry {
   /// Fails only if the storage cannot be listed or a present `_metadata` cannot be read
   /// for an I/O reason (IOError, NoSpace, PermissionDenied: worth retrying).
   static Result<SnapshotRegistry> load(std::shared_ptr<CheckpointStorage> storage);
+  /// A registry of the one snapshot in directory `dir` under the storage root, for a
+  /// self-contained snapshot (a savepoint) among unrelated ones: reads nothing else, and
+  /// so never deletes a file outside `dir` (it cannot know who else references it) and
+  /// finds no garbage. NotFound if `dir` has no `_metadata`; Corruption if it cannot be
+  /// parsed.
+  static Result<SnapshotRegistry> loadOne(std::shared_ptr<CheckpointStorage> storage, const std::string& dir);
 
   /// Complete snapshots by directory name ("chk-7", "savepoint-3f0c9a-..."); paths in the
   /// metadata are relative to the storage root.
@@ -102,6 +108,10 @@ class SnapshotRegistry {
  private:
   explicit SnapshotRegistry(std::shared_ptr<CheckpointStorage> storage) : storage_(std::move(storage)) {}
   void add(const std::string& dir, CheckpointMetadata m);
+  /// True if every reference to a file outside its own snapshot directory is known.
+  bool knowsAllReferences() const { return !partial_ && unreadable_.empty(); }
+  /// True if a registered snapshot references a file under `dir`.
+  bool referencesUnder(const std::string& dir) const;
   /// Removes `path` unless a registered snapshot references it; NotFound is fine.
   Status removeIfUnreferenced(const FileRef& f, const std::string& reason, std::vector<RemovedFile>* removed);
 
@@ -110,6 +120,7 @@ class SnapshotRegistry {
   std::map<std::string, std::string> unreadable_;
   std::map<std::string, std::set<std::string>> referencedBy_;  // file path -> snapshot dirs
   uint64_t highestSeen_ = 0;
+  bool partial_ = false;  // loadOne(): other snapshots under the root are unknown
 };
 
 }  // namespace jobhost::state

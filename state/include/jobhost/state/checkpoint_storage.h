@@ -144,8 +144,10 @@ class CheckpointStorage {
   /// empty list and OK.
   virtual Status list(const std::string& dirPrefix, std::vector<FileEntry>* out) = 0;
 
-  /// Removes the file at path. NotFound if there is none. Directories that become
-  /// empty are left in place (list() does not report them).
+  /// Removes the file at path, durably (the removal survives a crash once this returns
+  /// OK: the registry relies on it to remove `_metadata` before the files it names).
+  /// NotFound if there is none. Directories that become empty are left in place (list()
+  /// does not report them).
   virtual Status remove(const std::string& path) = 0;
 
   /// In-flight temporary files under dirPrefix (writes that never completed, e.g. left by

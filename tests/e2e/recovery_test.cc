@@ -2,6 +2,7 @@
 // source is decided once by the supervisor, a job directory is locked by the job that
 // writes it, states the class no longer declares are carried forward, and a stop emits
 // nothing after its savepoint. Each test is named after what broke.
+#include <functional>
 #include <set>
 
 #include "cli_fixture.h"
@@ -63,6 +64,14 @@ class Recovery : public Cli {
     EXPECT_EQ(r.exitCode, 130) << r.err;
     auto c = completed(dir);
     return c.empty() ? fs::path() : c.back();
+  }
+  /// Polls `done` while `p` runs, for at most `timeout`; true once it holds.
+  static bool waitWhileRunning(Process& p, const std::function<bool()>& done,
+                               std::chrono::seconds timeout = std::chrono::seconds(60)) {
+    auto until = std::chrono::steady_clock::now() + timeout;
+    while (p.running() && !done() && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return done();
   }
   std::vector<std::string> failFast(int attempts) {
     return {"-D", "restart-strategy.type=fixed-delay", "-D",
@@ -137,9 +146,7 @@ TEST_F(Recovery, EveryAttemptRestoresTheSnapshotResolvedOnceNotANewerOneThatAppe
                                              "execution.checkpointing.interval=0"} +
                     failFast(1) + std::vector<std::string>{kPlugin, "--input", in.string(), "--rate", "500"}),
             tmp / "second.out", tmp / "second.err");
-  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (p.running() && readFile(tmp / "second.out").empty() && std::chrono::steady_clock::now() < until)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  waitWhileRunning(p, [&] { return !readFile(tmp / "second.out").empty(); });
   fs::copy(foreign, jobDir / "chk-999", fs::copy_options::recursive);  // newer, never preflighted
   Result r = p.wait();
   EXPECT_EQ(r.exitCode, 1) << r.err;
@@ -158,9 +165,7 @@ TEST_F(Recovery, ARestoreFromAJobDirectoryWhoseNewestMetadataIsUnreadableUsesThe
             tmp / "job.out", tmp / "job.err");
   fs::path jobDir = waitForNewJobDir(p, before);
   ASSERT_FALSE(jobDir.empty()) << readFile(tmp / "job.err");
-  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (p.running() && completed(jobDir).size() < 2 && std::chrono::steady_clock::now() < until)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  waitWhileRunning(p, [&] { return completed(jobDir).size() >= 2; });
   p.signal(SIGTERM);
   ASSERT_EQ(p.wait().exitCode, 130);
   auto chks = completed(jobDir);
@@ -310,9 +315,7 @@ TEST_F(Recovery, AFailoverWhoseOwnCheckpointsCannotBeReadFailsTheAttemptInsteadO
             tmp / "job.out", tmp / "job.err");
   fs::path jobDir = waitForNewJobDir(p, before);
   ASSERT_FALSE(jobDir.empty()) << readFile(tmp / "job.err");
-  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (p.running() && !contains(readFile(tmp / "job.err"), "restarting in") && std::chrono::steady_clock::now() < until)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  waitWhileRunning(p, [&] { return contains(readFile(tmp / "job.err"), "restarting in"); });
   // During the restart delay: every checkpoint of the job becomes unreadable.
   for (const auto& c : completed(jobDir)) fs::resize_file(c / "_metadata", 7);
   Result r = p.wait();
@@ -383,12 +386,9 @@ TEST_P(KeptState, AStateTheClassNoLongerDeclaresSurvivesItsCheckpointsAndFailove
              tmp / "v1.out", tmp / "v1.err");
   fs::path dir1 = waitForNewJobDir(v1, before);
   ASSERT_FALSE(dir1.empty()) << readFile(tmp / "v1.err");
-  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (v1.running() && readFile(tmp / "v1.out").empty() && std::chrono::steady_clock::now() < until)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  waitWhileRunning(v1, [&] { return !readFile(tmp / "v1.out").empty(); });
   uint64_t covered = newestCheckpoint(dir1) + 1;
-  while (v1.running() && newestCheckpoint(dir1) < covered && std::chrono::steady_clock::now() < until)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  waitWhileRunning(v1, [&] { return newestCheckpoint(dir1) >= covered; });
   v1.signal(SIGTERM);
   ASSERT_EQ(v1.wait().exitCode, 130);
   ASSERT_GE(newestCheckpoint(dir1), covered);

@@ -68,8 +68,11 @@ class Registry : public ::testing::Test {
   void SetUp() override { storage = std::shared_ptr<CheckpointStorage>(openStorage(tmp.path().string()).value()); }
   /// Writes the files of `m` and publishes it through a registry.
   void write(SnapshotRegistry& r, const CheckpointMetadata& m) {
-    for (const auto& f : m.referencedFiles())
-      if (!storage->exists(f.path)) ASSERT_TRUE(storage->put(f.path, "abc").ok());
+    for (const auto& f : m.referencedFiles()) {
+      if (!storage->exists(f.path)) {
+        ASSERT_TRUE(storage->put(f.path, "abc").ok());
+      }
+    }
     ASSERT_TRUE(r.publish(checkpointDirName(m.checkpointId), m).ok());
   }
   SnapshotRegistry load() { return SnapshotRegistry::load(storage).value(); }

@@ -724,8 +724,9 @@ TEST(OperatorUidTest, OnlyPlainPathComponentsOfSafeCharactersAreValidUids) {
       const std::string msg = e.what();
       EXPECT_TRUE(contains(msg, "of operator 'Keyed Reduce' is not valid: " + c.why)) << msg;
       EXPECT_TRUE(contains(msg, "letters, digits, '.', '_' or '-', not starting with '.'")) << msg;
-      if (c.uid.find_first_of("\t\xc3") == std::string::npos)
+      if (c.uid.find_first_of("\t\xc3") == std::string::npos) {
         EXPECT_TRUE(contains(msg, "uid '" + c.uid + "'")) << msg;
+      }
     }
   }
 }

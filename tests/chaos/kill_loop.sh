@@ -17,7 +17,8 @@
 #
 # Environment: JOBHOST (binary, default build/host/jobhost), JOBHOST_PLUGIN (default
 # build/plugins/libwordcount_jobs.so), SEED (default: random; printed, so a failure can be
-# repeated), KEEP=1 keeps the work directory. Exit 0 if every check passed.
+# repeated), CONFIGS (default "hashmap rocksdb-incremental"), KEEP=1 keeps the work
+# directory. Exit 0 if every check passed.
 set -euo pipefail
 
 iterations=${1:-20}
@@ -149,7 +150,7 @@ while [ "$(wc -l <"$words")" -lt "$lines" ]; do cat "$words" "$words" >"$words.t
 keys=16
 per_key=$(((iterations * 1500 + 20000) / keys))
 
-for config in hashmap rocksdb-incremental; do
+for config in ${CONFIGS:-hashmap rocksdb-incremental}; do
   if [ $config = hashmap ]; then backend_flags=(-D state.backend.type=hashmap)
   else backend_flags=(-D state.backend.type=rocksdb -D state.backend.incremental=true); fi
   echo "$config:"

@@ -274,6 +274,7 @@ void JobSupervisor::onCheckpointRecord(const CheckpointRecord& r) {
     std::lock_guard lock(mu_);
     recordCheckpointLocked(r);
   }
+  highestTriggeredId_ = std::max(highestTriggeredId_, r.id);
   if (r.status == CheckpointRecord::Status::kCompleted && !r.savepoint && claimLock_ && !claimDisposed_)
     disposeClaimedSnapshot();
 }
@@ -325,6 +326,9 @@ state::Result<JobSupervisor::RestoreDecision> JobSupervisor::decideRestore(int a
       for (const auto& [dir, reason] : registry->unreadable())
         spdlog::warn("checkpoint {} cannot be read and is not restored: {}", registry->storage().describe(dir), reason);
       d.firstCheckpointId = std::max(d.firstCheckpointId, registry->highestCheckpointIdSeen() + 1);
+      // Also above every id an earlier attempt triggered, even one that never wrote a
+      // file: a checkpoint id names one checkpoint for the whole life of the job.
+      d.firstCheckpointId = std::max(d.firstCheckpointId, highestTriggeredId_ + 1);
       auto ids = registry->checkpointIds();
       if (!ids.empty()) {
         d.directory = (fs::path(jobDir_) / state::checkpointDirName(ids.back())).string();

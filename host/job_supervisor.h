@@ -104,7 +104,8 @@ class JobSupervisor {
   std::string jobDir_;  // empty when checkpointing is off
   std::optional<JobDirectoryLock> jobLock_;
   std::optional<JobDirectoryLock> claimLock_;  // until the claimed snapshot is disposed of
-  bool claimDisposed_ = false;                 // reader thread only
+  bool claimDisposed_ = false;                 // main thread only
+  uint64_t highestTriggeredId_ = 0;            // main thread only: of any attempt's records
 
   std::mutex mu_;
   std::condition_variable changed_;

@@ -146,10 +146,11 @@ std::set<std::string> referencedShared(Cli& t, const fs::path& chk, const std::f
 }
 
 TEST_F(Checkpoints, IncrementalCheckpointsUploadOnlyNewFilesAndDeleteSharedFilesExactlyWhenUnreferenced) {
-  // Long enough (about 8 s) to observe many checkpoints also on a loaded machine.
-  fs::path in = input(600);
+  // An input far longer than needed: the job is stopped once enough checkpoints were
+  // observed, however fast or loaded the machine is.
+  fs::path in = input(4000);
   std::vector<std::string> args = {"run", "-c", "WordCountIncremental", "-D", "state.checkpoints.num-retained=2"};
-  for (auto& f : ckFlags("100ms")) args.push_back(f);
+  for (auto& f : ckFlags("300ms")) args.push_back(f);
   args.insert(args.end(), {kPlugin, "--input", in.string(), "--rate", "1000"});
   Process p(jobhost(args), tmp / "inc.out", tmp / "inc.err");
   // Observe the job directory while checkpoints complete: at every moment the shared
@@ -159,7 +160,8 @@ TEST_F(Checkpoints, IncrementalCheckpointsUploadOnlyNewFilesAndDeleteSharedFiles
   int observations = 0;
   int reusingCheckpoints = 0;  // checkpoints that reference files uploaded by an earlier one
   auto cliFn = [this](std::vector<std::string> a) { return cli(std::move(a)); };
-  while (p.running()) {
+  constexpr int kObservations = 8;
+  while (p.running() && observations < kObservations) {
     auto dirs = jobDirs();
     if (!dirs.empty()) jobDir = dirs[0];
     if (!jobDir.empty()) {
@@ -168,8 +170,6 @@ TEST_F(Checkpoints, IncrementalCheckpointsUploadOnlyNewFilesAndDeleteSharedFiles
       for (const auto& c : chks) {
         if (!fs::exists(c / "_metadata")) continue;  // subsumed meanwhile
         auto refs = referencedShared(*this, c, cliFn);
-        Result j = cli({"inspect", "--json", c.string()});
-        if (j.exitCode == 0 && j.out.find("\"dependsOn\":[]") == std::string::npos) ++reusingCheckpoints;
         // List first, then confirm the checkpoint still existed: subsumption removes
         // _metadata before any file, so files listed while it exists must all be there.
         auto present = sharedFiles(jobDir);
@@ -180,9 +180,12 @@ TEST_F(Checkpoints, IncrementalCheckpointsUploadOnlyNewFilesAndDeleteSharedFiles
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(30));
   }
+  bool stopped = p.running();
+  if (stopped) p.signal(SIGTERM);  // retention keeps the checkpoints
   Result r = p.wait();
-  ASSERT_EQ(r.exitCode, 0) << r.err;
-  EXPECT_GT(observations, 3);
+  ASSERT_EQ(r.exitCode, stopped ? 130 : 0) << r.err;
+  // Only a machine too loaded to list a directory twice per checkpoint sees fewer.
+  EXPECT_GE(observations, stopped ? kObservations : 2);
   // Reuse, from the log (every checkpoint, not only those the loop caught before their
   // subsumption): "completed checkpoint N (X new, Y total, ...)" with X < Y.
   {

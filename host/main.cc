@@ -223,8 +223,17 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 65535));
   ui->add_option("--address", uiOpts.address,
                  "Address to bind; loopback by default (anything else serves every machine that can reach it, "
-                 "without authentication)")
+                 "over plain HTTP; the token is still required)")
       ->capture_default_str();
+  ui->add_option("--allowed-host", uiOpts.allowedHosts,
+                 "Also answer requests whose Host header is NAME (or NAME:PORT), e.g. behind a reverse proxy "
+                 "(repeatable; default: the --address literal, localhost, 127.0.0.1, [::1] with the port)")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  ui->add_flag("--no-auth", uiOpts.noAuth,
+               "No token: every local user can use the dashboard (only with a loopback --address; logged as a warning)");
+  ui->add_flag("--print-url", uiOpts.printUrl,
+               "Print the URL (with its token) of your running dashboard instead of starting one");
   ui->add_option("--checkpoint-dir", uiOpts.checkpointDir,
                  "Where to look for finished jobs (default: state.checkpoints.dir of the configuration)");
   ui->add_flag("--read-only", uiOpts.readOnly, "Disable savepoint and cancel (also: ui.read-only: true in the configuration)");
@@ -234,10 +243,15 @@ int main(int argc, char** argv) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   ui->footer(
       "Examples:\n"
-      "  jobhost ui                                  # prints: Dashboard: http://127.0.0.1:8081/\n"
+      "  jobhost ui                                  # prints: Dashboard: http://127.0.0.1:8081/?token=<64 hex digits>\n"
+      "  jobhost ui --print-url                      # that URL again (from the runtime directory)\n"
       "  jobhost ui --port 0 --read-only             # any free port; no savepoint or cancel\n"
-      "  curl -s http://127.0.0.1:8081/api/jobs      # the REST API (README \"Web dashboard\")\n\n"
-      "Exit codes:\n  2    bad arguments or configuration, or the address cannot be bound\n"
+      "  jobhost ui --address 0.0.0.0 --allowed-host dash.example.com   # behind a TLS reverse proxy\n"
+      "  curl -s -H \"Authorization: Bearer $TOKEN\" http://127.0.0.1:8081/api/jobs   # the REST API\n\n"
+      "Opening the URL with ?token= sets a cookie (HttpOnly, SameSite=Strict) and drops the token from the\n"
+      "address bar. Every /api request needs that cookie or the Bearer header (README \"Dashboard security\").\n\n"
+      "Exit codes:\n  2    bad arguments or configuration, the address cannot be bound, --no-auth with a\n"
+      "       non-loopback address; --print-url: no dashboard of yours is running\n"
       "  130  stopped by Ctrl-C or SIGTERM\n");
 
   try {

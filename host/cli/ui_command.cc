@@ -3,9 +3,14 @@
 #include <filesystem>
 #include <iostream>
 
+#include <unistd.h>
+
+#include "cli/table.h"
 #include "config/configuration.h"
+#include "control/control_server.h"
 #include "job_runner.h"
 #include "ui/dashboard.h"
+#include "ui/dashboard_record.h"
 
 namespace jobhost::host {
 
@@ -18,12 +23,46 @@ std::string defaultCheckpointDir() {
   if (const char* h = std::getenv("HOME")) return (fs::path(h) / ".jobhost" / "checkpoints").string();
   return (fs::temp_directory_path() / "jobhost-checkpoints").string();
 }
+/// `jobhost ui --print-url`: the URL of each running dashboard of this user (the URL
+/// alone for one, a table for several). Records of dashboards that were killed are removed.
+int printUrl() {
+  auto dir = ensureRuntimeDir();
+  if (!dir.ok()) {
+    std::cerr << "error: " << dir.status().message() << "\n";
+    return kExitUsage;
+  }
+  DashboardRecords found = findDashboardRecords(*dir);
+  for (const auto& p : found.problems) std::cerr << "warning: " << p << "\n";
+  for (const auto& r : found.stale) unlink(r.path.c_str());
+  if (found.running.empty()) {
+    std::cerr << "error: no dashboard of yours is running";
+    if (!found.stale.empty())
+      std::cerr << ": the one on port " << found.stale.back().port << " (pid " << found.stale.back().pid
+                << ") is gone without cleaning up — its record " << found.stale.back().path << " is removed";
+    else
+      std::cerr << " (no record in " << *dir << ")";
+    std::cerr << "; start one with `jobhost ui`\n";
+    return kExitUsage;
+  }
+  if (found.running.size() == 1) {
+    std::cout << found.running.front().url << "\n";
+    return kExitOk;
+  }
+  Table t({"PID", "PORT", "URL"});
+  for (const auto& r : found.running) t.add({std::to_string(r.pid), std::to_string(r.port), r.url});
+  std::cout << t.render();
+  return kExitOk;
+}
+
 }  // namespace
 
 int uiCommand(const UiCommandOptions& o) {
+  if (o.printUrl) return printUrl();
   DashboardOptions d;
   d.address = o.address;
   d.port = o.port;
+  d.allowedHosts = o.allowedHosts;
+  d.auth = !o.noAuth;
   try {
     Configuration config;
     loadUserConfiguration(o.configFile, o.defines, std::nullopt, &config);

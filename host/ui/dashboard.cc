@@ -65,13 +65,7 @@ std::string encode(Reader r) {
 
 HttpReply json(int status, std::string body) { return HttpReply{status, "application/json; charset=utf-8", std::move(body)}; }
 
-HttpReply error(int status, const std::string& message) {
-  capnp::MallocMessageBuilder m;
-  auto e = m.initRoot<uiapi::Error>();
-  e.setStatus(status);
-  e.setError(text(message));
-  return json(status, encode(e.asReader()));
-}
+HttpReply error(int status, const std::string& message) { return jsonErrorReply(status, message); }
 
 HttpReply asset(std::string_view body, const char* type) { return HttpReply{200, type, std::string(body)}; }
 
@@ -196,6 +190,14 @@ bool sameRecord(const CheckpointRecord& a, const CheckpointRecord& b) {
 }
 
 }  // namespace
+
+HttpReply jsonErrorReply(int status, const std::string& message) {
+  capnp::MallocMessageBuilder m;
+  auto e = m.initRoot<uiapi::Error>();
+  e.setStatus(status);
+  e.setError(text(message));
+  return json(status, encode(e.asReader()));
+}
 
 struct Dashboard::Target {
   std::string id;

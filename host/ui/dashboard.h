@@ -12,9 +12,8 @@
 // checkpoint directory, or seen running earlier); every path the dashboard touches comes
 // from that job's own records. A savepoint goes to the job's own state.savepoints.dir;
 // the request body may only choose the format. Mutating endpoints (POST) are refused
-// with 403 in read-only mode; the HTTP layer also refuses POSTs that a foreign web page
-// could send (no JSON content type, or a foreign Origin) and, on a loopback address,
-// requests whose Host header is not a loopback name (DNS rebinding).
+// with 403 in read-only mode; the HTTP layer refuses POSTs without a JSON content type, and
+// DashboardAccess (dashboard_access.h) checks Host, Origin and the token before any of this.
 //
 // Thread-safety: Dashboard is thread-safe; handle() blocks on job RPCs (a savepoint takes
 // as long as the snapshot) and must not be called on a thread that runs a kj event loop.
@@ -36,7 +35,11 @@ struct HttpReply {
   int status = 200;
   std::string contentType;
   std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;  // extra: Location, Set-Cookie, ...
 };
+
+/// `{"status": <status>, "error": <message>}` as JSON (any message: it is escaped).
+HttpReply jsonErrorReply(int status, const std::string& message);
 
 class Dashboard {
  public:
@@ -92,16 +95,22 @@ class Dashboard {
 struct DashboardOptions {
   std::string address = "127.0.0.1";
   int port = 8081;  // 0: any free port
+  std::vector<std::string> allowedHosts;  // --allowed-host (checked)
+  bool auth = true;                       // false: --no-auth (loopback addresses only)
   Dashboard::Options dashboard;
 };
 
 /// `jobhost ui` as typed (host/cli/ui_command.cc): the checkpoint directory is
 /// --checkpoint-dir, else state.checkpoints.dir of the configuration layers (--config /
 /// $JOBHOST_CONF_DIR/config.yaml, -D), else the default; read-only is --read-only or
-/// `ui.read-only: true`.
+/// `ui.read-only: true`. --print-url prints the URL of this user's running dashboards
+/// instead of starting one.
 struct UiCommandOptions {
   std::string address = "127.0.0.1";
   int port = 8081;
+  std::vector<std::string> allowedHosts;
+  bool noAuth = false;
+  bool printUrl = false;
   std::optional<std::string> checkpointDir;
   bool readOnly = false;
   std::optional<std::string> configFile;
@@ -109,8 +118,10 @@ struct UiCommandOptions {
 };
 int uiCommand(const UiCommandOptions& options);
 
-/// Serves `options` until SIGINT or SIGTERM. Prints "Dashboard: http://<address>:<port>/"
-/// on stdout once it listens. Returns the exit code (2: cannot listen, 130: stopped).
+/// Serves `options` until SIGINT or SIGTERM. Once it listens, writes a fresh token and the
+/// URL into the runtime directory (dashboard_record.h) and prints
+/// "Dashboard: http://<address>:<port>/?token=<token>" on stdout (no query with --no-auth).
+/// Returns the exit code (2: cannot listen or no runtime directory, 130: stopped).
 int serveDashboard(const DashboardOptions& options);
 
 }  // namespace jobhost::host

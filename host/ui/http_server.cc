@@ -1,5 +1,5 @@
 // `jobhost ui`'s HTTP server: kj-http (Cap'n Proto's HTTP library) on the main thread's
-// event loop, in front of Dashboard (dashboard.h). Requests that need a job run on worker
+// event loop, in front of DashboardAccess (Host, Origin, token) and Dashboard. Requests that need a job run on worker
 // threads (each job RPC runs its own kj event loop there, see control_client.h); their
 // replies come back through cross-thread fulfillers, so the page and quick answers never
 // wait behind a savepoint.
@@ -20,8 +20,12 @@
 #include <mutex>
 #include <thread>
 
+#include "control/control_server.h"
 #include "job_runner.h"
 #include "ui/dashboard.h"
+#include "ui/dashboard_access.h"
+#include "ui/dashboard_record.h"
+#include "ui/http_server.h"
 
 namespace jobhost::host {
 
@@ -35,6 +39,8 @@ const char* reasonPhrase(int status) {
   switch (status) {
     case 200: return "OK";
     case 204: return "No Content";
+    case 303: return "See Other";
+    case 401: return "Unauthorized";
     case 400: return "Bad Request";
     case 403: return "Forbidden";
     case 404: return "Not Found";
@@ -48,24 +54,7 @@ const char* reasonPhrase(int status) {
   }
 }
 
-HttpReply jsonError(int status, const std::string& message) {
-  // Only fixed messages pass here (no request data): hand-built JSON is safe.
-  return HttpReply{status, "application/json; charset=utf-8",
-                   "{\"status\":" + std::to_string(status) + ",\"error\":\"" + message + "\"}"};
-}
-
-bool isLoopbackAddress(const std::string& a) {
-  return a == "localhost" || a == "::1" || a == "[::1]" || a.rfind("127.", 0) == 0;
-}
-
-/// The host part of a Host header ("127.0.0.1:8081" -> "127.0.0.1", "[::1]:80" -> "[::1]").
-std::string hostPart(const std::string& h) {
-  if (!h.empty() && h[0] == '[') {
-    auto close = h.find(']');
-    return close == std::string::npos ? h : h.substr(0, close + 1);
-  }
-  return h.substr(0, h.find(':'));
-}
+HttpReply jsonError(int status, const std::string& message) { return jsonErrorReply(status, message); }
 
 /// Runs blocking calls on worker threads, at most kMaxRequestsInFlight at once.
 class Offloader {
@@ -136,29 +125,32 @@ class Offloader {
 class DashboardService final : public kj::HttpService {
  public:
   DashboardService(std::shared_ptr<Dashboard> dashboard, Offloader& offloader, const kj::HttpHeaderTable& table,
-                   kj::HttpHeaderId origin, bool loopbackOnly)
-      : dashboard_(std::move(dashboard)), offloader_(offloader), table_(table), origin_(origin), loopbackOnly_(loopbackOnly) {}
+                   DashboardAccess access)
+      : dashboard_(std::move(dashboard)), offloader_(offloader), table_(table), access_(std::move(access)) {}
 
   kj::Promise<void> request(kj::HttpMethod method, kj::StringPtr url, const kj::HttpHeaders& headers,
                             kj::AsyncInputStream& requestBody, Response& response) override {
     // url and headers die at the first read of the body: copy what we need.
-    std::string target(url.cStr(), url.size());
-    std::string m = kj::str(method).cStr();
-    std::string host = headers.get(kj::HttpHeaderId::HOST).map([](kj::StringPtr s) { return std::string(s.cStr()); }).orDefault("");
+    DashboardAccess::Request req;
+    req.method = kj::str(method).cStr();
+    req.target = std::string(url.cStr(), url.size());
+    headers.forEach([&](kj::StringPtr name, kj::StringPtr value) {
+      req.headers.push_back(HttpHeader{std::string(name.cStr(), name.size()), std::string(value.cStr(), value.size())});
+    });
+    if (auto refused = access_.check(req)) {
+      if (refused->status >= 400)
+        spdlog::debug("dashboard: {} {} refused with {}: {}", req.method, req.target.substr(0, 200), refused->status,
+                      refused->body);
+      return send(response, kj::mv(*refused));
+    }
+    const std::string& m = req.method;
+    const std::string& target = req.target;
     std::string type =
         headers.get(kj::HttpHeaderId::CONTENT_TYPE).map([](kj::StringPtr s) { return std::string(s.cStr()); }).orDefault("");
-    std::string origin = headers.get(origin_).map([](kj::StringPtr s) { return std::string(s.cStr()); }).orDefault("");
-
-    if (loopbackOnly_ && !isLoopbackAddress(hostPart(host)))
-      return send(response, jsonError(403, "the Host header must name a loopback address (127.0.0.1, localhost)"));
-    if (m == "POST") {
-      // A foreign page can make a browser POST a form, but not with a JSON content type
-      // (that needs CORS, which we never grant), and its Origin gives it away.
-      if (type.rfind("application/json", 0) != 0)
-        return send(response, jsonError(415, "POST requests must have Content-Type: application/json"));
-      if (!origin.empty() && origin != "http://" + host)
-        return send(response, jsonError(403, "cross-origin requests are not allowed"));
-    }
+    // A foreign page can make a browser POST a form, but not with a JSON content type
+    // (that needs CORS, which we never grant); DashboardAccess has checked the Origin.
+    if (m == "POST" && type.rfind("application/json", 0) != 0)
+      return send(response, jsonError(415, "POST requests must have Content-Type: application/json"));
     if (auto quick = dashboard_->quick(m, target)) return send(response, kj::mv(*quick));
     std::string length =
         headers.get(kj::HttpHeaderId::CONTENT_LENGTH).map([](kj::StringPtr s) { return std::string(s.cStr()); }).orDefault("");
@@ -193,17 +185,18 @@ class DashboardService final : public kj::HttpService {
           "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
           "base-uri 'none'; form-action 'none'; frame-ancestors 'none'");
     if (reply.status == 405) h.add("Allow", "GET, HEAD, POST");
-    auto body = kj::heap<std::string>(kj::mv(reply.body));
-    auto stream = response.send(static_cast<uint>(reply.status), reasonPhrase(reply.status), h, body->size());
-    auto write = stream->write(body->data(), body->size());
-    return write.attach(kj::mv(stream), kj::mv(body));
+    // kj::HttpHeaders keeps pointers: the strings live in `reply` until the body is sent.
+    auto owned = kj::heap<HttpReply>(kj::mv(reply));
+    for (const auto& [name, value] : owned->headers) h.add(kj::StringPtr(name.c_str()), kj::StringPtr(value.c_str()));
+    auto stream = response.send(static_cast<uint>(owned->status), reasonPhrase(owned->status), h, owned->body.size());
+    auto write = stream->write(owned->body.data(), owned->body.size());
+    return write.attach(kj::mv(stream), kj::mv(owned));
   }
 
   std::shared_ptr<Dashboard> dashboard_;
   Offloader& offloader_;
   const kj::HttpHeaderTable& table_;
-  kj::HttpHeaderId origin_;
-  bool loopbackOnly_;
+  DashboardAccess access_;
 };
 
 /// A client that hangs up mid-response is not an error worth a log line: the connection
@@ -254,23 +247,50 @@ class Connections final : private kj::TaskSet::ErrorHandler {
 
 }  // namespace
 
+struct DashboardHttpServer::Impl {
+  Impl(kj::Timer& timer, std::shared_ptr<Dashboard> dashboard, DashboardAccess access)
+      : table(kj::HttpHeaderTable::Builder().build()),
+        service(std::move(dashboard), offloader, *table, std::move(access)),
+        server(timer, *table, service, settings()) {}
+  kj::HttpServerSettings settings() {
+    kj::HttpServerSettings s;
+    s.errorHandler = errors;
+    return s;
+  }
+  kj::Own<kj::HttpHeaderTable> table;
+  Offloader offloader;  // before service: requests in flight end before the service goes
+  QuietErrors errors;
+  DashboardService service;
+  kj::HttpServer server;
+};
+
+DashboardHttpServer::DashboardHttpServer(kj::Timer& timer, std::shared_ptr<Dashboard> dashboard, DashboardAccess access)
+    : impl_(std::make_unique<Impl>(timer, std::move(dashboard), std::move(access))) {}
+DashboardHttpServer::~DashboardHttpServer() = default;
+kj::HttpServer& DashboardHttpServer::server() { return impl_->server; }
+void DashboardHttpServer::drain(std::chrono::milliseconds timeout) { impl_->offloader.drain(timeout); }
+
 int serveDashboard(const DashboardOptions& o) {
+  const bool loopback = isLoopbackAddress(o.address);
+  if (!o.auth && !loopback) {
+    std::cerr << "error: --no-auth is allowed only with a loopback --address (127.0.0.1, ::1, localhost), not "
+              << o.address << ": anyone who can reach " << o.address << " could use the dashboard\n";
+    return kExitUsage;
+  }
+  for (const auto& h : o.allowedHosts)
+    if (auto problem = allowedHostProblem(h)) {
+      std::cerr << "error: --allowed-host '" << h << "': " << *problem << "\n";
+      return kExitUsage;
+    }
+  auto runtimeDir = ensureRuntimeDir();
+  if (!runtimeDir.ok()) {
+    std::cerr << "error: " << runtimeDir.status().message() << "\n";
+    return kExitUsage;
+  }
   // Signals first: captureSignal blocks them in this thread and every thread started later.
   kj::UnixEventPort::captureSignal(SIGINT);
   kj::UnixEventPort::captureSignal(SIGTERM);
   auto io = kj::setupAsyncIo();
-  kj::HttpHeaderTable::Builder builder;
-  kj::HttpHeaderId originId = builder.add("Origin");
-  auto table = builder.build();
-
-  bool loopback = isLoopbackAddress(o.address);
-  auto dashboard = std::make_shared<Dashboard>(o.dashboard);
-  Offloader offloader;
-  DashboardService service(dashboard, offloader, *table, originId, loopback);
-  QuietErrors errors;
-  kj::HttpServerSettings settings;
-  settings.errorHandler = errors;
-  kj::HttpServer server(io.provider->getTimer(), *table, service, settings);
 
   kj::Own<kj::ConnectionReceiver> listener;
   try {
@@ -289,27 +309,47 @@ int serveDashboard(const DashboardOptions& o) {
     std::cerr << "error: cannot listen on " << o.address << ":" << o.port << ": " << why << "\n";
     return kExitUsage;
   }
-  uint port = listener->getPort();
-  std::string shown = o.address.find(':') != std::string::npos && o.address[0] != '[' ? "[" + o.address + "]" : o.address;
+  const int port = static_cast<int>(listener->getPort());
+  DashboardAccess access({o.address, port, o.allowedHosts, o.auth ? newDashboardToken() : std::string()});
+  const std::string url = access.url();
+  std::string hosts;
+  for (const auto& h : access.hosts()) hosts += (hosts.empty() ? "" : ", ") + h;
+
+  DashboardRecord record{getpid(), processStartTicks(getpid()), port, url, ""};
+  auto recordPath = writeDashboardRecord(*runtimeDir, record);
+  if (!recordPath.ok()) {
+    std::cerr << "error: " << recordPath.status().message() << "\n";
+    return kExitUsage;
+  }
+  auto removeRecord = kj::defer([&] { unlink(recordPath->c_str()); });
+
+  DashboardHttpServer http(io.provider->getTimer(), std::make_shared<Dashboard>(o.dashboard), access);
+  if (!o.auth)
+    spdlog::warn("--no-auth: NO AUTHENTICATION — every local user and every program on this machine can read your "
+                 "jobs' configuration{} through {}",
+                 o.dashboard.readOnly ? "" : " and take savepoints or cancel them", url);
   if (!loopback)
-    spdlog::warn("the dashboard listens on {}: anyone who can reach it sees your jobs{} — there is no authentication "
-                 "(bind 127.0.0.1, the default, to keep it on this machine)",
-                 o.address, o.dashboard.readOnly ? "" : " and can take savepoints or cancel them (--read-only disables that)");
+    spdlog::warn("the dashboard listens on {}: traffic is plain HTTP — the token and everything the dashboard shows "
+                 "cross the network unencrypted; put a TLS reverse proxy in front (and --allowed-host NAME), or bind "
+                 "127.0.0.1 (the default) to keep it on this machine",
+                 o.address);
+  spdlog::info("the dashboard answers for Host {}; its URL{} is in {} (jobhost ui --print-url)", hosts,
+               o.auth ? " with the token" : "", *recordPath);
   spdlog::info("finished jobs are looked for under {}{}", o.dashboard.checkpointDir,
                o.dashboard.readOnly ? "; read-only: savepoint and cancel are disabled" : "");
-  std::cout << "Dashboard: http://" << shown << ":" << port << "/" << std::endl;
+  std::cout << "Dashboard: " << url << std::endl;
 
   auto stopped = io.unixEventPort.onSignal(SIGINT)
                      .exclusiveJoin(io.unixEventPort.onSignal(SIGTERM))
                      .then([](siginfo_t info) { spdlog::info("received signal {}: stopping the dashboard", info.si_signo); });
-  Connections connections(server);
+  Connections connections(http.server());
   try {
     connections.acceptLoop(*listener).exclusiveJoin(kj::mv(stopped)).wait(io.waitScope);
   } catch (const kj::Exception& e) {
     std::cerr << "error: the dashboard stopped: " << e.getDescription().cStr() << "\n";
     return kExitJobFailed;
   }
-  offloader.drain(std::chrono::seconds(5));
+  http.drain(std::chrono::seconds(5));
   return kExitInterrupted;
 }
 

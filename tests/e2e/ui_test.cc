@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 
 #include <cstring>
@@ -168,8 +169,8 @@ struct HttpResponse {
   Json json() const { return JsonReader(body).parse().value_or(Json{}); }
 };
 
-HttpResponse http(int port, const std::string& method, const std::string& target, const std::string& body = "",
-                  const std::string& extraHeaders = "", std::chrono::seconds timeout = std::chrono::seconds(120)) {
+/// Sends `request` as it is (any headers, any number of Host lines) and reads the answer.
+HttpResponse sendRaw(int port, const std::string& request, std::chrono::seconds timeout = std::chrono::seconds(120)) {
   HttpResponse r;
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return r.error = std::strerror(errno), r;
@@ -186,11 +187,8 @@ HttpResponse http(int port, const std::string& method, const std::string& target
     close(fd);
     return r;
   }
-  std::string req = method + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1:" + std::to_string(port) +
-                    "\r\nConnection: close\r\nContent-Length: " + std::to_string(body.size()) + "\r\n" + extraHeaders +
-                    "\r\n" + body;
-  for (size_t off = 0; off < req.size();) {
-    ssize_t n = send(fd, req.data() + off, req.size() - off, MSG_NOSIGNAL);
+  for (size_t off = 0; off < request.size();) {
+    ssize_t n = send(fd, request.data() + off, request.size() - off, MSG_NOSIGNAL);
     if (n <= 0) {
       r.error = std::string("send: ") + std::strerror(errno);
       close(fd);
@@ -228,6 +226,50 @@ HttpResponse http(int port, const std::string& method, const std::string& target
   r.headers = in.substr(0, end);
   r.body = in.substr(end + 4);
   return r;
+}
+
+/// The token of the dashboard on each port (from the URL it printed; see Ui::startUi).
+std::map<int, std::string>& tokens() {
+  static std::map<int, std::string> t;
+  return t;
+}
+
+/// A request as a browser of the dashboard's own page sends it: Host 127.0.0.1:<port>,
+/// the token (as a Bearer header) unless `extraHeaders` brings its own Authorization or
+/// Cookie, and for a POST the page's Origin unless `extraHeaders` has one.
+HttpResponse http(int port, const std::string& method, const std::string& target, const std::string& body = "",
+                  const std::string& extraHeaders = "", std::chrono::seconds timeout = std::chrono::seconds(120)) {
+  std::string auth;
+  if (tokens().count(port) && extraHeaders.find("Authorization:") == std::string::npos &&
+      extraHeaders.find("Cookie:") == std::string::npos)
+    auth = "Authorization: Bearer " + tokens()[port] + "\r\n";
+  std::string origin;
+  if (method == "POST" && extraHeaders.find("Origin:") == std::string::npos)
+    origin = "Origin: http://127.0.0.1:" + std::to_string(port) + "\r\n";
+  return sendRaw(port,
+                  method + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1:" + std::to_string(port) +
+                      "\r\nConnection: close\r\nContent-Length: " + std::to_string(body.size()) + "\r\n" + auth + origin +
+                      extraHeaders + "\r\n" + body,
+                  timeout);
+}
+
+/// The same without any credentials.
+HttpResponse anonymous(int port, const std::string& method, const std::string& target, const std::string& extraHeaders = "") {
+  return sendRaw(port, method + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1:" + std::to_string(port) +
+                            "\r\nConnection: close\r\nContent-Length: 0\r\n" + extraHeaders + "\r\n");
+}
+
+/// The value of response header `name` (case-insensitive), or "".
+std::string headerValue(const HttpResponse& r, const std::string& name) {
+  std::string lower = r.headers, want = "\r\n" + name + ":";
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  std::transform(want.begin(), want.end(), want.begin(), [](unsigned char c) { return std::tolower(c); });
+  auto pos = lower.find(want);
+  if (pos == std::string::npos) return "";
+  pos += want.size();
+  auto end = r.headers.find("\r\n", pos);
+  std::string v = r.headers.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
+  return v.substr(v.find_first_not_of(' ') == std::string::npos ? v.size() : v.find_first_not_of(' '));
 }
 
 const std::string kJson = "Content-Type: application/json\r\n";
@@ -269,23 +311,33 @@ class Ui : public Cli {
     return launch(a, "job");
   }
 
-  /// Starts `jobhost ui --port 0 ...` and returns its port once it prints its address.
+  /// Starts `jobhost ui --port 0 ...` and returns its port once it prints its URL; the
+  /// URL is kept in urls_ and its token in tokens().
   int startUi(std::vector<std::string> extra, const std::string& name = "ui") {
     std::vector<std::string> a = {"ui", "--port", "0", "--checkpoint-dir", ckdir().string()};
     a.insert(a.end(), extra.begin(), extra.end());
     Process& p = launch(a, name);
-    const std::string prefix = "Dashboard: http://127.0.0.1:";
+    const std::string prefix = "Dashboard: http://";
     auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     while (std::chrono::steady_clock::now() < until && p.running()) {
       std::string out = readFile(tmp / (name + ".out"));
       auto pos = out.find(prefix);
-      if (pos != std::string::npos && out.find("/\n", pos) != std::string::npos)
-        return std::stoi(out.substr(pos + prefix.size()));
+      auto eol = pos == std::string::npos ? std::string::npos : out.find('\n', pos);
+      if (eol != std::string::npos) {
+        std::string url = out.substr(pos + 11, eol - pos - 11);
+        auto colon = url.rfind(':', url.find('/', 7));
+        int port = std::stoi(url.substr(colon + 1));
+        urls_[port] = url;
+        if (auto t = url.find("/?token="); t != std::string::npos) tokens()[port] = url.substr(t + 8);
+        else tokens().erase(port);
+        return port;
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     ADD_FAILURE() << "jobhost ui did not print its address:\n" << readFile(tmp / (name + ".out")) << readFile(tmp / (name + ".err"));
     return -1;
   }
+  std::map<int, std::string> urls_;
 
   /// Polls GET `target` until `pred` holds on the parsed answer (or the deadline).
   std::optional<Json> waitFor(int port, const std::string& target, const std::function<bool(const Json&)>& pred,
@@ -583,30 +635,221 @@ TEST_F(Ui, TheHistorySurvivesAWorkerCrashAndTheJobShowsItsRestartAndFailure) {
   job.wait(std::chrono::seconds(120));
 }
 
-TEST_F(Ui, RefusesForeignHostHeaders) {
+TEST_F(Ui, TheApiNeedsTheTokenAndThePrintedUrlLogsIn) {
   const int port = startUi({});
   ASSERT_GT(port, 0);
-  // Sent as the only Host header (the client adds its own first; build the request by hand).
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  ASSERT_GE(fd, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  std::string req = "GET /api/jobs HTTP/1.1\r\nHost: attacker.example:" + std::to_string(port) + "\r\nConnection: close\r\n\r\n";
-  ASSERT_EQ(send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
-  timeval tv{60, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  std::string in;
-  char buf[4096];
-  ssize_t n;
-  while ((n = recv(fd, buf, sizeof buf, 0)) > 0) {
-    in.append(buf, static_cast<size_t>(n));
-    if (in.find("\r\n\r\n") != std::string::npos) break;
+  ASSERT_EQ(tokens().count(port), 1u) << urls_[port];
+  const std::string token = tokens()[port];
+  EXPECT_EQ(token.size(), 64u);
+  EXPECT_EQ(urls_[port], "http://127.0.0.1:" + std::to_string(port) + "/?token=" + token);
+
+  // The record --print-url reads: in the 0700 runtime directory, 0600, with the URL.
+  const fs::path record = runtime() / "jobhost" / ("dashboard-" + std::to_string(procs_.back()->pid()));
+  struct stat st {};
+  ASSERT_EQ(lstat(record.c_str(), &st), 0) << record;
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  ASSERT_EQ(lstat((runtime() / "jobhost").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+  EXPECT_TRUE(contains(readFile(record), token));
+  Result printed = cli({"ui", "--print-url"});
+  EXPECT_EQ(printed.exitCode, 0) << printed.err;
+  EXPECT_EQ(printed.out, urls_[port] + "\n");
+
+  // Without a token, with a wrong one, with the right one.
+  HttpResponse none = anonymous(port, "GET", "/api/jobs");
+  EXPECT_EQ(none.status, 401) << none.body;
+  EXPECT_TRUE(contains(none.headers, "application/json")) << none.headers;
+  EXPECT_TRUE(contains(none.json()["error"].s, "jobhost ui --print-url")) << none.body;
+  EXPECT_EQ(anonymous(port, "GET", "/api/jobs/0123/checkpoints").status, 401);
+  EXPECT_EQ(http(port, "GET", "/api/jobs", "", "Authorization: Bearer " + std::string(64, '0') + "\r\n").status, 401);
+  EXPECT_EQ(http(port, "GET", "/api/jobs", "", "Cookie: jobhost_token_" + std::to_string(port) + "=" + token.substr(1) + "\r\n").status, 401);
+  EXPECT_EQ(http(port, "GET", "/api/jobs?token=" + token, "", "Cookie: none=1\r\n").status, 401);
+  EXPECT_EQ(http(port, "GET", "/api/jobs").status, 200);  // Bearer
+  // A cancel without the token changes nothing: refused before the job is looked up.
+  EXPECT_EQ(anonymous(port, "POST", "/api/jobs/0123/cancel", kJson + "Origin: http://127.0.0.1:" + std::to_string(port) + "\r\n").status, 401);
+
+  // The printed URL: a cookie for this port (HttpOnly, SameSite=Strict) and a redirect to
+  // the page without the token; the cookie opens the API.
+  HttpResponse login = anonymous(port, "GET", "/?token=" + token);
+  EXPECT_EQ(login.status, 303) << login.body;
+  EXPECT_EQ(headerValue(login, "Location"), "/");
+  const std::string cookie = headerValue(login, "Set-Cookie");
+  EXPECT_EQ(cookie, "jobhost_token_" + std::to_string(port) + "=" + token + "; HttpOnly; SameSite=Strict; Path=/");
+  const std::string jar = "Cookie: " + cookie.substr(0, cookie.find(';')) + "\r\n";
+  EXPECT_EQ(anonymous(port, "GET", "/api/jobs", jar).status, 200);
+  HttpResponse wrong = anonymous(port, "GET", "/?token=" + std::string(64, 'f'));
+  EXPECT_EQ(wrong.status, 401);
+  EXPECT_EQ(headerValue(wrong, "Set-Cookie"), "");
+  // The page itself needs no token (it shows how to log in); it holds no job data.
+  EXPECT_EQ(anonymous(port, "GET", "/").status, 200);
+  EXPECT_TRUE(contains(anonymous(port, "GET", "/").body, "--print-url"));
+
+  // curl, as the README shows it.
+  Result viaCurl = run({"/bin/sh", "-c", "command -v curl >/dev/null || exit 77; curl -s -o /dev/null -w '%{http_code}' -H "
+                                         "'Authorization: Bearer " + token + "' http://127.0.0.1:" + std::to_string(port) +
+                                         "/api/jobs"},
+                       tmp.path, std::chrono::seconds(60));
+  if (viaCurl.exitCode != 77) {
+    EXPECT_EQ(viaCurl.out, "200") << viaCurl.err;
   }
-  close(fd);
-  EXPECT_EQ(in.rfind("HTTP/1.1 403", 0), 0u) << in;
+
+  // A dashboard killed without cleaning up is not a running one.
+  procs_.back()->signal(SIGKILL);
+  procs_.back()->wait(std::chrono::seconds(60));
+  Result gone = cli({"ui", "--print-url"});
+  EXPECT_EQ(gone.exitCode, 2) << gone.out;
+  EXPECT_EQ(gone.out, "");
+  EXPECT_TRUE(contains(gone.err, "no dashboard of yours is running")) << gone.err;
+  EXPECT_TRUE(contains(gone.err, "port " + std::to_string(port))) << gone.err;
+  EXPECT_FALSE(fs::exists(record));
+  Result nothing = cli({"ui", "--print-url"});
+  EXPECT_EQ(nothing.exitCode, 2);
+  EXPECT_TRUE(contains(nothing.err, "start one with `jobhost ui`")) << nothing.err;
+
+  // A dashboard stopped cleanly removes its record.
+  const int second = startUi({}, "ui2");
+  ASSERT_GT(second, 0);
+  const fs::path record2 = runtime() / "jobhost" / ("dashboard-" + std::to_string(procs_.back()->pid()));
+  EXPECT_TRUE(fs::exists(record2));
+  procs_.back()->signal(SIGTERM);
+  EXPECT_EQ(procs_.back()->wait(std::chrono::seconds(60)).exitCode, 130);
+  EXPECT_FALSE(fs::exists(record2));
+}
+
+TEST_F(Ui, RebindingHostNamesAndCrossOriginPostsAreRefused) {
+  Process& job = startJob();
+  ASSERT_TRUE(waitForCheckpoint(job, 1)) << readFile(tmp / "job.err");
+  const int port = startUi({});
+  ASSERT_GT(port, 0);
+  const std::string id = waitForJob(port);
+  ASSERT_EQ(id.size(), 32u);
+  const std::string p = std::to_string(port);
+  const std::string auth = "Authorization: Bearer " + tokens()[port] + "\r\n";
+  auto raw = [&](const std::string& method, const std::string& hostLines, const std::string& extra = "") {
+    return sendRaw(port, method + " /api/jobs/" + id + (method == "POST" ? "/cancel" : "") + " HTTP/1.1\r\n" + hostLines +
+                              "Connection: close\r\nContent-Length: 2\r\n" + auth + extra + "\r\n{}");
+  };
+  // Names a rebinding page would send (its own domain, resolving to 127.0.0.1), none, two.
+  for (const std::string& host : {"127.0.0.1.evil.test:" + p, "localhost.evil.test:" + p, "evil.test:" + p,
+                                  "127.0.0.1:" + std::to_string(port + 1)}) {
+    HttpResponse r = raw("GET", "Host: " + host + "\r\n");
+    EXPECT_EQ(r.status, 403) << host << ": " << r.body;
+    EXPECT_FALSE(contains(r.body, id)) << host;
+    EXPECT_TRUE(contains(r.json()["error"].s, "--allowed-host")) << r.body;
+  }
+  HttpResponse noHost = raw("GET", "");
+  EXPECT_EQ(noHost.status, 400) << noHost.body;
+  EXPECT_TRUE(contains(noHost.body, "no Host header")) << noHost.body;
+  HttpResponse twoHosts = raw("GET", "Host: 127.0.0.1:" + p + "\r\nHost: evil.test:" + p + "\r\n");
+  EXPECT_EQ(twoHosts.status, 400) << twoHosts.body;
+  EXPECT_TRUE(contains(twoHosts.body, "more than one Host")) << twoHosts.body;
+  EXPECT_EQ(raw("GET", "Host: localhost:" + p + "\r\n").status, 200);
+  EXPECT_EQ(raw("GET", "Host: [::1]:" + p + "\r\n").status, 200);
+
+  // Cross-origin POSTs, token or not: nothing happens to the job.
+  for (const std::string& extra :
+       {kJson + "Origin: http://evil.test\r\n", kJson + "Origin: http://127.0.0.1.evil.test:" + p + "\r\n", kJson,
+        kJson + "Origin: null\r\n", kJson + "Origin: http://localhost:" + p + "\r\n"}) {
+    HttpResponse r = raw("POST", "Host: 127.0.0.1:" + p + "\r\n", extra);
+    EXPECT_EQ(r.status, 403) << extra << r.body;
+  }
+  EXPECT_EQ(raw("POST", "Host: 127.0.0.1.evil.test:" + p + "\r\n", kJson + "Origin: http://127.0.0.1.evil.test:" + p + "\r\n").status,
+            403);
+  EXPECT_TRUE(job.running());
+  EXPECT_EQ(http(port, "GET", "/api/jobs/" + id).json()["job"]["status"].s, "RUNNING");
+
+  // The page's own origin cancels it.
+  HttpResponse ok = raw("POST", "Host: localhost:" + p + "\r\n", kJson + "Origin: http://localhost:" + p + "\r\n");
+  EXPECT_EQ(ok.status, 200) << ok.body;
+  EXPECT_EQ(job.wait(std::chrono::seconds(120)).exitCode, 0);
+}
+
+TEST_F(Ui, NoAuthOnlyOnLoopbackAndAnyOtherAddressNeedsTheToken) {
+  Result refused = cli({"ui", "--port", "0", "--no-auth", "--address", "0.0.0.0"});
+  EXPECT_EQ(refused.exitCode, 2) << refused.out;
+  EXPECT_TRUE(contains(refused.err, "--no-auth is allowed only with a loopback --address")) << refused.err;
+  EXPECT_EQ(refused.out, "");
+  Result badHost = cli({"ui", "--port", "0", "--allowed-host", "https://dash.example.com"});
+  EXPECT_EQ(badHost.exitCode, 2);
+  EXPECT_TRUE(contains(badHost.err, "--allowed-host 'https://dash.example.com'")) << badHost.err;
+
+  const int open = startUi({"--no-auth"}, "ui-open");
+  ASSERT_GT(open, 0);
+  EXPECT_EQ(urls_[open], "http://127.0.0.1:" + std::to_string(open) + "/");
+  EXPECT_EQ(anonymous(open, "GET", "/api/jobs").status, 200);
+  EXPECT_TRUE(contains(readFile(tmp / "ui-open.err"), "NO AUTHENTICATION")) << readFile(tmp / "ui-open.err");
+  EXPECT_EQ(sendRaw(open, "GET /api/jobs HTTP/1.1\r\nHost: 127.0.0.1.evil.test:" + std::to_string(open) +
+                               "\r\nConnection: close\r\n\r\n").status,
+            403);
+
+  const int wide = startUi({"--address", "0.0.0.0", "--allowed-host", "dash.example.com"}, "ui-wide");
+  ASSERT_GT(wide, 0);
+  EXPECT_TRUE(contains(readFile(tmp / "ui-wide.err"), "plain HTTP")) << readFile(tmp / "ui-wide.err");
+  EXPECT_EQ(anonymous(wide, "GET", "/api/jobs").status, 401);
+  EXPECT_EQ(http(wide, "GET", "/api/jobs").status, 200);
+  const std::string auth = "Authorization: Bearer " + tokens()[wide] + "\r\n";
+  EXPECT_EQ(sendRaw(wide, "GET /api/jobs HTTP/1.1\r\nHost: dash.example.com:" + std::to_string(wide) +
+                               "\r\nConnection: close\r\n" + auth + "\r\n").status,
+            200);
+  EXPECT_EQ(sendRaw(wide, "GET /api/jobs HTTP/1.1\r\nHost: other.example.com:" + std::to_string(wide) +
+                               "\r\nConnection: close\r\n" + auth + "\r\n").status,
+            403);
+
+  // Two dashboards: --print-url lists both.
+  Result both = cli({"ui", "--print-url"});
+  EXPECT_EQ(both.exitCode, 0) << both.err;
+  EXPECT_TRUE(contains(both.out, "PID")) << both.out;
+  EXPECT_TRUE(contains(both.out, urls_[open])) << both.out;
+  EXPECT_TRUE(contains(both.out, urls_[wide])) << both.out;
+}
+
+/// The absolute path of `tool` (Process runs argv[0] as it is), or "".
+std::string toolPath(const std::string& tool, const fs::path& dir) {
+  Result r = run({"/bin/sh", "-c", "command -v " + tool}, dir, std::chrono::seconds(10));
+  return r.exitCode == 0 ? r.out.substr(0, r.out.find('\n')) : "";
+}
+
+TEST_F(Ui, AnotherLocalUserCannotUseTheDashboardWithoutTheToken) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to create a second local user with useradd (running as uid " << geteuid() << ")";
+  const std::string useradd = toolPath("useradd", tmp.path), userdel = toolPath("userdel", tmp.path),
+                    runuser = toolPath("runuser", tmp.path);
+  if (useradd.empty() || userdel.empty() || runuser.empty())
+    GTEST_SKIP() << "useradd, userdel or runuser is not installed (Debian: passwd, util-linux)";
+  const std::string user = "jh" + std::to_string(getpid());
+  Result added = run({useradd, "-M", "-N", "-s", "/bin/bash", user}, tmp.path, std::chrono::seconds(60));
+  ASSERT_EQ(added.exitCode, 0) << added.err;
+  struct Remove {
+    std::string userdel, user;
+    fs::path dir;
+    ~Remove() { run({userdel, user}, dir, std::chrono::seconds(60)); }
+  } remove{userdel, user, tmp.path};
+  /// Runs `command` (a bash script) as the other user.
+  auto runAs = [&](const std::string& command) {
+    return run({runuser, "-u", user, "--", "/bin/bash", "-c", command}, tmp.path, std::chrono::seconds(60));
+  };
+
+  const int port = startUi({});
+  ASSERT_GT(port, 0);
+  const fs::path record = runtime() / "jobhost" / ("dashboard-" + std::to_string(procs_.back()->pid()));
+  ASSERT_TRUE(fs::exists(record));
+  // The other user can reach the port, but not the token: the record is ours alone ...
+  Result read = runAs("cat " + record.string());
+  EXPECT_NE(read.exitCode, 0);
+  EXPECT_FALSE(contains(read.out, tokens()[port]));
+  // ... --print-url looks in their own runtime directory ...
+  Result printed = runAs("XDG_RUNTIME_DIR=" + runtime().string() + " " + std::string(kJobhost) + " ui --print-url");
+  EXPECT_EQ(printed.exitCode, 2) << printed.out << printed.err;
+  EXPECT_FALSE(contains(printed.out, tokens()[port]));
+  // ... and without the token the API answers 401.
+  const std::string request = "printf 'GET /api/jobs HTTP/1.1\\r\\nHost: 127.0.0.1:" + std::to_string(port) +
+                              "\\r\\nConnection: close\\r\\n\\r\\n' >&3";
+  Result api = runAs("exec 3<>/dev/tcp/127.0.0.1/" + std::to_string(port) + " && " + request + " && cat <&3");
+  EXPECT_EQ(api.exitCode, 0) << api.err;
+  EXPECT_EQ(api.out.rfind("HTTP/1.1 401", 0), 0u) << api.out;
+  // (Their own runtime directory, which --print-url created.)
+  Result uid = runAs("id -u");
+  std::error_code ec;
+  fs::remove_all("/tmp/jobhost-" + uid.out.substr(0, uid.out.find('\n')), ec);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -636,8 +879,13 @@ TEST_F(Ui, BrowserShowsTheJobAndTheRestoreCommandToCopy) {
   ASSERT_EQ(id.size(), 32u);
   ASSERT_TRUE(waitForRestorableCheckpoint(port, id));
 
-  const std::string url = "http://127.0.0.1:" + std::to_string(port) + "/";
-  auto browser = [&](std::vector<std::string> extra, const std::string& name) {
+  // Log in as a user would: the URL `jobhost ui --print-url` prints (with the token); the
+  // browser follows the redirect, keeps the cookie and the page's requests carry it.
+  Result printed = cli({"ui", "--print-url"});
+  ASSERT_EQ(printed.exitCode, 0) << printed.err;
+  const std::string url = printed.out.substr(0, printed.out.find('\n'));
+  ASSERT_EQ(url, urls_[port]);
+  auto browser = [&](std::vector<std::string> extra, const std::string& name, const std::string& open) {
     std::vector<std::string> a = {*chromium,
                                   "--headless",
                                   "--no-sandbox",
@@ -650,15 +898,23 @@ TEST_F(Ui, BrowserShowsTheJobAndTheRestoreCommandToCopy) {
                                   "--user-data-dir=" + (tmp / ("chromium-" + name)).string(),
                                   "--virtual-time-budget=5000"};
     a.insert(a.end(), extra.begin(), extra.end());
-    a.push_back(url);
+    a.push_back(open);
     return run(a, tmp.path, std::chrono::seconds(180));
   };
+
+  // Without the token: the page says how to log in, and shows no job.
+  {
+    Result r = browser({"--dump-dom"}, "anonymous", "http://127.0.0.1:" + std::to_string(port) + "/");
+    ASSERT_EQ(r.exitCode, 0) << r.err.substr(0, 4000);
+    EXPECT_FALSE(contains(r.out, "data-job-id=\"" + id + "\"")) << r.out.substr(0, 4000);
+    EXPECT_TRUE(contains(r.out, "<p id=\"login\" class=\"error\">")) << "the login hint is hidden: " << r.out.substr(0, 4000);
+  }
 
   // The rendered DOM: the job row, and for a completed checkpoint the restore command in
   // the copy button's target (data-restore-command and the visible code element).
   std::string dom;
   for (int attempt = 0; attempt < 3; ++attempt) {  // a loaded machine may need a second look
-    Result r = browser({"--dump-dom"}, "dom-" + std::to_string(attempt));
+    Result r = browser({"--dump-dom"}, "dom-" + std::to_string(attempt), url);
     ASSERT_EQ(r.exitCode, 0) << r.err.substr(0, 4000);
     dom = r.out;
     if (contains(dom, "data-restore-command=\"jobhost run -s ")) break;
@@ -671,6 +927,7 @@ TEST_F(Ui, BrowserShowsTheJobAndTheRestoreCommandToCopy) {
   EXPECT_TRUE(contains(dom, "class=\"copy\"")) << dom.substr(0, 8000);
   EXPECT_TRUE(contains(dom, "<svg")) << "no chart: " << dom.substr(0, 8000);
   EXPECT_TRUE(contains(dom, "id=\"chain-summary\"")) << dom.substr(0, 8000);
+  EXPECT_TRUE(contains(dom, "<p id=\"login\" class=\"error\" hidden=")) << "logged in, the hint is hidden: " << dom.substr(0, 4000);
   // The restore command the page shows is one `jobhost check` accepts.
   auto pos = dom.find("data-restore-command=\"" + prefix);
   if (pos != std::string::npos) {
@@ -682,7 +939,7 @@ TEST_F(Ui, BrowserShowsTheJobAndTheRestoreCommandToCopy) {
 
   // A screenshot, kept as a test artifact.
   const fs::path shot = tmp / "ui.png";
-  Result s = browser({"--screenshot=" + shot.string(), "--window-size=1280,900", "--hide-scrollbars"}, "shot");
+  Result s = browser({"--screenshot=" + shot.string(), "--window-size=1280,900", "--hide-scrollbars"}, "shot", url);
   EXPECT_EQ(s.exitCode, 0) << s.err.substr(0, 4000);
   ASSERT_TRUE(fs::exists(shot)) << s.err.substr(0, 4000);
   EXPECT_GT(fs::file_size(shot), 10000u);

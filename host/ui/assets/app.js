@@ -74,11 +74,15 @@
   }
   function badge(status) { return el('span', { class: 'badge ' + status, text: status }); }
 
+  // Every request carries the dashboard's cookie (HttpOnly: the script never sees the
+  // token; the browser sends it to this origin only). Without it the API answers 401.
   async function getJson(url, options) {
-    const r = await fetch(url, Object.assign({ cache: 'no-store' }, options || {}));
+    const r = await fetch(url, Object.assign({ cache: 'no-store', credentials: 'same-origin' }, options || {}));
     let body = null;
     try { body = await r.json(); } catch (e) { body = null; }
+    if (r.status === 401) $('login').hidden = false;
     if (!r.ok) throw new Error((body && body.error) || (r.status + ' ' + r.statusText));
+    $('login').hidden = true;
     return body;
   }
 

@@ -65,6 +65,10 @@ lacks "check options" --dry-run "$out"
 has "run options" --detached "$(complete_last jobhost run --)"
 check "inspect options" "--help --json" "$(complete_last jobhost inspect --)"
 check "info options" "--help --config" "$(complete_last jobhost info --)"
+out=$(complete_last jobhost ui --)
+for o in --port --address --allowed-host --no-auth --print-url --read-only; do
+  has "ui options" "$o" "$out"
+done
 check "savepoint --format" "canonical native" "$(complete_last jobhost savepoint 3f2a --format "")"
 check "stop -p takes directories" "snapshots/chk-1" "$(complete_last jobhost stop -p snapshots/)"
 check "--restore-mode values" "claim no-claim" "$(complete_last jobhost run --restore-mode "")"

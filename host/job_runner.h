@@ -5,12 +5,14 @@
 // Thread-safety: runJob() is called once per process.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace jobhost {
 class Job;
+struct JobClassInfo;
 }
 
 namespace jobhost::host {
@@ -47,8 +49,12 @@ class Configuration;
 /// `-D` and `-p`. Throws ConfigError.
 void loadUserConfiguration(const std::optional<std::string>& configFile, const std::vector<std::string>& defines,
                            const std::optional<int>& parallelism, Configuration* config);
-/// Adds the job class's configure() layer (runs plugin code).
-void applyJobConfiguration(Job& job, Configuration* config);
+/// A new instance of the class (runs its constructor). Throws UserCodeFailure
+/// (plugin/user_code.h) for anything the constructor throws.
+std::unique_ptr<Job> createJob(const JobClassInfo& info);
+/// Adds the job class's configure() layer (runs plugin code). Throws UserCodeFailure
+/// naming `className` for anything configure() throws except a JobArgumentError.
+void applyJobConfiguration(const std::string& className, Job& job, Configuration* config);
 
 
 }  // namespace jobhost::host

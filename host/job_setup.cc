@@ -6,6 +6,8 @@
 #include <iostream>
 
 #include "jobhost/stream.h"
+#include "job_work_directory.h"
+#include "plugin/user_code.h"
 #include "runtime/restart_strategy.h"
 
 namespace jobhost::host {
@@ -61,22 +63,26 @@ void loadUserConfiguration(const std::optional<std::string>& configFile, const s
   if (parallelism) config->set("parallelism.default", std::to_string(*parallelism), Configuration::Layer::kCommandLine);
 }
 
-void applyJobConfiguration(Job& job, Configuration* config) {
+std::unique_ptr<Job> createJob(const JobClassInfo& info) {
+  return fenceUserCode(info.name, "the constructor", [&] { return std::unique_ptr<Job>(info.create()); });
+}
+
+void applyJobConfiguration(const std::string& className, Job& job, Configuration* config) {
   JobConfig jc;
-  callUser("configure()", [&] { job.configure(jc); });
+  fenceUserCode(className, "configure()", [&] { job.configure(jc); });
   for (auto& [k, v] : jc.values()) config->set(k, v, Configuration::Layer::kJob);
 }
 
 Plan buildPlan(const JobSetup& setup, const RunOptions& o) {
-  std::unique_ptr<Job> job(setup.info->create());
+  std::unique_ptr<Job> job = createJob(*setup.info);
   StreamEnvironment env{JobArgs(o.jobArgs)};
-  job->build(env);
+  fenceUserCode(setup.className, "build()", [&] { job->build(env); });
   return env.takePlan();
 }
 
-int setupJob(const RunOptions& o, JobSetup* s) {
+int setupJob(const RunOptions& o, JobSetup* s, const PluginOpenOptions& pluginOptions) {
   PluginError perr;
-  s->plugin = PluginLibrary::open(o.pluginPath, &perr);
+  s->plugin = PluginLibrary::open(o.pluginPath, &perr, pluginOptions);
   if (!s->plugin) {
     std::cerr << "error: " << perr.message << "\n";
     return kExitUsage;
@@ -91,8 +97,8 @@ int setupJob(const RunOptions& o, JobSetup* s) {
   try {
     loadUserConfiguration(o.configFile, o.defines, o.parallelism, &config);
     {
-      std::unique_ptr<Job> job(s->info->create());
-      applyJobConfiguration(*job, &config);
+      std::unique_ptr<Job> job = createJob(*s->info);
+      applyJobConfiguration(s->className, *job, &config);
     }
     s->plan = buildPlan(*s, o);
     std::string b = config.getString("state.backend.type");
@@ -121,13 +127,17 @@ int setupJob(const RunOptions& o, JobSetup* s) {
                         "' is unknown; use RETAIN_ON_CANCELLATION or DELETE_ON_CANCELLATION");
     s->deleteOnCancel = retention == "DELETE_ON_CANCELLATION";
     std::string local = config.get("state.local.dir").value_or("");
-    s->localDirRoot = local.empty() ? fs::temp_directory_path().string() : fs::absolute(local).string();
+    s->localDirIsDefault = local.empty();
+    s->localDirRoot = local.empty() ? defaultWorkRoot() : fs::absolute(local).lexically_normal().string();
     s->operators = describeOperators(s->plan, s->parallelism);
   } catch (const ConfigError& e) {
     std::cerr << "error: " << e.what() << "\n";
     return kExitUsage;
   } catch (const JobArgumentError& e) {
     std::cerr << "error: " << s->className << ": " << e.what() << "\n";
+    return kExitUsage;
+  } catch (const UserCodeFailure& e) {
+    std::cerr << "error: " << e.what() << " (in " << o.pluginPath << "); fix the job class\n";
     return kExitUsage;
   } catch (const std::exception& e) {
     std::cerr << "error: " << s->className << " failed while defining its dataflow: " << e.what() << "\n";
@@ -137,7 +147,7 @@ int setupJob(const RunOptions& o, JobSetup* s) {
 }
 
 std::string attemptLocalDir(const JobSetup& setup, const std::string& jobId, int attempt) {
-  return (std::filesystem::path(setup.localDirRoot) / ("jobhost-" + jobId + "-" + std::to_string(attempt))).string();
+  return attemptWorkDir(setup.localDirRoot, jobId, attempt);
 }
 
 }  // namespace jobhost::host

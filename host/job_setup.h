@@ -38,16 +38,21 @@ struct JobSetup {
   std::string checkpointDir;  // state.checkpoints.dir (absolute)
   std::string savepointDir;   // state.savepoints.dir, may be empty
   bool deleteOnCancel = false;
-  std::string localDirRoot;   // state.local.dir or the temp dir
+  std::string localDirRoot;   // state.local.dir, else defaultWorkRoot() (job_work_directory.h)
+  bool localDirIsDefault = true;
 };
 
-/// The local working directory of one attempt (rocksdb instances go below it): the worker
-/// removes it when it ends, the supervisor after a worker that died.
+/// The local working directory of one attempt (rocksdb instances go below it; layout in
+/// job_work_directory.h): the supervisor creates it, the worker removes it when it ends,
+/// the supervisor after a worker that died and before the next attempt.
 std::string attemptLocalDir(const JobSetup& setup, const std::string& jobId, int attempt);
 
-/// Loads the plugin, selects the class, layers the configuration and builds the plan.
-/// On error prints one line to stderr and returns the exit code (kExitUsage); else 0.
-int setupJob(const RunOptions& options, JobSetup* setup);
+/// Loads the plugin (with `pluginOptions`: the supervisor pins it and probes its static
+/// initialisers, a worker loads the supervisor's pinned copy), selects the class, layers
+/// the configuration and builds the plan. Every call into the plugin is fenced
+/// (plugin/user_code.h). On error prints one line to stderr and returns the exit code
+/// (kExitUsage); else 0.
+int setupJob(const RunOptions& options, JobSetup* setup, const PluginOpenOptions& pluginOptions = {});
 
 /// A fresh instance of the class and its plan (restarts never reuse objects, so plain
 /// member variables start over, as in Flink). Throws what build() throws.

@@ -82,10 +82,11 @@ struct Worker {
   int crash = -1;    // read end of the crash-report pipe
 };
 
-/// Starts `jobhost __worker args...`. `inheritFd` (>= 0): a descriptor the worker keeps
-/// open across exec (the job directory's lock, so the lock lives while any process of the
-/// job does).
-Worker spawnWorker(const std::vector<std::string>& args, int inheritFd) {
+/// Starts `jobhost __worker args...`. `inheritFds`: descriptors (< 0: none) the worker
+/// keeps open across exec (the locks of the job's checkpoint and working directories, so
+/// a lock lives while any process of the job does). `pluginFd` (>= 0): the pinned plugin
+/// copy, passed on as JOBHOST_PLUGIN_FD.
+Worker spawnWorker(const std::vector<std::string>& args, const std::vector<int>& inheritFds, int pluginFd) {
   int sv[2];
   int crash[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0 || pipe2(crash, O_CLOEXEC) != 0)
@@ -96,7 +97,9 @@ Worker spawnWorker(const std::vector<std::string>& args, int inheritFd) {
     // Child: keep our ends open across exec, ignore Ctrl-C (the supervisor handles it).
     int ch = dup(sv[1]);
     int cr = dup(crash[1]);
-    if (inheritFd >= 0) (void)dup(inheritFd);  // dup() clears FD_CLOEXEC
+    for (int fd : inheritFds)
+      if (fd >= 0) (void)dup(fd);  // dup() clears FD_CLOEXEC
+    if (pluginFd >= 0) setenv("JOBHOST_PLUGIN_FD", std::to_string(dup(pluginFd)).c_str(), 1);
     signal(SIGINT, SIG_IGN);
     signal(SIGTERM, SIG_IGN);
     sigset_t none;
@@ -174,8 +177,17 @@ int JobSupervisor::prepare() {
     jobLock_ = std::move(*lock);
     jobDir_ = jobDir.string();
   }
+  if (setup_.backend == state::BackendType::kRocksDb) {
+    auto workDir = JobWorkDirectory::create(setup_.localDirRoot, setup_.localDirIsDefault, jobId_, me);
+    if (!workDir.ok()) {
+      std::cerr << "error: " << workDir.status().message() << " (state.local.dir)\n";
+      return kExitUsage;
+    }
+    workDir_ = std::move(*workDir);
+  }
   std::lock_guard lock(mu_);
   info_.jobId = jobId_;
+  info_.pluginDigest = setup_.plugin->contentDigest();
   info_.jobClass = setup_.className;
   info_.pluginPath = fs::absolute(o_.pluginPath).string();
   info_.backend = std::string(state::backendTypeName(setup_.backend)) + (setup_.incremental ? " (incremental)" : "");
@@ -479,12 +491,17 @@ int JobSupervisor::run() {
     // the restart strategy decides) rather than falling back to an older snapshot.
     auto restore = decideRestore(attempt);
     std::string message, where;
+    // Earlier attempts' working directories go (a crash loop must not fill the disk).
+    state::Status workDir = workDir_ ? workDir_->beginAttempt(attempt).status() : state::Status::OK();
     if (!restore.ok()) {
       message = restore.status().message();
+    } else if (!workDir.ok()) {
+      message = workDir.message();
     } else {
       Worker w;
       try {
-        w = spawnWorker(workerArguments(attempt, *restore), jobLock_ ? jobLock_->fd() : -1);
+        w = spawnWorker(workerArguments(attempt, *restore), {jobLock_ ? jobLock_->fd() : -1, workDir_ ? workDir_->lockFd() : -1},
+                        setup_.plugin->pinnedFd());
       } catch (const std::exception& e) {
         spdlog::error("{}", e.what());
         exitCode = kExitJobFailed;
@@ -603,6 +620,7 @@ int JobSupervisor::run() {
       }
     }
   }
+  if (workDir_) workDir_->remove();
   if (checkpointing) {
     if (cancelled && setup_.deleteOnCancel) {
       discardCheckpointsOnCancel();

@@ -40,6 +40,7 @@
 #include "control/job_control.h"
 #include "job_runner.h"
 #include "job_setup.h"
+#include "job_work_directory.h"
 #include "runtime/restart_strategy.h"
 
 namespace jobhost::host {
@@ -104,6 +105,7 @@ class JobSupervisor {
   std::string jobDir_;  // empty when checkpointing is off
   std::optional<JobDirectoryLock> jobLock_;
   std::optional<JobDirectoryLock> claimLock_;  // until the claimed snapshot is disposed of
+  std::optional<JobWorkDirectory> workDir_;    // rocksdb only: <state.local.dir>/<jobId>
   bool claimDisposed_ = false;                 // main thread only
   uint64_t highestTriggeredId_ = 0;            // main thread only: of any attempt's records
 

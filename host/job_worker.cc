@@ -113,7 +113,10 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
   };
 
   JobSetup setup;
-  if (int rc = setupJob(o, &setup); rc != 0) return end(wire::EndKind::SETUP_FAILED, "setup failed", "", "", false, rc);
+  PluginOpenOptions pluginOptions;
+  pluginOptions.fd = w.pluginFd;  // the supervisor's pinned copy: the bytes the job started with
+  if (int rc = setupJob(o, &setup, pluginOptions); rc != 0)
+    return end(wire::EndKind::SETUP_FAILED, "setup failed", "", "", false, rc);
   fs::path jobDir = fs::path(setup.checkpointDir) / w.jobId;
 
   // What to restore was decided by the supervisor (job_supervisor.cc): an exact snapshot.
@@ -178,8 +181,8 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
   Plan plan;
   try {
     plan = w.attempt == 1 ? std::move(setup.plan) : buildPlan(setup, o);
-  } catch (const std::exception& e) {
-    return end(wire::EndKind::FAILED, std::string("build() failed: ") + e.what(), "", "", false, kExitJobFailed);
+  } catch (const std::exception& e) {  // a UserCodeFailure naming the class and build()
+    return end(wire::EndKind::FAILED, e.what(), "", "", false, kExitJobFailed);
   }
   auto exec = std::make_unique<JobExecution>(std::move(plan), ec, coordinator.get());
   state::Status ps = exec->prepare(rs.metadata ? &rs : nullptr);

@@ -24,6 +24,7 @@ struct WorkerParams {
   int attempt = 1;
   int channelFd = -1;  // socketpair end to the supervisor
   int crashFd = -1;    // pipe for the fatal-signal report
+  int pluginFd = -1;   // the supervisor's pinned copy of the plugin (JOBHOST_PLUGIN_FD)
   /// The exact snapshot directory to restore (a chk-<n> or savepoint), if any.
   std::optional<std::string> restoreFrom;
   /// restoreFrom is the user's -s snapshot (then -n applies), not one of the job's own

@@ -153,13 +153,21 @@ int main(int argc, char** argv) {
   worker->add_flag("--restore-initial", workerParams.restoreInitial);
   worker->add_option("--first-checkpoint-id", workerParams.firstCheckpointId);
 
-  std::string gcDir;
-  auto* gc = app.add_subcommand("gc", "Remove what a crash left in a job's checkpoint directory (never a referenced file)");
-  bool gcDryRun = false;
-  gc->add_option("job-dir", gcDir, "<state.checkpoints.dir>/<jobId>")->required();
-  gc->add_flag("--dry-run", gcDryRun, "List what would be removed; remove nothing");
-  gc->footer("Refuses a directory a running job holds (its lock names the job).\n\nExample:\n"
-             "  jobhost gc --dry-run ~/.jobhost/checkpoints/<jobId>\n\n" + std::string(kExitCodes));
+  GcOptions gcOpts;
+  auto* gc = app.add_subcommand("gc", "Remove what a crash left in a job's checkpoint directory (never a referenced file) "
+                                      "and the working directories of jobs that no longer run");
+  gc->add_option("job-dir", gcOpts.jobDir, "<state.checkpoints.dir>/<jobId> (without it: working directories only)");
+  gc->add_flag("--dry-run", gcOpts.dryRun, "List what would be removed; remove nothing");
+  gc->add_option("--config", gcOpts.configFile, "YAML configuration file, as for run (state.local.dir)")
+      ->check(CLI::ExistingFile);
+  gc->add_option("-D", gcOpts.defines, "Configuration override key=value (repeatable), as for run")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  gc->footer("Refuses a directory a running job holds (its lock names the job); never touches the working directory "
+             "of a running job.\n\nExamples:\n"
+             "  jobhost gc --dry-run ~/.jobhost/checkpoints/<jobId>\n"
+             "  jobhost gc                                   # working directories of ended jobs (state.local.dir)\n\n" +
+             std::string(kExitCodes));
 
   std::string convertFrom, convertTo;
   auto* convert = app.add_subcommand(
@@ -273,13 +281,14 @@ int main(int argc, char** argv) {
     }
     workerParams.channelFd = std::atoi(ch);
     workerParams.crashFd = std::atoi(cr);
+    if (const char* pf = std::getenv("JOBHOST_PLUGIN_FD")) workerParams.pluginFd = std::atoi(pf);
     return runWorker(workerOpts, workerParams);
   }
   if (*info) return infoCommand(infoPlugin, infoDefines, infoConfig);
   if (*inspect) return inspectCommand(inspectPath, inspectJson);
   if (*checkpoints) return checkpointsCommand(checkpointsDir);
   if (*convert) return convertCommand(convertFrom, convertTo);
-  if (*gc) return gcCommand(gcDir, gcDryRun);
+  if (*gc) return gcCommand(gcOpts);
   if (*list) return listCommand();
   if (*ui) return uiCommand(uiOpts);
   if (*savepoint) {

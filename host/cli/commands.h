@@ -2,9 +2,7 @@
 #pragma once
 
 #include <optional>
-#include <optional>
 #include <string>
-#include <vector>
 #include <vector>
 
 namespace jobhost::host {
@@ -17,9 +15,16 @@ int inspectCommand(const std::string& path, bool json);
 /// `jobhost checkpoints <checkpoint-dir>/<jobId>`: the checkpoint history.
 int checkpointsCommand(const std::string& jobDir);
 
-/// `jobhost gc <job-dir> [--dry-run]`: removes never-completed checkpoints, unreferenced
-/// shared files and temporary files of unfinished uploads; refuses a locked directory.
-int gcCommand(const std::string& jobDir, bool dryRun);
+struct GcOptions {
+  std::optional<std::string> jobDir;  // <state.checkpoints.dir>/<jobId>; none: working directories only
+  bool dryRun = false;
+  std::optional<std::string> configFile;  // for state.local.dir
+  std::vector<std::string> defines;
+};
+/// `jobhost gc [<job-dir>] [--dry-run]`: removes never-completed checkpoints, unreferenced
+/// shared files and temporary files of unfinished uploads of <job-dir> (refuses a locked
+/// directory), and the working directories under state.local.dir of jobs that no longer run.
+int gcCommand(const GcOptions& options);
 /// `jobhost convert <snapshot> <out-dir>`: canonical savepoint from any snapshot.
 int convertCommand(const std::string& from, const std::string& outDir);
 

@@ -19,6 +19,8 @@
 #include "control/control_client.h"
 #include "control/control_server.h"
 #include "job_runner.h"
+#include "plugin/elf_metadata.h"
+#include "plugin/plugin_loader.h"
 
 namespace jobhost::host {
 
@@ -108,7 +110,11 @@ int listCommand() {
     std::cout << "No running jobs.\n";
     return kExitOk;
   }
-  Table t({"JOB ID", "STATUS", "CLASS", "SINCE", "LAST CHECKPOINT", "PLUGIN"});
+  // PLUGIN FILE: does the file still hold the bytes the job loaded? A job keeps running
+  // (and restarting) with those bytes (plugin_loader.h, "Pinning"); CHANGED says a restore
+  // or a new run would load something else.
+  Table t({"JOB ID", "STATUS", "CLASS", "SINCE", "LAST CHECKPOINT", "PLUGIN FILE", "PLUGIN"});
+  bool anyChanged = false;
   for (const auto& j : jobs) {
     const JobStatusInfo& s = j.status;
     std::string status = jobStateName(s.state);
@@ -116,9 +122,20 @@ int listCommand() {
     std::string last;
     if (s.lastCheckpointId > 0) last = std::to_string(s.lastCheckpointId) + " " + s.lastCheckpointPath;
     else last = s.checkpointDir.empty() ? "checkpoints off" : "none yet";
-    t.add({j.jobId, status, s.jobClass, localTime(s.startedMs), last, s.pluginPath});
+    std::string onDisk = "-";
+    if (!s.pluginDigest.empty()) {
+      std::string bytes;
+      PluginError unreadable;
+      if (!readPluginFile(s.pluginPath, &bytes, &unreadable)) onDisk = "MISSING";
+      else onDisk = fnv1a64Hex(bytes) == s.pluginDigest ? "unchanged" : "CHANGED";
+      anyChanged |= onDisk != "unchanged";
+    }
+    t.add({j.jobId, status, s.jobClass, localTime(s.startedMs), last, onDisk, s.pluginPath});
   }
   std::cout << t.render();
+  if (anyChanged)
+    std::cout << "\nPLUGIN FILE CHANGED/MISSING: the file differs from the bytes the job started with; the job "
+                 "keeps running and restarting with those, a new run loads the file as it is now.\n";
   return kExitOk;
 }
 

@@ -4,6 +4,10 @@
 // takes the directory's lock first, so it refuses a directory a running job (or another
 // gc) holds, and it decides nothing itself: the directory's SnapshotRegistry says what is
 // garbage. Never removes a file a complete checkpoint references.
+//
+// It also removes the local working directories (state.local.dir) of jobs that no longer
+// run: the job's own lock on its working directory says whether it runs
+// (job_work_directory.h), so a running job's directory is never touched.
 #include <filesystem>
 #include <iostream>
 
@@ -11,7 +15,9 @@
 #include "cli/commands.h"
 #include "cli/table.h"
 #include "config/units.h"
+#include "config/configuration.h"
 #include "job_runner.h"
+#include "job_work_directory.h"
 #include "jobhost/state/checkpoint_layout.h"
 #include "jobhost/state/snapshot_registry.h"
 
@@ -19,7 +25,51 @@ namespace jobhost::host {
 
 namespace fs = std::filesystem;
 
-int gcCommand(const std::string& jobDirArg, bool dryRun) {
+namespace {
+
+/// The working directories of jobs that no longer run, under the configured
+/// state.local.dir: listed, and removed unless dryRun. The exit code.
+int collectWorkDirectories(const GcOptions& o) {
+  std::string root;
+  try {
+    Configuration config;
+    loadUserConfiguration(o.configFile, o.defines, std::nullopt, &config);
+    std::string local = config.get("state.local.dir").value_or("");
+    root = local.empty() ? defaultWorkRoot() : fs::absolute(local).lexically_normal().string();
+  } catch (const ConfigError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return kExitUsage;
+  }
+  auto stale = findStaleWorkDirectories(root);
+  if (stale.empty()) {
+    std::cout << "no working directories of ended jobs in " << root << "\n";
+    return kExitOk;
+  }
+  Table t({"SIZE", "WHY", "PATH"});
+  uint64_t bytes = 0;
+  size_t removed = 0;
+  int rc = kExitOk;
+  for (const auto& d : stale) {
+    if (!o.dryRun) {
+      state::Status s = removeStaleWorkDirectory(d.path);
+      if (!s.ok()) {
+        std::cerr << "error: " << s.message() << "\n";
+        rc = kExitJobFailed;
+        continue;
+      }
+    }
+    ++removed;
+    bytes += d.bytes;
+    t.add({formatBytes(d.bytes), "working directory of a job that no longer runs", d.path});
+  }
+  std::cout << t.render();
+  std::cout << (o.dryRun ? "would remove " : "removed ") << removed
+            << (removed == 1 ? " working directory" : " working directories") << " (" << formatBytes(bytes)
+            << ") from " << root << (o.dryRun ? "; run without --dry-run to remove them" : "") << "\n";
+  return rc;
+}
+
+int collectJobDirectory(const std::string& jobDirArg, bool dryRun) {
   std::error_code ec;
   fs::path jobDir = fs::weakly_canonical(fs::absolute(jobDirArg), ec);
   if (ec || !fs::is_directory(jobDir)) {
@@ -88,6 +138,15 @@ int gcCommand(const std::string& jobDirArg, bool dryRun) {
     return kExitJobFailed;
   }
   return kExitOk;
+}
+
+}  // namespace
+
+int gcCommand(const GcOptions& o) {
+  int rc = o.jobDir ? collectJobDirectory(*o.jobDir, o.dryRun) : kExitOk;
+  if (rc == kExitUsage) return rc;  // a wrong argument: nothing else is touched either
+  int work = collectWorkDirectories(o);
+  return rc != kExitOk ? rc : work;
 }
 
 }  // namespace jobhost::host

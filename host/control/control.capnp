@@ -53,6 +53,7 @@ struct JobStatus {
   lastFailureMs @16 :Int64;     # epoch ms of lastFailure; 0: none
   checkpointsCompleted @17 :UInt64;  # since the job started, all attempts
   checkpointsFailed @18 :UInt64;
+  pluginDigest @19 :Text;       # of the plugin bytes the job loaded; `jobhost list` compares the file
 }
 
 enum CheckpointStatus {

@@ -171,6 +171,7 @@ kj::Promise<JobStatusInfo> requestStatus(rpc::JobControlService::Client& s) {
     s.lastFailureMs = w.getLastFailureMs();
     s.checkpointsCompleted = w.getCheckpointsCompleted();
     s.checkpointsFailed = w.getCheckpointsFailed();
+    s.pluginDigest = w.getPluginDigest();
     return s;
   });
 }

@@ -1,4 +1,5 @@
 #include "control/control_server.h"
+#include "private_directory.h"
 
 // GCC 12 reports a false -Wmaybe-uninitialized inside kj::Maybe<std::string> (kj promises of
 // std::string); the values are always initialised before use.
@@ -34,12 +35,6 @@ namespace {
 constexpr size_t kMaxConnections = 64;
 constexpr size_t kMaxCallsInFlight = 32;
 constexpr size_t kMaxTextBytes = 4096;
-
-std::string octal(mode_t m) {
-  char b[16];
-  std::snprintf(b, sizeof b, "%04o", static_cast<unsigned>(m & 07777));
-  return b;
-}
 
 bool validJobId(const std::string& id) {
   if (id.empty() || id.size() > 64) return false;
@@ -128,28 +123,8 @@ std::string runtimeDirPath() {
 }
 
 state::Result<std::string> ensureRuntimeDir() {
-  std::string dir = runtimeDirPath();
-  mode_t old = umask(077);
-  int rc = mkdir(dir.c_str(), 0700);
-  int err = errno;
-  umask(old);
-  if (rc != 0 && err != EEXIST) return state::fromErrno("cannot create the control directory " + dir, err);
-  struct stat st {};
-  if (lstat(dir.c_str(), &st) != 0) return state::fromErrno("cannot stat the control directory " + dir, errno);
-  const std::string hint = " — remove it, or set XDG_RUNTIME_DIR to a directory of yours";
-  if (S_ISLNK(st.st_mode))
-    return state::Status::PermissionDenied("refusing to use the control directory " + dir + ": it is a symbolic link" + hint);
-  if (!S_ISDIR(st.st_mode))
-    return state::Status::PermissionDenied("refusing to use the control directory " + dir + ": it is not a directory" + hint);
-  if (st.st_uid != geteuid())
-    return state::Status::PermissionDenied("refusing to use the control directory " + dir + ": it is owned by uid " +
-                                           std::to_string(st.st_uid) + ", not by you (uid " + std::to_string(geteuid()) +
-                                           ")" + hint);
-  if ((st.st_mode & 07777) != 0700)
-    return state::Status::PermissionDenied("refusing to use the control directory " + dir + ": its mode is " +
-                                           octal(st.st_mode) + ", not 0700 (other users could reach the sockets in it)" +
-                                           " — chmod 700 " + dir + " if it is yours");
-  return dir;
+  return ensurePrivateDirectory(runtimeDirPath(), "the control directory",
+                                " — remove it, or set XDG_RUNTIME_DIR to a directory of yours");
 }
 
 std::string controlSocketPath(const std::string& dir, const std::string& jobId) { return dir + "/" + jobId + ".sock"; }
@@ -311,6 +286,7 @@ class ServiceImpl final : public rpc::JobControlService::Server {
       b.setLastFailureMs(s.lastFailureMs);
       b.setCheckpointsCompleted(s.checkpointsCompleted);
       b.setCheckpointsFailed(s.checkpointsFailed);
+      b.setPluginDigest(s.pluginDigest);
     });
   }
 

@@ -40,6 +40,7 @@ struct JobStatusInfo {
   int64_t lastFailureMs = 0;          // epoch ms of lastFailure; 0: none
   uint64_t checkpointsCompleted = 0;  // since the job started (all attempts)
   uint64_t checkpointsFailed = 0;
+  std::string pluginDigest;  // of the bytes the job loaded (and every attempt loads)
 };
 
 class JobControl {

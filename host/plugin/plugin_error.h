@@ -24,6 +24,7 @@ struct PluginError {
     kLoadFailed,         // unreadable file or dlopen() failed (e.g. a missing dependency)
     kUnknownClass,       // -c names a class the plugin does not export
     kAmbiguousClass,     // no -c and the plugin exports several classes
+    kInitialiserFailed,  // a static initialiser of the plugin threw or crashed
   };
 
   Kind kind;
@@ -42,6 +43,7 @@ inline std::string_view pluginErrorKindName(PluginError::Kind kind) {
     case PluginError::kLoadFailed: return "load-failed";
     case PluginError::kUnknownClass: return "unknown-class";
     case PluginError::kAmbiguousClass: return "ambiguous-class";
+    case PluginError::kInitialiserFailed: return "initialiser-failed";
   }
   return "unknown";
 }

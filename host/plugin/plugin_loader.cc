@@ -2,7 +2,12 @@
 #include "host/plugin/plugin_loader.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <exception>
 #include <utility>
@@ -10,6 +15,7 @@
 #include <boost/dll/shared_library.hpp>
 
 #include "host/plugin/did_you_mean.h"
+#include "jobhost/errors.h"
 
 namespace jobhost::host {
 namespace {
@@ -67,6 +73,92 @@ std::string loadHint(const std::string& reason) {
   return "";
 }
 
+std::string fdPath(int fd) { return "/proc/self/fd/" + std::to_string(fd); }
+
+/// A sealed in-memory copy of `bytes` (see "Pinning" in the header); -1 and *why on
+/// failure.
+int makeSealedCopy(const std::string& path, const std::string& bytes, std::string* why) {
+  int fd = ::memfd_create("jobhost-plugin", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) {
+    *why = std::string("memfd_create: ") + std::strerror(errno);
+    return -1;
+  }
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      *why = std::string("writing the private copy of ") + path + ": " + std::strerror(errno);
+      ::close(fd);
+      return -1;
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL) != 0) {
+    *why = std::string("sealing the private copy: ") + std::strerror(errno);
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// The probe child's report pipe; written by its terminate handler.
+int gProbeReportFd = -1;
+
+[[noreturn]] void reportProbeTermination() {
+  std::string what = "an exception";
+  if (std::exception_ptr e = std::current_exception()) {
+    try {
+      std::rethrow_exception(e);
+    } catch (...) {
+      what = jobhost::describeCurrentException();
+    }
+  }
+  ssize_t n = ::write(gProbeReportFd, what.data(), what.size());
+  (void)n;
+  ::_exit(1);
+}
+
+/// Runs the static initialisers of `loadPath` in a forked child (see "Static
+/// initialisers" in the header). nullopt if they completed (or dlopen() failed for
+/// another reason, which the real load reports), else what went wrong.
+std::optional<std::string> probeInitialisers(const std::string& loadPath) {
+  int report[2];
+  if (::pipe2(report, O_CLOEXEC) != 0) return std::nullopt;  // cannot probe: load as before
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(report[0]);
+    ::close(report[1]);
+    return std::nullopt;
+  }
+  if (pid == 0) {
+    ::close(report[0]);
+    gProbeReportFd = report[1];
+    std::set_terminate(reportProbeTermination);
+    void* handle = ::dlopen(loadPath.c_str(), RTLD_NOW | RTLD_LOCAL);
+    ::_exit(handle != nullptr ? 0 : 3);
+  }
+  ::close(report[1]);
+  std::string what;
+  char buf[512];
+  for (;;) {
+    ssize_t n = ::read(report[0], buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    what.append(buf, static_cast<size_t>(n));
+  }
+  ::close(report[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 1 && !what.empty()) return "threw " + what;
+  if (WIFSIGNALED(status)) {
+    const char* name = sigabbrev_np(WTERMSIG(status));
+    return std::string("crashed with ") + (name != nullptr ? std::string("SIG") + name : "a signal");
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::optional<PluginError> checkPluginCompatibility(const std::string& path,
@@ -104,10 +196,18 @@ std::string fnv1a64Hex(std::string_view bytes) {
   return out;
 }
 
-std::unique_ptr<PluginLibrary> PluginLibrary::open(const std::string& path, PluginError* error) {
+std::unique_ptr<PluginLibrary> PluginLibrary::open(const std::string& path, PluginError* error,
+                                                   const PluginOpenOptions& options) {
   // 1 and 2: static checks, no plugin code runs.
   std::string bytes;
-  PluginMetadataResult metadata = readPluginMetadataFile(path, &bytes);
+  PluginMetadataResult metadata;
+  if (options.fd >= 0) {
+    if (!readPluginFile(fdPath(options.fd), &bytes, error)) return nullptr;
+    metadata = readPluginMetadata(bytes);
+    if (metadata.error) metadata.error->message = path + ": " + metadata.error->message;
+  } else {
+    metadata = readPluginMetadataFile(path, &bytes);
+  }
   if (!metadata.ok()) {
     *error = std::move(*metadata.error);
     return nullptr;
@@ -117,7 +217,36 @@ std::unique_ptr<PluginLibrary> PluginLibrary::open(const std::string& path, Plug
     return nullptr;
   }
   std::string digest = fnv1a64Hex(bytes);
+  int pinnedFd = -1;
+  if (options.fd >= 0) {
+    pinnedFd = options.fd;
+    ::fcntl(pinnedFd, F_SETFD, FD_CLOEXEC);  // ours now; a later worker gets its own dup
+  } else if (options.pin) {
+    std::string why;
+    pinnedFd = makeSealedCopy(path, bytes, &why);
+    if (pinnedFd < 0) {
+      *error = PluginError{PluginError::kLoadFailed, "cannot load " + path + ": " + why};
+      return nullptr;
+    }
+  }
   bytes = std::string();  // may be large; not needed any more
+  const std::string loadPath = pinnedFd >= 0 ? fdPath(pinnedFd) : path;
+  auto fail = [&](PluginError e) {
+    if (pinnedFd >= 0) ::close(pinnedFd);
+    *error = std::move(e);
+    return nullptr;
+  };
+
+  if (options.probeInitialisers) {
+    if (std::optional<std::string> failed = probeInitialisers(loadPath)) {
+      std::vector<std::string> names;
+      for (const JobClassMeta& meta : metadata.classes) names.push_back(meta.name);
+      return fail(PluginError{PluginError::kInitialiserFailed,
+                              "plugin " + path + " (classes " + joinNames(names) +
+                                  "): a static initialiser (a global or static object's constructor) " + *failed +
+                                  " while the plugin was loaded; no job ran — fix the plugin's global objects"});
+    }
+  }
 
   // 3: dlopen. The error_code overload leaves dlerror() set for us; the try block only
   // guards against allocation and filesystem exceptions from Boost's path handling.
@@ -129,33 +258,33 @@ std::unique_ptr<PluginLibrary> PluginLibrary::open(const std::string& path, Plug
     // dlclose() never unmaps the plugin; see "Lifetime" in the header.
     const auto mode = boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local |
                       static_cast<boost::dll::load_mode::type>(RTLD_NODELETE);
-    library->load(boost::dll::fs::path(path), mode, ec);
+    library->load(boost::dll::fs::path(loadPath), mode, ec);
     if (ec || !library->is_loaded()) {
       const char* dl = ::dlerror();
-      reason = dl != nullptr ? withoutPathPrefix(dl, path) : ec.message();
+      reason = dl != nullptr ? withoutPathPrefix(dl, loadPath) : ec.message();
       if (reason.empty()) reason = "dlopen() failed";
     }
   } catch (const std::exception& e) {
     reason = e.what();
   }
-  if (!reason.empty()) {
-    *error = PluginError{PluginError::kLoadFailed,
-                         "cannot load " + path + ": " + reason + loadHint(reason)};
-    return nullptr;
-  }
+  if (!reason.empty())
+    return fail(PluginError{PluginError::kLoadFailed, "cannot load " + path + ": " + reason + loadHint(reason)});
   return std::unique_ptr<PluginLibrary>(new PluginLibrary(
-      path, std::move(metadata.classes), std::move(digest), std::move(library)));
+      path, std::move(metadata.classes), std::move(digest), std::move(library), pinnedFd));
 }
 
 PluginLibrary::PluginLibrary(std::string path, std::vector<JobClassMeta> classes,
                              std::string digest,
-                             std::unique_ptr<boost::dll::shared_library> library)
+                             std::unique_ptr<boost::dll::shared_library> library, int pinnedFd)
     : path_(std::move(path)),
       classes_(std::move(classes)),
       contentDigest_(std::move(digest)),
-      library_(std::move(library)) {}
+      library_(std::move(library)),
+      pinnedFd_(pinnedFd) {}
 
-PluginLibrary::~PluginLibrary() = default;
+PluginLibrary::~PluginLibrary() {
+  if (pinnedFd_ >= 0) ::close(pinnedFd_);
+}
 
 const jobhost::JobClassInfo* PluginLibrary::selectClass(const std::optional<std::string>& name,
                                                         PluginError* error) const {

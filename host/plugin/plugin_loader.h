@@ -9,6 +9,23 @@
 //   3. dlopen()s it with RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE through Boost.DLL, so a
 //      missing dependency or undefined symbol fails here rather than in the middle of
 //      a job.
+//
+// Pinning (PluginOpenOptions::pin, used by the supervisor of `jobhost run`): the bytes
+// read in step 1 are copied once into a sealed memfd (memfd_create + F_SEAL_WRITE |
+// F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL) and the library is loaded from that copy
+// through /proc/self/fd/<n>. A copy rather than the plugin file's own descriptor: `cp`
+// or `install` over the plugin rewrites the same inode, which an open descriptor would
+// see. The digest is of exactly those bytes, and every worker of the job inherits the
+// memfd (PluginOpenOptions::fd) and loads the same bytes, so a plugin rebuilt on disk
+// affects only jobs started afterwards. (Each worker is a fresh process, so dlopen()'s
+// "same path, same handle" rule never hands an attempt an older mapping either.)
+//
+// Static initialisers (PluginOpenOptions::probeInitialisers): they run inside
+// dlopen(), where an exception — std::exception or not — always ends in std::terminate.
+// The probe dlopen()s the library in a forked child first; if an initialiser throws (the
+// child's terminate handler reports what) or crashes, open() fails with
+// kInitialiserFailed and the calling process never runs them. Initialisers therefore
+// run twice when the probe passes (child, then caller): keep them free of side effects.
 // selectClass() then resolves the class named by `-c` through its Boost.DLL alias
 // `jhjob_<Class>`, checking the descriptor's magic and ABI tag before any other field.
 //
@@ -55,6 +72,16 @@ std::optional<PluginError> checkPluginCompatibility(
 /// logs and checkpoints; it is not a cryptographic hash.
 std::string fnv1a64Hex(std::string_view bytes);
 
+struct PluginOpenOptions {
+  /// Load a private sealed copy of the file's bytes (see "Pinning" above).
+  bool pin = false;
+  /// Load the bytes of this descriptor (a pinned copy inherited from the supervisor)
+  /// instead of reading `path`; `path` then only names the plugin in messages.
+  int fd = -1;
+  /// Run the static initialisers in a child process first (see "Static initialisers").
+  bool probeInitialisers = false;
+};
+
 class PluginLibrary {
  public:
   /// Opens the plugin at `path` (absolute, or relative to the working directory; a bare
@@ -63,7 +90,9 @@ class PluginLibrary {
   /// kNotSharedLibrary, kWrongArchitecture, kNotPlugin, kCorrupt, kIncompatible (all
   /// without running plugin code) or kLoadFailed (unreadable file, dlopen() failed).
   /// Running a plugin's static constructors is part of a successful open.
-  static std::unique_ptr<PluginLibrary> open(const std::string& path, PluginError* error);
+  /// kInitialiserFailed: a static initialiser threw or crashed (options.probeInitialisers).
+  static std::unique_ptr<PluginLibrary> open(const std::string& path, PluginError* error,
+                                             const PluginOpenOptions& options = {});
 
   PluginLibrary(const PluginLibrary&) = delete;
   PluginLibrary& operator=(const PluginLibrary&) = delete;
@@ -80,6 +109,10 @@ class PluginLibrary {
   /// fnv1a64Hex() of the plugin file's bytes as read by open(), computed once.
   const std::string& contentDigest() const { return contentDigest_; }
 
+  /// The sealed copy the library was loaded from (pin or fd), else -1. Close-on-exec;
+  /// a worker that should load the same bytes gets a dup of it without FD_CLOEXEC.
+  int pinnedFd() const { return pinnedFd_; }
+
   /// Resolves the job class to run. With a name, that class (exact, case-sensitive
   /// match); without one, the plugin's only class. Returns a descriptor owned by the
   /// library (valid while *this lives) whose magic and abiTag have been checked and
@@ -92,7 +125,7 @@ class PluginLibrary {
 
  private:
   PluginLibrary(std::string path, std::vector<JobClassMeta> classes, std::string digest,
-                std::unique_ptr<boost::dll::shared_library> library);
+                std::unique_ptr<boost::dll::shared_library> library, int pinnedFd);
 
   const jobhost::JobClassInfo* resolve(const std::string& name, PluginError* error) const;
 
@@ -100,6 +133,7 @@ class PluginLibrary {
   const std::vector<JobClassMeta> classes_;
   const std::string contentDigest_;
   const std::unique_ptr<boost::dll::shared_library> library_;  // never null
+  const int pinnedFd_;                                          // owned; -1 if none
 };
 
 }  // namespace jobhost::host

@@ -566,9 +566,11 @@ struct JobExecution::Impl {
       }
     } catch (const UserCodeError& e) {
       fail(e.what(), e.operatorName(), subtaskLabel(t));
-    } catch (const std::exception& e) {
+    } catch (...) {
+      // A std::exception, or anything else user code threw outside the SDK's callUser()
+      // (a plugin built against an older SDK): a task failure, never std::terminate.
       std::string op = t.nodes.empty() ? "" : t.nodes.back()->name;
-      fail(e.what(), op, subtaskLabel(t));
+      fail(describeCurrentException(), op, subtaskLabel(t));
     }
     if (liveTasks.fetch_sub(1) == 1) {
       std::lock_guard lock(upMu);
@@ -688,9 +690,9 @@ Status JobExecution::prepare(const RestoreSource* source) {
         ops[i] = n.create(down);
         down = ops[i]->input();
       }
-    } catch (const std::exception& e) {
+    } catch (...) {
       return Status::IOError("creating the operators of " + plan.nodes[static_cast<size_t>(st.nodes.front())].name +
-                             " failed: " + e.what());
+                             " failed: " + describeCurrentException());
     }
     t.ops = std::move(ops);
     t.label = x.subtaskLabel(t);
@@ -768,9 +770,9 @@ Status JobExecution::prepare(const RestoreSource* source) {
             if (sub.index == t.subtask) {
               try {
                 t.ops[i]->restoreState(sub.operatorState);
-              } catch (const std::exception& e) {
+              } catch (...) {
                 return Status::Incompatible("cannot restore the position of source '" + n.uid + "' (" + n.name +
-                                            ") from the snapshot: " + e.what() +
+                                            ") from the snapshot: " + describeCurrentException() +
                                             " (was the snapshot written by a job reading another kind of source?)");
               }
             }
@@ -781,8 +783,9 @@ Status JobExecution::prepare(const RestoreSource* source) {
     for (size_t i = 0; i < t.ops.size(); ++i) {
       try {
         t.ops[i]->open(*t.contexts[i]);
-      } catch (const std::exception& e) {
-        return Status::IOError("operator '" + t.nodes[i]->name + "' " + t.label + " failed to open: " + e.what());
+      } catch (...) {
+        return Status::IOError("operator '" + t.nodes[i]->name + "' " + t.label + " failed to open: " +
+                               describeCurrentException());
       }
     }
   }

@@ -29,15 +29,20 @@
 
 #include <rocksdb/cache.h>
 #include <rocksdb/db.h>
+#include <rocksdb/env.h>
+#include <rocksdb/file_system.h>
 #include <rocksdb/filter_policy.h>
 #include <rocksdb/merge_operator.h>
 #include <rocksdb/options.h>
 #include <rocksdb/table.h>
 #include <rocksdb/utilities/checkpoint.h>
 #include <rocksdb/write_batch.h>
+#include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -150,8 +155,62 @@ std::shared_ptr<rocksdb::Cache> sharedBlockCache() {
   return cache;
 }
 
+/// RocksDB's POSIX file system creates files 0644 minus the umask, and 7.8 does not
+/// implement Env::SetAllowNonOwnerAccess(false) (the base class answers NotSupported).
+/// So every file RocksDB creates goes through this wrapper, which chmods it to 0600 right
+/// after creation, before a byte of state is written to it — whatever the umask. The
+/// directories above it are 0700 (the host's job_work_directory.h), so nobody else can
+/// reach the file in between. Hard links (checkpoints) share the inode and its mode.
+class PrivateFileSystem final : public rocksdb::FileSystemWrapper {
+ public:
+  explicit PrivateFileSystem(const std::shared_ptr<rocksdb::FileSystem>& target) : FileSystemWrapper(target) {}
+  static const char* kClassName() { return "JobhostPrivateFileSystem"; }
+  const char* Name() const override { return kClassName(); }
+
+  rocksdb::IOStatus NewWritableFile(const std::string& f, const rocksdb::FileOptions& o,
+                                    std::unique_ptr<rocksdb::FSWritableFile>* r, rocksdb::IODebugContext* d) override {
+    return ownerOnly(f, target()->NewWritableFile(f, o, r, d));
+  }
+  rocksdb::IOStatus ReopenWritableFile(const std::string& f, const rocksdb::FileOptions& o,
+                                       std::unique_ptr<rocksdb::FSWritableFile>* r,
+                                       rocksdb::IODebugContext* d) override {
+    return ownerOnly(f, target()->ReopenWritableFile(f, o, r, d));
+  }
+  rocksdb::IOStatus ReuseWritableFile(const std::string& f, const std::string& old, const rocksdb::FileOptions& o,
+                                      std::unique_ptr<rocksdb::FSWritableFile>* r,
+                                      rocksdb::IODebugContext* d) override {
+    return ownerOnly(f, target()->ReuseWritableFile(f, old, o, r, d));
+  }
+  rocksdb::IOStatus NewRandomRWFile(const std::string& f, const rocksdb::FileOptions& o,
+                                    std::unique_ptr<rocksdb::FSRandomRWFile>* r, rocksdb::IODebugContext* d) override {
+    return ownerOnly(f, target()->NewRandomRWFile(f, o, r, d));
+  }
+  rocksdb::IOStatus LockFile(const std::string& f, const rocksdb::IOOptions& o, rocksdb::FileLock** l,
+                             rocksdb::IODebugContext* d) override {
+    return ownerOnly(f, target()->LockFile(f, o, l, d));
+  }
+  rocksdb::IOStatus NewLogger(const std::string& f, const rocksdb::IOOptions& o, std::shared_ptr<rocksdb::Logger>* r,
+                              rocksdb::IODebugContext* d) override {
+    return ownerOnly(f, target()->NewLogger(f, o, r, d));
+  }
+
+ private:
+  static rocksdb::IOStatus ownerOnly(const std::string& f, rocksdb::IOStatus s) {
+    if (s.ok() && ::chmod(f.c_str(), 0600) != 0)
+      return rocksdb::IOStatus::IOError("cannot make " + f + " private (chmod 0600): " + std::strerror(errno));
+    return s;
+  }
+};
+
+rocksdb::Env* privateEnv() {
+  static const std::unique_ptr<rocksdb::Env> env =
+      rocksdb::NewCompositeEnv(std::make_shared<PrivateFileSystem>(rocksdb::FileSystem::Default()));
+  return env.get();
+}
+
 rocksdb::DBOptions makeDbOptions() {
   rocksdb::DBOptions o;
+  o.env = privateEnv();
   o.create_if_missing = true;
   o.create_missing_column_families = true;
   o.max_background_jobs = 2;

@@ -5,8 +5,12 @@
 // let the host classify the failure.
 #pragma once
 
+#include <cxxabi.h>
+
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <typeinfo>
 #include <utility>
 
 #include "jobhost/version.h"
@@ -45,15 +49,44 @@ class JOBHOST_API UserCodeError : public std::runtime_error {
   std::string operator_;
 };
 
-/// Runs user code; any std::exception becomes a UserCodeError naming `op`.
+/// Describes the exception being handled; call it only inside a catch block. A
+/// std::exception gives its what(); a thrown C string, std::string or integer its value
+/// ("int 42, not a std::exception"); anything else the thrown type's name.
+inline std::string describeCurrentException() {
+  try {
+    throw;
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (const char* s) {
+    return "a C string, not a std::exception: '" + std::string(s != nullptr ? s : "(null)") + "'";
+  } catch (const std::string& s) {
+    return "a std::string, not a std::exception: '" + s + "'";
+  } catch (int v) {
+    return "int " + std::to_string(v) + ", not a std::exception";
+  } catch (long v) {
+    return "long " + std::to_string(v) + ", not a std::exception";
+  } catch (...) {
+    // The Itanium C++ ABI (GCC, Clang) names the type of the exception being handled.
+    const std::type_info* type = abi::__cxa_current_exception_type();
+    if (type == nullptr) return "an unknown value, not a std::exception";
+    int status = 0;
+    char* name = abi::__cxa_demangle(type->name(), nullptr, nullptr, &status);
+    std::string shown = status == 0 && name != nullptr ? name : type->name();
+    std::free(name);
+    return "a value of type " + shown + ", not a std::exception";
+  }
+}
+
+/// Runs user code; anything it throws (a std::exception or not) becomes a UserCodeError
+/// naming `op`, so no exception of user code ends the process through std::terminate.
 template <class F>
 decltype(auto) callUser(const std::string& op, F&& f) {
   try {
     return f();
   } catch (const UserCodeError&) {
     throw;
-  } catch (const std::exception& e) {
-    throw UserCodeError(op, e.what());
+  } catch (...) {
+    throw UserCodeError(op, describeCurrentException());
   }
 }
 

@@ -1,0 +1,131 @@
+// host/job_work_directory.cc — see job_work_directory.h.
+#include "job_work_directory.h"
+
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "control/control_server.h"
+#include "jobhost/state/checkpoint_layout.h"
+#include "private_directory.h"
+
+namespace jobhost::host {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr std::string_view kAttemptPrefix = "attempt-";
+const char* const kHint = " — remove it, or set state.local.dir to a directory of yours";
+
+/// A job id as the supervisor makes them: 32 lower-case hex digits.
+bool isJobId(const std::string& name) {
+  if (name.size() != 32) return false;
+  for (char c : name)
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  return true;
+}
+
+uint64_t bytesBelow(const fs::path& dir) {
+  uint64_t total = 0;
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(dir, fs::directory_options::skip_permission_denied, ec), end;
+       !ec && it != end; it.increment(ec)) {
+    std::error_code sizeError;
+    if (it->is_regular_file(sizeError)) {
+      uint64_t size = it->file_size(sizeError);
+      if (!sizeError) total += size;
+    }
+  }
+  return total;
+}
+
+}  // namespace
+
+std::string defaultWorkRoot() { return runtimeDirPath() + "/work"; }
+
+state::Result<std::string> prepareWorkRoot(const std::string& root, bool isDefault) {
+  if (isDefault) {
+    auto runtime = ensureRuntimeDir();
+    if (!runtime.ok()) return runtime.status();
+    return ensurePrivateDirectory(root, "the working directory", kHint);
+  }
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  if (ec) return state::fromErrno("cannot create state.local.dir " + root, ec.value());
+  if (!fs::is_directory(root, ec))
+    return state::Status::InvalidArgument("state.local.dir " + root + " is not a directory");
+  return root;
+}
+
+std::string attemptWorkDir(const std::string& root, const std::string& jobId, int attempt) {
+  return (fs::path(root) / jobId / (std::string(kAttemptPrefix) + std::to_string(attempt))).string();
+}
+
+state::Result<JobWorkDirectory> JobWorkDirectory::create(const std::string& root, bool rootIsDefault,
+                                                         const std::string& jobId, const LockHolder& me) {
+  auto prepared = prepareWorkRoot(root, rootIsDefault);
+  if (!prepared.ok()) return prepared.status();
+  std::string dir = (fs::path(root) / jobId).string();
+  // The job id is new: a directory already there was not made by this job.
+  if (::mkdir(dir.c_str(), 0700) != 0)
+    return state::fromErrno("cannot create the working directory " + dir +
+                                (errno == EEXIST ? " (it already exists: somebody else made it)" : ""),
+                            errno);
+  auto checked = ensurePrivateDirectory(dir, "the working directory", kHint);
+  if (!checked.ok()) return checked.status();
+  auto lock = JobDirectoryLock::acquire(dir, me);
+  if (!lock.ok()) return lock.status();
+  return JobWorkDirectory(root, dir, std::move(*lock));
+}
+
+state::Result<std::string> JobWorkDirectory::beginAttempt(int attempt) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir_, ec)) {
+    std::string name = e.path().filename().string();
+    if (name.rfind(kAttemptPrefix, 0) != 0) continue;
+    std::error_code rm;
+    uint64_t bytes = bytesBelow(e.path());
+    fs::remove_all(e.path(), rm);
+    if (rm) spdlog::warn("could not remove the working directory {} of an earlier attempt: {}", e.path().string(),
+                         rm.message());
+    else spdlog::debug("removed the working directory {} of an earlier attempt ({} bytes)", e.path().string(), bytes);
+  }
+  return ensurePrivateDirectory(attemptWorkDir(root_, fs::path(dir_).filename().string(), attempt),
+                                "the working directory", kHint);
+}
+
+void JobWorkDirectory::remove() {
+  std::error_code ec;
+  fs::remove_all(dir_, ec);
+  if (ec) spdlog::warn("could not remove the working directory {}: {}", dir_, ec.message());
+  lock_.reset();
+}
+
+std::vector<StaleWorkDirectory> findStaleWorkDirectories(const std::string& root) {
+  std::vector<StaleWorkDirectory> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    std::string name = e.path().filename().string();
+    std::error_code typeError;
+    if (!isJobId(name) || !e.is_directory(typeError) || e.is_symlink(typeError)) continue;
+    if (JobDirectoryLock::holder(e.path().string())) continue;  // a running job holds it
+    out.push_back({e.path().string(), bytesBelow(e.path())});
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.path < b.path; });
+  return out;
+}
+
+state::Status removeStaleWorkDirectory(const std::string& path) {
+  auto lock = JobDirectoryLock::acquire(path, {static_cast<int>(::getpid()), "", "", "gc"});
+  if (!lock.ok()) return lock.status();
+  std::error_code ec;
+  fs::remove_all(path, ec);
+  if (ec) return state::fromErrno("cannot remove " + path, ec.value());
+  return state::Status::OK();
+}
+
+}  // namespace jobhost::host

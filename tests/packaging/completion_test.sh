@@ -65,6 +65,7 @@ lacks "check options" --dry-run "$out"
 has "run options" --detached "$(complete_last jobhost run --)"
 check "inspect options" "--help --json" "$(complete_last jobhost inspect --)"
 check "info options" "--help --config" "$(complete_last jobhost info --)"
+check "gc options" "--help --dry-run --config" "$(complete_last jobhost gc --)"
 out=$(complete_last jobhost ui --)
 for o in --port --address --allowed-host --no-auth --print-url --read-only; do
   has "ui options" "$o" "$out"

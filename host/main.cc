@@ -177,6 +177,55 @@ int main(int argc, char** argv) {
   convert->footer("Example:\n  jobhost convert /ckpt/<jobId>/chk-22 /savepoints/wordcount-canonical\n\n" +
                   std::string(kExitCodes));
 
+  // Reading snapshots' keyed state without the job (cli/state_command.cc).
+  StateCommandOptions stateOpts;
+  auto* stateCmd = app.add_subcommand("state", "Read and compare the keyed state in snapshots, without running the job");
+  stateCmd->require_subcommand(1);
+  auto addPluginOptions = [&stateOpts](CLI::App* c) {
+    c->add_option("--plugin", stateOpts.plugin,
+                  "Decode values of the job's own serializers with this plugin (built, not run)")
+        ->check(CLI::ExistingFile);
+    c->add_option("-c,--class", stateOpts.jobClass, "The job class whose serializers to use (with --plugin)");
+    c->add_option("job-args", stateOpts.jobArgs, "After --: arguments the class's build() needs, as for run");
+  };
+  const std::string stateExitCodes =
+      "Exit codes:\n  0    done (diff: the states are equal)\n  1    diff: the states differ\n"
+      "  2    bad arguments: unknown operator, state, format or plugin\n"
+      "  3    the snapshot cannot be read (missing, truncated or damaged file: the message names it)\n"
+      "  130  stopped by Ctrl-C or SIGTERM\n";
+  auto* stateLs = stateCmd->add_subcommand("ls", "Per operator and state: kind, key and value types, entries, bytes");
+  stateLs->add_option("snapshot", stateOpts.snapshot, "chk-<n> or savepoint directory, _metadata file or job directory")
+      ->required();
+  stateLs->add_option("--operator", stateOpts.operatorUid, "Only this operator uid");
+  stateLs->add_flag("--key-groups", stateOpts.keyGroups, "Also entries and bytes per key group");
+  stateLs->footer("Example:\n  jobhost state ls ~/.jobhost/checkpoints/<jobId>/chk-3\n\n" + stateExitCodes);
+  auto* stateDump = stateCmd->add_subcommand("dump", "Print the keys and values of an operator's state, decoded");
+  stateDump->add_option("snapshot", stateOpts.snapshot, "chk-<n> or savepoint directory, _metadata file or job directory")
+      ->required();
+  stateDump->add_option("--operator", stateOpts.operatorUid, "Operator uid (see jobhost state ls)")->required();
+  stateDump->add_option("--state", stateOpts.stateName, "Only this state (default: all of the operator's)");
+  stateDump->add_option("--key", stateOpts.key, "Only this key, as printed");
+  stateDump->add_option("--format", stateOpts.format, "table (default), json (one object per line) or csv")
+      ->capture_default_str();
+  stateDump->add_option("--limit", stateOpts.limit, "At most this many entries")->check(CLI::PositiveNumber);
+  addPluginOptions(stateDump);
+  stateDump->footer(
+      "Examples:\n  jobhost state dump ~/.jobhost/checkpoints/<jobId>/chk-3 --operator counts --limit 10\n"
+      "  jobhost state dump /savepoints/sp-1 --operator distinct --state words --key a --format json\n"
+      "  jobhost state dump chk-3 --operator stats --plugin libmy_jobs.so -c MyJob -- --input x   # decode user types\n\n" +
+      stateExitCodes);
+  auto* stateDiff = stateCmd->add_subcommand(
+      "diff", "Keys only in A, only in B, and changed values; across backends and parallelisms");
+  stateDiff->add_option("snapshot-a", stateOpts.snapshot, "Snapshot A")->required();
+  stateDiff->add_option("snapshot-b", stateOpts.other, "Snapshot B")->required();
+  stateDiff->add_option("--operator", stateOpts.operatorUid, "Only this operator uid");
+  stateDiff->add_option("--state", stateOpts.stateName, "Only this state");
+  stateDiff->add_option("--format", stateOpts.format, "table (default), json (one object per line) or csv")
+      ->capture_default_str();
+  addPluginOptions(stateDiff);
+  stateDiff->footer("Example:\n  jobhost state diff /ckpt/<jobId>/chk-6 /ckpt/<jobId>/chk-7 --operator counts\n\n" +
+                    stateExitCodes);
+
   // Control of running jobs (host/control/: Cap'n Proto RPC over per-user Unix sockets).
   auto* list = app.add_subcommand("list", "List the running jobs of this user on this machine");
   list->footer("Example:\n  jobhost list\n\nExit codes:\n  0  listed (also when no job runs)\n");
@@ -288,6 +337,9 @@ int main(int argc, char** argv) {
   if (*inspect) return inspectCommand(inspectPath, inspectJson);
   if (*checkpoints) return checkpointsCommand(checkpointsDir);
   if (*convert) return convertCommand(convertFrom, convertTo);
+  if (*stateLs) return stateLsCommand(stateOpts);
+  if (*stateDump) return stateDumpCommand(stateOpts);
+  if (*stateDiff) return stateDiffCommand(stateOpts);
   if (*gc) return gcCommand(gcOpts);
   if (*list) return listCommand();
   if (*ui) return uiCommand(uiOpts);

@@ -1,6 +1,7 @@
 // host/cli/commands.h — one function per subcommand; main.cc declares the options.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -27,6 +28,27 @@ struct GcOptions {
 int gcCommand(const GcOptions& options);
 /// `jobhost convert <snapshot> <out-dir>`: canonical savepoint from any snapshot.
 int convertCommand(const std::string& from, const std::string& outDir);
+
+/// Options of `jobhost state ls|dump|diff` (state_command.cc).
+struct StateCommandOptions {
+  std::string snapshot;  // ls, dump; diff: snapshot A
+  std::string other;     // diff: snapshot B
+  std::optional<std::string> operatorUid;
+  std::optional<std::string> stateName;
+  std::optional<std::string> key;  // dump: only this key (as printed)
+  std::string format = "table";    // dump, diff: table | json | csv
+  std::optional<uint64_t> limit;   // dump: at most this many entries
+  bool keyGroups = false;          // ls: per key group
+  std::optional<std::string> plugin;  // decode user serializers with this plugin's class
+  std::optional<std::string> jobClass;
+  std::vector<std::string> jobArgs;  // after --: for the class's build(), as for run
+};
+/// `jobhost state ls <snapshot>`: per operator and state: kind, types, entries, bytes.
+int stateLsCommand(const StateCommandOptions& options);
+/// `jobhost state dump <snapshot> --operator UID ...`: the entries, decoded.
+int stateDumpCommand(const StateCommandOptions& options);
+/// `jobhost state diff <A> <B>`: exit 0 equal, 1 different, 2 bad arguments, 3 unreadable.
+int stateDiffCommand(const StateCommandOptions& options);
 
 // Control of running jobs (control_commands.cc); exit codes: 0 ok, 1 the savepoint /
 // cancel / stop failed, 2 bad arguments or unknown job id.

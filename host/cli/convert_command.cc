@@ -1,15 +1,17 @@
 // `jobhost convert <snapshot> <out-dir>`: rewrites any snapshot — rocksdb incremental
 // included — into the canonical key-group format, which both backends restore. The source
-// snapshot is only read; the output is a self-contained savepoint directory.
+// snapshot is only read (through state::OperatorStateReader, as `jobhost state` reads
+// it); the output is a self-contained savepoint directory.
 #include <spdlog/spdlog.h>
 
 #include <filesystem>
 #include <iostream>
-#include <random>
 
 #include "checkpoint/checkpoint_coordinator.h"
 #include "cli/commands.h"
 #include "job_runner.h"
+#include "jobhost/state/key_group_format.h"
+#include "jobhost/state/snapshot_entries.h"
 
 namespace jobhost::host {
 
@@ -43,43 +45,39 @@ int convertCommand(const std::string& from, const std::string& outDir) {
   converted.format = state::SnapshotFormat::kCanonical;
   converted.incremental = false;
   converted.stats = {};
-  fs::path scratch = fs::temp_directory_path() / ("jobhost-convert-" + std::to_string(std::random_device{}()));
   auto fail = [&](const std::string& what) {
     std::cerr << "error: cannot convert " << src->directory << ": " << what << "\n";
-    fs::remove_all(scratch, ec);
     fs::remove_all(out, ec);
     return kExitIncompatible;
   };
   size_t done = 0, total = 0;
   for (const auto& op : m.operators) total += op.subtasks.size();
   for (auto& op : converted.operators) {
+    // The entries come from the one reader of snapshots (every handle type, streamed key
+    // group by key group: memory does not grow with the state) into key-group files.
+    std::unique_ptr<state::OperatorStateReader> reader;
     for (auto& sub : op.subtasks) {
       ++done;
       if (sub.keyed.index() == 0) continue;
-      state::BackendOptions bo;
-      bo.operatorUid = op.uid;
-      bo.subtaskIndex = sub.index;
-      bo.maxParallelism = m.maxParallelism;
-      bo.range = std::holds_alternative<state::KeyGroupsStateHandle>(sub.keyed)
-                     ? std::get<state::KeyGroupsStateHandle>(sub.keyed).range
-                     : std::get<state::IncrementalStateHandle>(sub.keyed).range;
-      bo.localDir = (scratch / (op.uid + "-" + std::to_string(sub.index))).string();
-      bool incremental = std::holds_alternative<state::IncrementalStateHandle>(sub.keyed);
-      auto backend = incremental ? state::createRocksDbBackend(bo) : state::createHeapBackend(bo);
-      if (!backend.ok()) return fail(backend.status().message());
-      state::RestoreInput in;
-      in.storage = src->storage.get();
-      in.handles = {sub.keyed};
-      in.states = op.states;
-      if (auto s = (*backend)->restore(in); !s.ok()) return fail(s.message());
-      state::SnapshotRequest req;
-      req.checkpointId = m.checkpointId;
-      req.format = state::SnapshotFormat::kCanonical;
-      req.storage = storage->get();
-      req.filePrefix = op.uid + "-" + std::to_string(sub.index);
-      auto async = (*backend)->snapshotSync(req);
-      if (!async.ok()) return fail(async.status().message());
-      auto handle = (*async)->run();
+      if (!reader) {
+        auto r = state::OperatorStateReader::open(*src->storage, *m.findOperator(op.uid), m.maxParallelism);
+        if (!r.ok()) return fail(r.status().message());
+        reader = std::move(*r);
+      }
+      state::KeyGroupRange range = std::holds_alternative<state::KeyGroupsStateHandle>(sub.keyed)
+                                       ? std::get<state::KeyGroupsStateHandle>(sub.keyed).range
+                                       : std::get<state::IncrementalStateHandle>(sub.keyed).range;
+      auto writer = state::KeyGroupWriter::create(**storage, op.uid + "-" + std::to_string(sub.index) + ".kg",
+                                                  op.states, range);
+      if (!writer.ok()) return fail(writer.status().message());
+      for (int kg = range.start; kg <= range.end; ++kg) {
+        state::Status s = (*writer)->beginKeyGroup(kg);
+        if (s.ok()) s = reader->readKeyGroup(kg, [&](const state::LogicalEntry& e) {
+          return (*writer)->add(e.state, e.key, e.userKey, e.value);
+        });
+        if (!s.ok()) return fail(s.message());
+      }
+      auto handle = (*writer)->finish();
       if (!handle.ok()) return fail(handle.status().message());
       sub.keyed = std::move(*handle);
       std::cerr << "converted operator '" << op.uid << "' subtask " << sub.index << " (" << done << "/" << total << ")\n";
@@ -90,7 +88,6 @@ int convertCommand(const std::string& from, const std::string& outDir) {
   auto bytes = state::serializeMetadata(converted, "");
   if (!bytes.ok()) return fail(bytes.status().message());
   if (auto s = (*storage)->put(state::kMetadataFileName, *bytes); !s.ok()) return fail(s.message());
-  fs::remove_all(scratch, ec);
   std::cout << "Converted " << src->directory << " into a canonical savepoint: " << out.string() << "\n"
             << "Restore it into either backend with: jobhost run -s " << out.string() << " -c <Class> <plugin.so>\n";
   return kExitOk;

@@ -8,6 +8,7 @@
 
 #include "checkpoint/checkpoint_coordinator.h"
 #include "cli/commands.h"
+#include "cli/row_output.h"
 #include "cli/table.h"
 #include "config/units.h"
 #include "job_runner.h"
@@ -18,26 +19,6 @@ namespace jobhost::host {
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string jsonEscape(const std::string& s) {
-  std::string o = "\"";
-  for (char c : s) {
-    switch (c) {
-      case '"': o += "\\\""; break;
-      case '\\': o += "\\\\"; break;
-      case '\n': o += "\\n"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char b[8];
-          std::snprintf(b, sizeof b, "\\u%04x", c);
-          o += b;
-        } else {
-          o += c;
-        }
-    }
-  }
-  return o + "\"";
-}
 
 /// Checkpoint ids (other than its own) whose files a snapshot still references.
 std::set<uint64_t> dependencies(const state::CheckpointMetadata& m) {
@@ -75,13 +56,13 @@ int inspectCommand(const std::string& path, bool json) {
   auto deps = dependencies(m);
   if (json) {
     std::ostringstream o;
-    o << "{\"path\":" << jsonEscape(r->directory) << ",\"formatVersion\":" << m.formatVersion
-      << ",\"jobId\":" << jsonEscape(m.jobId) << ",\"checkpointId\":" << m.checkpointId
-      << ",\"kind\":" << jsonEscape(m.kind == state::SnapshotKind::kSavepoint ? "savepoint" : "checkpoint")
-      << ",\"format\":" << jsonEscape(m.format == state::SnapshotFormat::kCanonical ? "canonical" : "native")
-      << ",\"timestampMs\":" << m.timestampMs << ",\"jobClass\":" << jsonEscape(m.jobClass)
-      << ",\"pluginFile\":" << jsonEscape(m.pluginFile) << ",\"pluginDigest\":" << jsonEscape(m.pluginDigest)
-      << ",\"sdkVersion\":" << jsonEscape(m.sdkVersion) << ",\"backend\":" << jsonEscape(m.backend)
+    o << "{\"path\":" << jsonString(r->directory) << ",\"formatVersion\":" << m.formatVersion
+      << ",\"jobId\":" << jsonString(m.jobId) << ",\"checkpointId\":" << m.checkpointId
+      << ",\"kind\":" << jsonString(m.kind == state::SnapshotKind::kSavepoint ? "savepoint" : "checkpoint")
+      << ",\"format\":" << jsonString(m.format == state::SnapshotFormat::kCanonical ? "canonical" : "native")
+      << ",\"timestampMs\":" << m.timestampMs << ",\"jobClass\":" << jsonString(m.jobClass)
+      << ",\"pluginFile\":" << jsonString(m.pluginFile) << ",\"pluginDigest\":" << jsonString(m.pluginDigest)
+      << ",\"sdkVersion\":" << jsonString(m.sdkVersion) << ",\"backend\":" << jsonString(m.backend)
       << ",\"incremental\":" << (m.incremental ? "true" : "false") << ",\"maxParallelism\":" << m.maxParallelism
       << ",\"parallelism\":" << m.parallelism << ",\"dependsOn\":[";
     bool first = true;
@@ -89,18 +70,18 @@ int inspectCommand(const std::string& path, bool json) {
     o << "],\"operators\":[";
     for (size_t i = 0; i < m.operators.size(); ++i) {
       const auto& op = m.operators[i];
-      o << (i ? "," : "") << "{\"uid\":" << jsonEscape(op.uid) << ",\"name\":" << jsonEscape(op.name)
+      o << (i ? "," : "") << "{\"uid\":" << jsonString(op.uid) << ",\"name\":" << jsonString(op.name)
         << ",\"parallelism\":" << op.parallelism << ",\"states\":[";
       for (size_t j = 0; j < op.states.size(); ++j) {
         const auto& d = op.states[j];
-        o << (j ? "," : "") << "{\"name\":" << jsonEscape(d.name) << ",\"kind\":" << jsonEscape(stateKindName(d.kind))
-          << ",\"keySerializer\":" << jsonEscape(d.keySerializer) << ",\"valueSerializer\":" << jsonEscape(d.valueSerializer)
+        o << (j ? "," : "") << "{\"name\":" << jsonString(d.name) << ",\"kind\":" << jsonString(stateKindName(d.kind))
+          << ",\"keySerializer\":" << jsonString(d.keySerializer) << ",\"valueSerializer\":" << jsonString(d.valueSerializer)
           << ",\"valueSerializerVersion\":" << d.valueSerializerVersion << "}";
       }
       o << "],\"subtasks\":[";
       for (size_t j = 0; j < op.subtasks.size(); ++j) {
         const auto& sub = op.subtasks[j];
-        o << (j ? "," : "") << "{\"index\":" << sub.index << ",\"handle\":" << jsonEscape(state::handleTypeName(sub.keyed));
+        o << (j ? "," : "") << "{\"index\":" << sub.index << ",\"handle\":" << jsonString(state::handleTypeName(sub.keyed));
         state::KeyGroupRange range;
         if (auto* kg = std::get_if<state::KeyGroupsStateHandle>(&sub.keyed)) range = kg->range;
         if (auto* inc = std::get_if<state::IncrementalStateHandle>(&sub.keyed)) range = inc->range;
@@ -108,7 +89,7 @@ int inspectCommand(const std::string& path, bool json) {
         o << ",\"files\":[";
         auto files = state::referencedFiles(sub.keyed);
         for (size_t k = 0; k < files.size(); ++k)
-          o << (k ? "," : "") << "{\"path\":" << jsonEscape(r->storage->describe(files[k].path))
+          o << (k ? "," : "") << "{\"path\":" << jsonString(r->storage->describe(files[k].path))
             << ",\"size\":" << files[k].size << "}";
         o << "]}";
       }

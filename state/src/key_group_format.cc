@@ -179,16 +179,21 @@ class ChunkedRangeReader {
 Status readKeyGroups(CheckpointStorage& storage, const KeyGroupsStateHandle& handle,
                      const KeyGroupRange& wanted, std::vector<KeyGroupFileState>* states,
                      const std::function<Status(const KeyGroupEntry&)>& fn) {
-  const std::string where = storage.describe(handle.file.path);
+  auto file = storage.open(handle.file.path);
+  if (!file.ok()) return file.status();
+  return readKeyGroups(**file, storage.describe(handle.file.path), handle, wanted, states, fn);
+}
+
+Status readKeyGroups(const ReadableFile& file, const std::string& where, const KeyGroupsStateHandle& handle,
+                     const KeyGroupRange& wanted, std::vector<KeyGroupFileState>* states,
+                     const std::function<Status(const KeyGroupEntry&)>& fn) {
   auto corrupt = [&](const std::string& what) {
     return Status::Corruption("key-group file " + where + " is corrupt: " + what);
   };
   if (static_cast<int>(handle.offsets.size()) != handle.range.size())
     return corrupt("metadata lists " + std::to_string(handle.offsets.size()) + " offsets for " +
                    std::to_string(handle.range.size()) + " key groups");
-  auto file = storage.open(handle.file.path);
-  if (!file.ok()) return file.status();
-  uint64_t size = (*file)->size();
+  uint64_t size = file.size();
   if (size != handle.file.size)
     return Status::Corruption("key-group file " + where + " has " + std::to_string(size) + " bytes, metadata says " +
                               std::to_string(handle.file.size) + " (truncated or replaced)");
@@ -197,7 +202,7 @@ Status readKeyGroups(CheckpointStorage& storage, const KeyGroupsStateHandle& han
   std::string header;
   uint64_t headerEnd = handle.offsets.empty() ? size : handle.offsets.front();
   if (headerEnd > size) return corrupt("offset beyond end of file");
-  if (Status s = (*file)->read(0, static_cast<size_t>(headerEnd), &header); !s.ok()) return s;
+  if (Status s = file.read(0, static_cast<size_t>(headerEnd), &header); !s.ok()) return s;
   std::vector<StateKind> kinds;
   try {
     ByteReader hr(header);
@@ -226,7 +231,7 @@ Status readKeyGroups(CheckpointStorage& storage, const KeyGroupsStateHandle& han
   uint64_t begin = handle.offsets[first];
   uint64_t end = last + 1 < handle.offsets.size() ? handle.offsets[last + 1] : size;
   if (begin > end || end > size) return corrupt("key-group offsets out of order");
-  ChunkedRangeReader br(**file, begin, end);
+  ChunkedRangeReader br(file, begin, end);
   try {
     for (int kg = r.start; kg <= r.end; ++kg) {
       if (br.position() != handle.offsets[static_cast<size_t>(kg - handle.range.start)] - begin)

@@ -56,6 +56,7 @@
 #include "jobhost/state/key_group_format.h"
 #include "jobhost/state/keyed_backend.h"
 #include "restore_status.h"
+#include "rocksdb_checkpoint_copy.h"
 
 namespace jobhost::state {
 
@@ -1158,6 +1159,15 @@ Status RocksDbBackend::restoreKeyGroups(CheckpointStorage& st, const KeyGroupsSt
 }
 
 }  // namespace
+
+Status openRocksDbReadOnly(const std::string& dir, const std::vector<std::string>& stateNames, rocksdb::DB** db,
+                           std::vector<rocksdb::ColumnFamilyHandle*>* handles) {
+  std::vector<std::string> cfNames;
+  for (const auto& n : stateNames) cfNames.push_back(layout::columnFamilyName(n));
+  return openDb(dir, cfNames, true, db, handles);
+}
+
+void closeRocksDb(rocksdb::DB* db, std::vector<rocksdb::ColumnFamilyHandle*>* handles) { closeDb(db, handles); }
 
 Result<std::unique_ptr<KeyedStateBackend>> createRocksDbBackend(const BackendOptions& options) {
   auto backend = std::make_unique<RocksDbBackend>(options);

@@ -222,15 +222,7 @@ TEST_F(Checkpoints, IncrementalCheckpointsUploadOnlyNewFilesAndDeleteSharedFiles
 class LineServer {
  public:
   explicit LineServer(std::string text) : text_(std::move(text)) {
-    fd_ = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    socklen_t len = sizeof a;
-    getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
-    listen(fd_, 4);
+    fd_ = listenOnLoopback(&port_);
     thread_ = std::thread([this] {
       for (int i = 0; i < 8; ++i) {  // serve every (re)connection
         int c = accept(fd_, nullptr, nullptr);

@@ -2,8 +2,11 @@
 // real files, exit codes, stdout and stderr captured to files.
 #pragma once
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -173,6 +176,20 @@ inline std::map<std::string, long> expectedCounts(const std::string& text) {
     ++counts[w];
   }
   return counts;
+}
+
+/// A listening TCP socket on a free loopback port; *port receives the port.
+inline int listenOnLoopback(int* port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  *port = ntohs(a.sin_port);
+  listen(fd, 4);
+  return fd;
 }
 
 /// Checksums of every file under `dir` (path -> content hash).

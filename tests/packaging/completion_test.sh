@@ -50,7 +50,7 @@ check() {
 has() { grep -qxF -- "$2" <<<"$3" || fail "$1: '$2' not offered (got: $(oneline "$3"))"; }
 lacks() { ! grep -qxF -- "$2" <<<"$3" || fail "$1: '$2' offered but should not be"; }
 
-check "subcommands" "info run check inspect checkpoints convert gc list savepoint cancel stop ui" \
+check "subcommands" "info run check inspect checkpoints convert gc state list savepoint cancel stop ui" \
   "$(complete_last jobhost "")"
 check "subcommand prefix" "check checkpoints" "$(complete_last jobhost ch)"
 check "global options" "--help --verbose --version" "$(complete_last jobhost --)"
@@ -73,6 +73,11 @@ done
 check "savepoint --format" "canonical native" "$(complete_last jobhost savepoint 3f2a --format "")"
 check "stop -p takes directories" "snapshots/chk-1" "$(complete_last jobhost stop -p snapshots/)"
 check "--restore-mode values" "claim no-claim" "$(complete_last jobhost run --restore-mode "")"
+check "state actions" "ls dump diff" "$(complete_last jobhost state "")"
+check "state dump --format" "csv json table" "$(complete_last jobhost state dump snapshots/chk-1 --format "")"
+check "state diff takes directories" "snapshots/chk-1" "$(complete_last jobhost state diff snapshots/)"
+has "state dump options" --limit "$(complete_last jobhost state dump --)"
+has "state dump --plugin takes plugins" plugins/my_jobs.so "$(complete_last jobhost state dump x --plugin plugins/)"
 
 check "plugin position (run)" "plugins/my_jobs.so" "$(complete_last jobhost run -p 2 plugins/)"
 check "plugin position (info)" "plugins/my_jobs.so" "$(complete_last jobhost info plugins/m)"

@@ -23,6 +23,7 @@
 #include "jobhost/errors.h"
 #include "jobhost/format.h"
 #include "jobhost/serializer.h"
+#include "jobhost/serializer_text.h"
 #include "jobhost/state.h"
 #include "jobhost/stream.h"
 
@@ -656,3 +657,119 @@ TEST(SourceRegression, AnEmptyPositionRestoresAFileOrGeneratorSourceToTheStart) 
   EXPECT_NO_THROW(gen.restorePosition(""));
   EXPECT_EQ(gen.snapshotPosition(), std::string(8, '\0'));
 }
+
+// ---------------------------------------------------------------------------------------
+// serializer_text.h: decoding by serializer id prints what the print sink prints.
+
+namespace jobhost {
+namespace {
+
+struct Celsius {
+  double degrees = 0;
+};
+inline std::ostream& operator<<(std::ostream& os, const Celsius& c) { return os << c.degrees << "C"; }
+struct Opaque {
+  int64_t v = 0;
+};
+}  // namespace
+
+template <>
+struct Serializer<Celsius> {
+  static std::string id() { return "test.Celsius"; }
+  static uint32_t version() { return 3; }
+  static void write(ByteWriter& w, const Celsius& c) { Serializer<double>::write(w, c.degrees); }
+  static Celsius read(ByteReader& r) { return {Serializer<double>::read(r)}; }
+};
+template <>
+struct Serializer<Opaque> {
+  static std::string id() { return "test.Opaque"; }
+  static uint32_t version() { return 1; }
+  static void write(ByteWriter& w, const Opaque& o) { w.writeI64(o.v); }
+  static Opaque read(ByteReader& r) { return {r.readI64()}; }
+};
+
+namespace {
+
+template <class T>
+std::optional<std::string> textById(const SerializerTextRegistry& reg, const T& v) {
+  std::string bytes;
+  serializeInto(bytes, v);
+  return reg.toText(Serializer<T>::id(), Serializer<T>::version(), bytes);
+}
+
+TEST(SerializerTextTest, EveryBuiltInDecodesByIdAsThePrintSinkPrintsIt) {
+  SerializerTextRegistry reg;
+  auto same = [&](const auto& v) {
+    auto t = textById(reg, v);
+    ASSERT_TRUE(t.has_value()) << Serializer<std::decay_t<decltype(v)>>::id();
+    EXPECT_EQ(*t, toText(v)) << Serializer<std::decay_t<decltype(v)>>::id();
+  };
+  same(int8_t{-8});
+  same(uint16_t{65535});
+  same(int32_t{-123456});
+  same(int64_t{std::numeric_limits<int64_t>::min()});
+  same(uint64_t{std::numeric_limits<uint64_t>::max()});
+  same(true);
+  same('x');
+  same(1.5f);
+  same(-2.25);
+  same(std::string("with, comma"));
+  same(std::vector<int32_t>{1, 2, 3});
+  same(std::pair<std::string, int64_t>{"the", 12});
+  same(std::tuple<int32_t, bool, std::string>{7, false, "t"});
+  same(std::map<std::string, std::vector<double>>{{"a", {1.0, 2.5}}, {"b", {}}});
+  same(std::optional<int64_t>{});
+  same(std::optional<std::pair<int32_t, std::string>>{{1, "x"}});
+  same(std::vector<std::map<int64_t, std::optional<std::string>>>{{{1, "one"}, {2, std::nullopt}}});
+}
+
+TEST(SerializerTextTest, AUserTypeDecodesOnlyThroughItsRegisteredTextForm) {
+  using V = std::pair<std::string, std::vector<Celsius>>;
+  V v{"room", {{20.5}, {-3}}};
+  SerializerTextRegistry without;
+  EXPECT_FALSE(textById(without, v).has_value());
+  EXPECT_EQ(without.unknownPart(Serializer<V>::id(), Serializer<V>::version()), "test.Celsius");
+  std::vector<SerializerTextForm> forms;
+  textFormsOf<V>(forms);
+  textFormsOf<Opaque>(forms);  // no operator<<, no Formatter: no text form
+  ASSERT_EQ(forms.size(), 1u);
+  SerializerTextRegistry with;
+  with.addAll(forms);
+  EXPECT_EQ(textById(with, v), std::optional<std::string>("(room,[20.5C, -3C])"));
+  EXPECT_FALSE(textById(with, Opaque{1}).has_value());
+}
+
+TEST(SerializerTextTest, AnotherVersionOrUndecodableBytesAreNotGuessed) {
+  SerializerTextRegistry reg;
+  std::string bytes;
+  serializeInto(bytes, std::pair<std::string, int64_t>{"a", 1});
+  EXPECT_FALSE(reg.toText("pair<string,i64>", 1002, bytes).has_value());
+  EXPECT_EQ(reg.unknownPart("pair<string,i64>", 1002), "version");
+  EXPECT_EQ(reg.toText("pair<string,i64>", 1001, bytes), std::optional<std::string>("(a,1)"));
+  EXPECT_THROW(reg.toText("pair<string,i64>", 1001, bytes + "x"), SerializationError);
+  EXPECT_THROW(reg.toText("pair<string,i64>", 1001, bytes.substr(0, 3)), SerializationError);
+  for (const char* bad : {"", "vector<", "pair<i64>", "vector<i64,i64>", "map<string,i64>>", "<i64>"})
+    EXPECT_FALSE(reg.toText(bad, 1, bytes).has_value()) << bad;
+}
+
+TEST(SerializerTextTest, APlanRecordsTheTextFormsOfItsKeyedStates) {
+  struct Fn : KeyedProcessFunction<std::string, std::string, std::string> {
+    void processElement(const std::string&, Context&, Collector<std::string>&) override {}
+    MapState<std::string, Celsius> temps{*this, "temps"};
+    ListState<std::optional<Celsius>> history{*this, "history"};
+  };
+  TempFile input;
+  StreamEnvironment env;
+  env.readTextFile(input.path()).keyBy([](const std::string& s) { return s; }).process<Fn>();
+  size_t forms = 0;
+  for (const auto& n : env.plan().nodes)
+    for (const auto& f : n.textForms) {
+      EXPECT_EQ(f.id, "test.Celsius");
+      EXPECT_EQ(f.version, 3u);
+      ++forms;
+    }
+  EXPECT_EQ(forms, 2u);
+}
+
+}  // namespace
+}  // namespace jobhost

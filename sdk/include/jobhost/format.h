@@ -19,6 +19,7 @@ namespace jobhost {
 
 template <class T, class Enable = void>
 struct Formatter {
+  using PrimaryTemplate = void;  // marks "no specialization": prints through operator<<
   static void append(std::string& out, const T& v) {
     std::ostringstream os;
     os << v;

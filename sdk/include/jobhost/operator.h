@@ -56,6 +56,17 @@ struct StateDescriptorInfo {
   uint32_t valueSerializerVersion = 0;
 };
 
+class ByteReader;  // serializer.h
+
+/// How the bytes of a user's serializer print, for `jobhost state dump|diff`
+/// (serializer_text.h). The SDK records one per non-built-in type in keyed state.
+struct SerializerTextForm {
+  std::string id;
+  uint32_t version = 0;
+  /// Reads one value from r and appends its text (as the print sink shows it) to out.
+  std::function<void(ByteReader& r, std::string& out)> append;
+};
+
 /// Byte-level keyed state of one stateful operator in one subtask, implemented by the
 /// host's state backends. Every call applies to the current key, which the host sets
 /// before each record reaches a keyed operator. Values are opaque bytes encoded by the
@@ -171,6 +182,9 @@ struct PlanNode {
   int input = -1;           // upstream node id; -1 for sources
   bool keyed = false;       // has keyed state
   std::vector<StateDescriptorInfo> states;
+  /// Keyed: the text forms of the user types in its key and states (for reading
+  /// snapshots without running the job; serializer_text.h).
+  std::vector<SerializerTextForm> textForms;
   std::string keySerializer;  // kExchange: the key type
   std::function<std::unique_ptr<Operator>(void* downstream)> create;
   /// kExchange only: the sending side ends the upstream chain.

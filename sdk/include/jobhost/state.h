@@ -28,6 +28,7 @@
 
 #include "jobhost/operator.h"
 #include "jobhost/serializer.h"
+#include "jobhost/serializer_text.h"
 
 namespace jobhost {
 
@@ -61,6 +62,8 @@ class StateBase {
     return d;
   }
   const std::string& name() const { return descriptor_.name; }
+  /// Appends the text forms of the user types this state holds (serializer_text.h).
+  virtual void collectTextForms(std::vector<SerializerTextForm>& out) const {}
   /// Called by the SDK when the operator opens.
   void bind(KeyedStateAccess& access, const std::string& keyId, uint32_t keyVersion) {
     access_ = &access;
@@ -89,6 +92,7 @@ class ValueState : public StateBase {
   ValueState(StateOwner& owner, std::string name)
       : StateBase(owner, {std::move(name), StateKind::kValue, "", 0, "", 0, Serializer<T>::id(),
                           Serializer<T>::version()}) {}
+  void collectTextForms(std::vector<SerializerTextForm>& out) const override { textFormsOf<T>(out); }
   /// The current key's value, or nullopt if none was set.
   std::optional<T> value() const {
     if (!access().get(handle_, scratch_)) return std::nullopt;
@@ -108,6 +112,7 @@ class ListState : public StateBase {
   ListState(StateOwner& owner, std::string name)
       : StateBase(owner, {std::move(name), StateKind::kList, "", 0, "", 0, Serializer<T>::id(),
                           Serializer<T>::version()}) {}
+  void collectTextForms(std::vector<SerializerTextForm>& out) const override { textFormsOf<T>(out); }
   void add(const T& v) {
     serializeInto(scratch2_, v);
     scratch_.clear();
@@ -142,6 +147,10 @@ class MapState : public StateBase {
   MapState(StateOwner& owner, std::string name)
       : StateBase(owner, {std::move(name), StateKind::kMap, "", 0, Serializer<K>::id(),
                           Serializer<K>::version(), Serializer<V>::id(), Serializer<V>::version()}) {}
+  void collectTextForms(std::vector<SerializerTextForm>& out) const override {
+    textFormsOf<K>(out);
+    textFormsOf<V>(out);
+  }
   std::optional<V> get(const K& k) const {
     serializeInto(scratch2_, k);
     if (!access().mapGet(handle_, scratch2_, scratch_)) return std::nullopt;

@@ -494,7 +494,7 @@ class KeyedStream {
   /// Running reduce per key: emits f(accumulated, value) for every record.
   template <class F>
   DataStream<T> reduce(F f) {
-    return keyedNode<T>("Keyed Reduce", reduceStates(), [f](void* down) -> std::unique_ptr<Operator> {
+    return keyedNode<T>("Keyed Reduce", reduceStates(), reduceTextForms(), [f](void* down) -> std::unique_ptr<Operator> {
       return std::make_unique<detail::ReduceOp<K, T, F>>(f, down);
     });
   }
@@ -506,7 +506,7 @@ class KeyedStream {
       std::get<I>(out) += std::get<I>(v);
       return out;
     };
-    return keyedNode<T>("Keyed Aggregation", reduceStates(),
+    return keyedNode<T>("Keyed Aggregation", reduceStates(), reduceTextForms(),
                         [add](void* down) -> std::unique_ptr<Operator> {
                           return std::make_unique<detail::ReduceOp<K, T, decltype(add)>>(add, down);
                         });
@@ -522,13 +522,17 @@ class KeyedStream {
     static_assert(std::is_same_v<typename Fn::InputType, T>,
                   "the process function's input type must be the stream's element type");
     std::vector<StateDescriptorInfo> states;
+    std::vector<SerializerTextForm> forms;
+    textFormsOf<K>(forms);
     {
       auto proto = factory();
-      for (const StateBase* s : proto->declaredStates())
+      for (const StateBase* s : proto->declaredStates()) {
         states.push_back(s->descriptor(Serializer<K>::id(), Serializer<K>::version()));
+        s->collectTextForms(forms);
+      }
     }
     return keyedNode<typename Fn::OutputType>(
-        "Keyed Process", std::move(states), [factory](void* down) -> std::unique_ptr<Operator> {
+        "Keyed Process", std::move(states), std::move(forms), [factory](void* down) -> std::unique_ptr<Operator> {
           return std::make_unique<detail::ProcessOp<Fn>>(factory(), down);
         });
   }
@@ -539,8 +543,15 @@ class KeyedStream {
                           "", 0, Serializer<T>::id(), Serializer<T>::version()};
     return {d};
   }
+  std::vector<SerializerTextForm> reduceTextForms() {
+    std::vector<SerializerTextForm> forms;
+    textFormsOf<K>(forms);
+    textFormsOf<T>(forms);
+    return forms;
+  }
   template <class U, class Factory>
-  DataStream<U> keyedNode(const char* name, std::vector<StateDescriptorInfo> states, Factory f) {
+  DataStream<U> keyedNode(const char* name, std::vector<StateDescriptorInfo> states,
+                          std::vector<SerializerTextForm> forms, Factory f) {
     env_->consume(node_);
     PlanNode n;
     n.kind = NodeKind::kOperator;
@@ -548,6 +559,7 @@ class KeyedStream {
     n.input = node_;
     n.keyed = true;
     n.states = std::move(states);
+    n.textForms = std::move(forms);
     n.create = std::move(f);
     return DataStream<U>(*env_, env_->addNode(std::move(n)));
   }

@@ -89,6 +89,12 @@ Status readKeyGroups(CheckpointStorage& storage, const KeyGroupsStateHandle& han
                      const KeyGroupRange& wanted, std::vector<KeyGroupFileState>* states,
                      const std::function<Status(const KeyGroupEntry&)>& fn);
 
+/// The same on a file the caller opened (and keeps open: see snapshot_entries.h);
+/// `where` names it in messages.
+Status readKeyGroups(const ReadableFile& file, const std::string& where, const KeyGroupsStateHandle& handle,
+                     const KeyGroupRange& wanted, std::vector<KeyGroupFileState>* states,
+                     const std::function<Status(const KeyGroupEntry&)>& fn);
+
 /// The same, for callers that need the state names only.
 Status readKeyGroups(CheckpointStorage& storage, const KeyGroupsStateHandle& handle,
                      const KeyGroupRange& wanted, std::vector<std::string>* stateNames,

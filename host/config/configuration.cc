@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <cctype>
 #include <climits>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 
 namespace jobhost::host {
 
@@ -36,7 +39,9 @@ const std::vector<ConfigKey>& knownConfigKeys() {
        "exponential-delay: restarts before giving up."},
       {"parallelism.default", "1", "Subtasks per keyed operator (the -p option)."},
       {"pipeline.max-parallelism", "128", "Number of key groups; fixed for the life of the state."},
-      {"state.local.dir", nullptr, "Working directory of rocksdb instances. Default: a temporary directory."},
+      {"state.local.dir", nullptr,
+       "Working directories of rocksdb instances (<dir>/<jobId>/attempt-<n>, private). Default: "
+       "$XDG_RUNTIME_DIR/jobhost/work, else /tmp/jobhost-<uid>/work."},
   };
   return keys;
 }
@@ -64,11 +69,18 @@ void flatten(const YAML::Node& node, const std::string& prefix, std::map<std::st
 }  // namespace
 
 void Configuration::loadYamlFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::error_code ec;
+  if (!in || std::filesystem::is_directory(path, ec)) throw ConfigError("cannot read configuration file '" + path + "'");
+  std::ostringstream text;
+  text << in.rdbuf();
+  loadYaml(text.str(), path);
+}
+
+void Configuration::loadYaml(const std::string& text, const std::string& path) {
   YAML::Node root;
   try {
-    root = YAML::LoadFile(path);
-  } catch (const YAML::BadFile&) {
-    throw ConfigError("cannot read configuration file '" + path + "'");
+    root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
     throw ConfigError("configuration file '" + path + "' is not valid YAML: line " + std::to_string(e.mark.line + 1) +
                       ", column " + std::to_string(e.mark.column + 1) + ": " + e.msg);

@@ -42,6 +42,9 @@ class Configuration {
   /// Loads a flat YAML map (nested maps are flattened with dots). Throws ConfigError with
   /// the file name and line on a syntax error.
   void loadYamlFile(const std::string& path);
+  /// The same for the text of a file; `path` only names it in messages. Any input gives
+  /// the values or a ConfigError — never another exception (tests/fuzz/config_fuzz.cc).
+  void loadYaml(const std::string& text, const std::string& path);
   void set(const std::string& key, const std::string& value, Layer layer);
   /// `key=value` from -D; throws ConfigError if there is no '='.
   void setFromArgument(const std::string& assignment);

@@ -1,7 +1,9 @@
 // host/job_work_directory.cc — see job_work_directory.h.
 #include "job_work_directory.h"
 
+#include <fcntl.h>
 #include <spdlog/spdlog.h>
+#include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -70,15 +72,24 @@ state::Result<JobWorkDirectory> JobWorkDirectory::create(const std::string& root
   auto prepared = prepareWorkRoot(root, rootIsDefault);
   if (!prepared.ok()) return prepared.status();
   std::string dir = (fs::path(root) / jobId).string();
-  // The job id is new: a directory already there was not made by this job.
-  if (::mkdir(dir.c_str(), 0700) != 0)
-    return state::fromErrno("cannot create the working directory " + dir +
+  // Made under a name gc never considers (not a job id), locked, then renamed into place:
+  // a concurrent `jobhost gc` never sees it unlocked. The job id is new, so a directory
+  // already there was not made by this job.
+  std::string staging = (fs::path(root) / ("." + jobId + ".new")).string();
+  if (::mkdir(staging.c_str(), 0700) != 0)
+    return state::fromErrno("cannot create the working directory " + staging +
                                 (errno == EEXIST ? " (it already exists: somebody else made it)" : ""),
                             errno);
-  auto checked = ensurePrivateDirectory(dir, "the working directory", kHint);
+  auto checked = ensurePrivateDirectory(staging, "the working directory", kHint);
   if (!checked.ok()) return checked.status();
-  auto lock = JobDirectoryLock::acquire(dir, me);
+  auto lock = JobDirectoryLock::acquire(staging, me);
   if (!lock.ok()) return lock.status();
+  if (::renameat2(AT_FDCWD, staging.c_str(), AT_FDCWD, dir.c_str(), RENAME_NOREPLACE) != 0) {
+    int err = errno;
+    std::error_code ec;
+    fs::remove_all(staging, ec);
+    return state::fromErrno("cannot create the working directory " + dir, err);
+  }
   return JobWorkDirectory(root, dir, std::move(*lock));
 }
 

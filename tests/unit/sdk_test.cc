@@ -773,3 +773,22 @@ TEST(SerializerTextTest, APlanRecordsTheTextFormsOfItsKeyedStates) {
 
 }  // namespace
 }  // namespace jobhost
+// Issue 13: callUser() turns anything user code throws into a UserCodeError naming the
+// operator and the thrown value, so nothing reaches std::terminate.
+TEST(CallUserTest, AnythingThrownBecomesAUserCodeErrorNamingTheOperatorAndTheValue) {
+  struct Oops {};
+  auto thrownBy = [](auto&& f) -> std::pair<std::string, std::string> {
+    try {
+      jobhost::callUser("explode", f);
+    } catch (const jobhost::UserCodeError& e) {
+      return {e.operatorName(), e.what()};
+    }
+    return {"", "(nothing thrown)"};
+  };
+  EXPECT_EQ(thrownBy([] { throw 42; }), std::make_pair(std::string("explode"), std::string("int 42, not a std::exception")));
+  EXPECT_EQ(thrownBy([] { throw std::runtime_error("bad"); }).second, "bad");
+  EXPECT_EQ(thrownBy([] { throw "text"; }).second, "a C string, not a std::exception: 'text'");
+  EXPECT_EQ(thrownBy([] { throw std::string("s"); }).second, "a std::string, not a std::exception: 's'");
+  EXPECT_NE(thrownBy([] { throw Oops{}; }).second.find("a value of type"), std::string::npos);
+  EXPECT_NE(thrownBy([] { throw Oops{}; }).second.find("Oops"), std::string::npos);
+}

@@ -24,7 +24,6 @@ int runJob(const RunOptions& o) {
   // Pinned: every attempt loads the bytes read now (plugin_loader.h, "Pinning").
   PluginOpenOptions pluginOptions;
   pluginOptions.pin = true;
-  pluginOptions.probeInitialisers = true;
   if (int rc = setupJob(o, &setup, pluginOptions); rc != 0) return rc;
   for (const auto& w : setup.config.suspiciousKeys()) spdlog::warn("{}", w);
   auto restart = createRestartStrategy(setup.config);

@@ -79,7 +79,10 @@ struct PluginOpenOptions {
   /// instead of reading `path`; `path` then only names the plugin in messages.
   int fd = -1;
   /// Run the static initialisers in a child process first (see "Static initialisers").
-  bool probeInitialisers = false;
+  /// On by default: every command that loads a plugin (run, check, info, state) then
+  /// reports a throwing initialiser instead of dying in std::terminate. A worker turns it
+  /// off: the supervisor probed the same bytes, and a worker's crash is a task failure.
+  bool probeInitialisers = true;
 };
 
 class PluginLibrary {

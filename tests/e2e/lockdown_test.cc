@@ -93,6 +93,14 @@ TEST_F(Lockdown, SetupCodeThrowingAnythingIsOneErrorNamingClassAndPhaseWithExitC
   }
 }
 
+TEST_F(Lockdown, InfoOfAPluginWhoseStaticInitialiserThrowsSaysSoAndListsTheDeclaredClasses) {
+  Result r = cli({"info", kStaticInitPlugin});
+  EXPECT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "StaticInitThrows")) << r.out;
+  EXPECT_TRUE(contains(r.out, "a static initialiser")) << r.out;
+  EXPECT_FALSE(contains(r.err, "terminate called")) << r.err;
+}
+
 TEST_F(Lockdown, OperatorThrowingAnIntFailsTheTaskNotTheProcess) {
   fs::path in = tmp / "boom.txt";
   writeFile(in, "a\nb\nboom\nc\n");

@@ -17,6 +17,7 @@
 #include <set>
 
 #include "checkpoint/checkpoint_coordinator.h"
+#include "checkpoint/snapshot_state_view.h"
 #include "control/control_client.h"
 #include "control/control_server.h"
 #include "jobhost/state/checkpoint_layout.h"
@@ -87,6 +88,55 @@ std::optional<std::vector<std::string>> segments(const std::string& target) {
   }
   return out;
 }
+
+/// A checkpoint id from a URL: 1 to 19 decimal digits.
+std::optional<uint64_t> checkpointIdOf(const std::string& s) {
+  if (s.empty() || s.size() > 19 || !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return std::nullopt;
+  return std::stoull(s);
+}
+
+/// A path segment with its %XX escapes decoded (state names may hold any character);
+/// nullopt for a malformed escape or a decoded NUL.
+std::optional<std::string> percentDecoded(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '%') {
+      out += s[i];
+      continue;
+    }
+    if (i + 2 >= s.size() || !isHex(s[i + 1]) || !isHex(s[i + 2])) return std::nullopt;
+    char c = static_cast<char>(std::stoi(s.substr(i + 1, 2), nullptr, 16));
+    if (c == '\0') return std::nullopt;
+    out += c;
+    i += 2;
+  }
+  return out;
+}
+
+/// The decimal value of query parameter `name` ("...?limit=20"), if present and valid.
+std::optional<uint64_t> queryNumber(const std::string& target, const std::string& name) {
+  size_t q = target.find('?');
+  if (q == std::string::npos) return std::nullopt;
+  std::string query = target.substr(q + 1, target.find('#') == std::string::npos ? std::string::npos : target.find('#') - q - 1);
+  size_t pos = 0;
+  while (pos <= query.size()) {
+    size_t end = query.find('&', pos);
+    std::string part = query.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
+    if (part.rfind(name + "=", 0) == 0) {
+      std::string v = part.substr(name.size() + 1);
+      if (v.empty() || v.size() > 9 || !std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; }))
+        return std::nullopt;
+      return std::stoull(v);
+    }
+    if (end == std::string::npos) break;
+    pos = end + 1;
+  }
+  return std::nullopt;
+}
+
+constexpr uint64_t kStateEntriesDefault = 50;
+constexpr uint64_t kStateEntriesMax = 1000;
 
 std::string statusOf(const JobStatusInfo& s) { return jobStateName(s.state); }
 
@@ -239,8 +289,16 @@ std::optional<HttpReply> Dashboard::quick(const std::string& method, const std::
   const auto& s = *seg;
   if (s.size() < 2 || s[1] != "jobs") return error(404, "no such API endpoint; see README \"Web dashboard\"");
   if (s.size() == 2) return get ? std::nullopt : std::optional(error(405, "method not allowed: use GET"));
-  if (s.size() > 4) return error(404, "no such API endpoint; see README \"Web dashboard\"");
+  // Longer than /api/jobs/<id>/<what>: only /api/jobs/<id>/checkpoints/<n>/state[/<uid>/<state>].
+  const bool stateRoute = s.size() > 4 && s[3] == "checkpoints" && (s.size() == 6 || s.size() == 8) && s[5] == "state";
+  if (s.size() > 4 && !stateRoute) return error(404, "no such API endpoint; see README \"Web dashboard\"");
   if (!jobIdPrefix(s[2])) return error(400, "invalid job id: expected 32 hex digits or a unique prefix of them");
+  if (stateRoute) {
+    if (!checkpointIdOf(s[4])) return error(400, "invalid checkpoint id: expected a decimal number");
+    if (s.size() == 8 && (!percentDecoded(s[6]) || !percentDecoded(s[7])))
+      return error(400, "invalid operator uid or state name: a malformed %-escape");
+    return get ? std::nullopt : std::optional(error(405, "method not allowed: use GET"));
+  }
   if (s.size() == 3 || s[3] == "checkpoints")
     return get ? std::nullopt : std::optional(error(405, "method not allowed: use GET"));
   if (s[3] == "savepoints" || s[3] == "cancel") {
@@ -259,6 +317,10 @@ HttpReply Dashboard::handle(const std::string& method, const std::string& target
     if (s.size() == 2) return listJobs();
     std::string id = *jobIdPrefix(s[2]);
     if (s.size() == 3) return jobDetail(id);
+    if (s[3] == "checkpoints" && s.size() == 6) return stateView(id, *checkpointIdOf(s[4]));
+    if (s[3] == "checkpoints" && s.size() == 8)
+      return stateEntries(id, *checkpointIdOf(s[4]), *percentDecoded(s[6]), *percentDecoded(s[7]),
+                          std::min(queryNumber(target, "limit").value_or(kStateEntriesDefault), kStateEntriesMax));
     if (s[3] == "checkpoints") return checkpoints(id);
     if (s[3] == "savepoints") return savepoint(id, body);
     if (s[3] == "cancel") return cancel(id);
@@ -591,6 +653,122 @@ HttpReply Dashboard::cancel(const std::string& prefix) {
   auto res = m.initRoot<uiapi::CancelResult>();
   res.setJobId(text(t->id));
   res.setStatus("CANCELLING");
+  return json(200, encode(res.asReader()));
+}
+
+// ---------------------------------------------------------------------------------------
+// Keyed state of a completed checkpoint: what `jobhost state ls` and `dump` read
+// (snapshot_state_view.h), from the job's own checkpoint directory. The request names a
+// checkpoint id, an operator uid and a state name; they select from the snapshot's
+// metadata and never become paths.
+
+std::optional<HttpReply> Dashboard::openCheckpoint(const std::string& prefix, uint64_t checkpointId,
+                                                   std::string* jobId, ResolvedSnapshot* out) {
+  HttpReply err;
+  auto t = resolve(prefix, &err);
+  if (!t) return err;
+  *jobId = t->id;
+  std::string dir = (fs::path(jobDirOf(t->id)) / ("chk-" + std::to_string(checkpointId))).string();
+  if (!hasMetadata(dir))
+    return error(404, "checkpoint " + std::to_string(checkpointId) + " of job " + t->id +
+                          " is not on disk (not completed, or deleted by retention)");
+  auto snap = openSnapshot(dir);
+  if (!snap.ok()) return error(409, "cannot read checkpoint " + std::to_string(checkpointId) + ": " + snap.status().message());
+  *out = std::move(*snap);
+  return std::nullopt;
+}
+
+HttpReply Dashboard::stateView(const std::string& prefix, uint64_t checkpointId) {
+  std::string id;
+  ResolvedSnapshot snap;
+  if (auto e = openCheckpoint(prefix, checkpointId, &id, &snap)) return *e;
+  const auto& m = snap.metadata;
+  std::vector<const state::OperatorSnapshot*> ops;
+  for (const auto& op : m.operators)
+    if (!op.states.empty()) ops.push_back(&op);
+  capnp::MallocMessageBuilder msg;
+  auto view = msg.initRoot<uiapi::StateView>();
+  view.setJobId(text(id));
+  view.setCheckpointId(static_cast<double>(checkpointId));
+  view.setPath(text(snap.directory));
+  view.setBackend(text(m.backend + (m.incremental ? " (incremental)" : "")));
+  view.setMaxParallelism(m.maxParallelism);
+  auto list = view.initOperators(static_cast<unsigned>(ops.size()));
+  for (unsigned i = 0; i < ops.size(); ++i) {
+    const auto& op = *ops[i];
+    auto reader = state::OperatorStateReader::open(*snap.storage, op, m.maxParallelism);
+    std::vector<StateStats> stats;
+    state::Status s = reader.ok() ? stateStats(**reader, false, &stats) : reader.status();
+    if (!s.ok()) return error(409, "cannot read checkpoint " + std::to_string(checkpointId) + ": " + s.message());
+    list[i].setUid(text(op.uid));
+    list[i].setName(text(op.name));
+    auto states = list[i].initStates(static_cast<unsigned>(op.states.size()));
+    for (unsigned j = 0; j < op.states.size(); ++j) {
+      const auto& d = op.states[j];
+      states[j].setName(text(d.name));
+      states[j].setKind(stateKindName(d.kind));
+      states[j].setKeyType(text(typeName(d.keySerializer, d.keySerializerVersion)));
+      states[j].setUserKeyType(text(typeName(d.userKeySerializer, d.userKeySerializerVersion)));
+      states[j].setValueType(text(typeName(d.valueSerializer, d.valueSerializerVersion)));
+      states[j].setEntries(static_cast<double>(stats[j].entries));
+      states[j].setBytes(static_cast<double>(stats[j].bytes));
+    }
+  }
+  return json(200, encode(view.asReader()));
+}
+
+HttpReply Dashboard::stateEntries(const std::string& prefix, uint64_t checkpointId, const std::string& uid,
+                                  const std::string& stateName, uint64_t limit) {
+  std::string id;
+  ResolvedSnapshot snap;
+  if (auto e = openCheckpoint(prefix, checkpointId, &id, &snap)) return *e;
+  const auto& m = snap.metadata;
+  const state::OperatorSnapshot* op = m.findOperator(uid);
+  if (!op || op->states.empty()) return error(404, "checkpoint " + std::to_string(checkpointId) + " has no keyed state for operator '" + uid + "'");
+  int only = -1;
+  for (size_t i = 0; i < op->states.size(); ++i)
+    if (op->states[i].name == stateName) only = static_cast<int>(i);
+  if (only < 0) return error(404, "operator '" + uid + "' has no state '" + stateName + "'");
+  const auto& d = op->states[static_cast<size_t>(only)];
+  auto reader = state::OperatorStateReader::open(*snap.storage, *op, m.maxParallelism);
+  if (!reader.ok()) return error(409, "cannot read checkpoint " + std::to_string(checkpointId) + ": " + reader.status().message());
+  StateTexts texts{SerializerTextRegistry()};
+  struct Row {
+    std::string key, userKey, value;
+  };
+  std::vector<Row> rows;
+  bool more = false;
+  std::vector<OwnedEntry> entries;
+  for (int kg = 0; kg < m.maxParallelism && !more; ++kg) {
+    if (state::Status s = sortedKeyGroup(**reader, kg, &entries); !s.ok())
+      return error(409, "cannot read checkpoint " + std::to_string(checkpointId) + ": " + s.message());
+    for (const auto& e : entries) {
+      if (e.state != only) continue;
+      if (rows.size() == limit) {
+        more = true;
+        break;
+      }
+      rows.push_back({texts.key(d, e.key), d.kind == StateKind::kMap ? texts.userKey(d, e.userKey) : "", texts.value(d, e.value)});
+    }
+  }
+  capnp::MallocMessageBuilder msg;
+  auto res = msg.initRoot<uiapi::StateEntries>();
+  res.setJobId(text(id));
+  res.setCheckpointId(static_cast<double>(checkpointId));
+  res.setOperatorUid(text(uid));
+  res.setState(text(stateName));
+  res.setKind(stateKindName(d.kind));
+  auto out = res.initEntries(static_cast<unsigned>(rows.size()));
+  for (unsigned i = 0; i < rows.size(); ++i) {
+    out[i].setKey(text(rows[i].key));
+    out[i].setUserKey(text(rows[i].userKey));
+    out[i].setValue(text(rows[i].value));
+  }
+  res.setLimit(static_cast<uint32_t>(limit));
+  res.setMore(more);
+  auto undecoded = res.initUndecoded(static_cast<unsigned>(texts.undecoded().size()));
+  unsigned k = 0;
+  for (const auto& u : texts.undecoded()) undecoded.set(k++, text(u));
   return json(200, encode(res.asReader()));
 }
 

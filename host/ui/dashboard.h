@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "checkpoint/checkpoint_coordinator.h"
 #include "checkpoint/checkpoint_record.h"
 #include "control/job_control.h"
 
@@ -78,6 +79,12 @@ class Dashboard {
   HttpReply checkpoints(const std::string& idOrPrefix);
   HttpReply savepoint(const std::string& idOrPrefix, const std::string& body);
   HttpReply cancel(const std::string& idOrPrefix);
+  HttpReply stateView(const std::string& idOrPrefix, uint64_t checkpointId);
+  HttpReply stateEntries(const std::string& idOrPrefix, uint64_t checkpointId, const std::string& uid,
+                         const std::string& stateName, uint64_t limit);
+  /// Checkpoint `checkpointId` of the job, from the job's own directory; else the reply.
+  std::optional<HttpReply> openCheckpoint(const std::string& idOrPrefix, uint64_t checkpointId, std::string* jobId,
+                                          ResolvedSnapshot* out);
 
   /// The one known job `idOrPrefix` names, or the error reply (404 unknown, 400 ambiguous).
   std::optional<Target> resolve(const std::string& idOrPrefix, HttpReply* error);

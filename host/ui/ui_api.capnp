@@ -104,3 +104,50 @@ struct Error {
   status @0 :Int32;
   error @1 :Text;
 }
+
+# GET /api/jobs/<id>/checkpoints/<n>/state: the keyed state of a completed checkpoint (the
+# reading and decoding of `jobhost state ls`).
+struct StateInfo {
+  name @0 :Text;
+  kind @1 :Text;                # ValueState, ListState, MapState
+  keyType @2 :Text;             # serializer ids ("string", "pair<string,i64>", "com.example.Point v1")
+  userKeyType @3 :Text;         # MapState only, else "-"
+  valueType @4 :Text;
+  entries @5 :Float64;          # keys (MapState: map entries)
+  bytes @6 :Float64;            # serialized keys and values
+}
+
+struct OperatorState {
+  uid @0 :Text;
+  name @1 :Text;
+  states @2 :List(StateInfo);
+}
+
+struct StateView {
+  jobId @0 :Text;
+  checkpointId @1 :Float64;
+  path @2 :Text;
+  backend @3 :Text;
+  maxParallelism @4 :Int32;
+  operators @5 :List(OperatorState);   # those with keyed state
+}
+
+# GET /api/jobs/<id>/checkpoints/<n>/state/<uid>/<state>?limit=N: its first entries, in
+# the order of `jobhost state dump` (key group by key group, sorted inside each).
+struct StateEntry {
+  key @0 :Text;
+  userKey @1 :Text;             # MapState only
+  value @2 :Text;               # user serializers: hex with the serializer id
+}
+
+struct StateEntries {
+  jobId @0 :Text;
+  checkpointId @1 :Float64;
+  operatorUid @2 :Text;
+  state @3 :Text;
+  kind @4 :Text;
+  entries @5 :List(StateEntry);
+  limit @6 :UInt32;
+  more @7 :Bool;                # there are more entries than shown
+  undecoded @8 :List(Text);     # serializers shown as hex (decode with jobhost state dump --plugin)
+}

@@ -927,6 +927,7 @@ TEST_F(Ui, BrowserShowsTheJobAndTheRestoreCommandToCopy) {
   EXPECT_TRUE(contains(dom, "class=\"copy\"")) << dom.substr(0, 8000);
   EXPECT_TRUE(contains(dom, "<svg")) << "no chart: " << dom.substr(0, 8000);
   EXPECT_TRUE(contains(dom, "id=\"chain-summary\"")) << dom.substr(0, 8000);
+  EXPECT_TRUE(contains(dom, "id=\"state-load\"")) << "no keyed-state button: " << dom.substr(0, 8000);
   EXPECT_TRUE(contains(dom, "<p id=\"login\" class=\"error\" hidden=")) << "logged in, the hint is hidden: " << dom.substr(0, 4000);
   // The restore command the page shows is one `jobhost check` accepts.
   auto pos = dom.find("data-restore-command=\"" + prefix);
@@ -950,6 +951,75 @@ TEST_F(Ui, BrowserShowsTheJobAndTheRestoreCommandToCopy) {
 
   job.signal(SIGTERM);
   job.wait(std::chrono::seconds(120));
+}
+
+}  // namespace
+
+namespace {
+
+TEST_F(Ui, TheStateViewOfACheckpointShowsWhatJobhostStateShowsBehindTheToken) {
+  Process& job = startJob(1000);
+  ASSERT_TRUE(waitForCheckpoint(job, 2)) << readFile(tmp / "job.err");
+  const int port = startUi({});
+  ASSERT_GT(port, 0);
+  const std::string id = waitForJob(port);
+  ASSERT_EQ(id.size(), 32u);
+  auto c = waitForRestorableCheckpoint(port, id);
+  ASSERT_TRUE(c.has_value());
+  const std::string n = std::to_string(static_cast<long>((*c)["id"].n));
+  const std::string base = "/api/jobs/" + id + "/checkpoints/" + n + "/state";
+
+  HttpResponse view = http(port, "GET", base);
+  ASSERT_EQ(view.status, 200) << view.body;
+  Json v = view.json();
+  EXPECT_EQ(v["checkpointId"].n, (*c)["id"].n);
+  ASSERT_EQ(v["operators"].a.size(), 1u) << view.body;
+  const Json& op = v["operators"].a[0];
+  EXPECT_EQ(op["uid"].s, "counts");
+  ASSERT_EQ(op["states"].a.size(), 1u);
+  const Json& st = op["states"].a[0];
+  EXPECT_EQ(st["name"].s, "reduce");
+  EXPECT_EQ(st["kind"].s, "ValueState");
+  EXPECT_EQ(st["keyType"].s, "string");
+  EXPECT_EQ(st["valueType"].s, "pair<string,i64>");
+  EXPECT_GT(st["entries"].n, 5);
+  // The same numbers and entries as the CLI's, which reads through the same code.
+  const std::string path = v["path"].s;
+  Result ls = cli({"state", "ls", path});
+  ASSERT_EQ(ls.exitCode, 0) << ls.err;
+  EXPECT_TRUE(contains(ls.out, "  " + std::to_string(static_cast<long>(st["entries"].n)) + "  ")) << ls.out;
+
+  HttpResponse first = http(port, "GET", base + "/counts/reduce?limit=5");
+  ASSERT_EQ(first.status, 200) << first.body;
+  Json f = first.json();
+  EXPECT_TRUE(f["more"].b);
+  ASSERT_EQ(f["entries"].a.size(), 5u);
+  Result dump = cli({"state", "dump", path, "--operator", "counts", "--limit", "5", "--format", "csv"});
+  ASSERT_EQ(dump.exitCode, 0) << dump.err;
+  auto csv = [](const std::string& s) {
+    if (s.find_first_of(",\"") == std::string::npos) return s;
+    std::string q = "\"";
+    for (char ch : s) q += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+    return q + "\"";
+  };
+  std::string got = "KEY,VALUE\r\n";
+  for (const auto& e : f["entries"].a) {
+    EXPECT_EQ(e["value"].s.rfind("(" + e["key"].s + ",", 0), 0u) << e["value"].s;
+    got += csv(e["key"].s) + "," + csv(e["value"].s) + "\r\n";
+  }
+  EXPECT_EQ(got, dump.out);
+
+  // The same authentication as the rest of the API; ids and names select, never paths.
+  EXPECT_EQ(anonymous(port, "GET", base).status, 401);
+  EXPECT_EQ(anonymous(port, "GET", base + "/counts/reduce").status, 401);
+  EXPECT_EQ(http(port, "GET", "/api/jobs/" + id + "/checkpoints/x1/state").status, 400);
+  EXPECT_EQ(http(port, "GET", "/api/jobs/" + id + "/checkpoints/99999999/state").status, 404);
+  EXPECT_EQ(http(port, "GET", base + "/nope/reduce").status, 404);
+  EXPECT_EQ(http(port, "GET", base + "/counts/nope").status, 404);
+  EXPECT_EQ(http(port, "GET", base + "/%2e%2e/%2e%2e").status, 404);
+  EXPECT_EQ(http(port, "GET", base + "/counts/%zz").status, 400);
+  EXPECT_EQ(http(port, "POST", base, "{}", kJson).status, 405);
+  EXPECT_TRUE(job.running());
 }
 
 }  // namespace

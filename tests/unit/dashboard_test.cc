@@ -100,6 +100,25 @@ TEST_F(DashboardTest, ReadOnlyRefusesEveryPost) {
   EXPECT_FALSE(d.quick("GET", "/api/jobs/" + id + "/checkpoints"));
 }
 
+TEST_F(DashboardTest, TheStateRoutesTakeADecimalCheckpointIdAndNamesThatOnlySelect) {
+  Dashboard d = make();
+  const std::string id = "0123456789abcdef0123456789abcdef";
+  const std::string chk = "/api/jobs/" + id + "/checkpoints/";
+  EXPECT_FALSE(d.quick("GET", chk + "12/state"));
+  EXPECT_FALSE(d.quick("GET", chk + "12/state/counts/reduce?limit=5"));
+  EXPECT_FALSE(d.quick("GET", chk + "12/state/counts/a%20b%2Fc"));
+  EXPECT_EQ(d.quick("GET", chk + "x/state")->status, 400);
+  EXPECT_EQ(d.quick("GET", chk + "-1/state")->status, 400);
+  EXPECT_EQ(d.quick("GET", chk + "12/state/counts/%zz")->status, 400);
+  EXPECT_EQ(d.quick("GET", chk + "12/state/counts/%00")->status, 400);
+  EXPECT_EQ(d.quick("GET", chk + "12/state/counts")->status, 404);
+  EXPECT_EQ(d.quick("GET", chk + "12/stats")->status, 404);
+  EXPECT_EQ(d.quick("GET", "/api/jobs/not-hex/checkpoints/12/state")->status, 400);
+  EXPECT_EQ(d.quick("POST", chk + "12/state")->status, 405);
+  EXPECT_EQ(d.handle("GET", chk + "12/state", "").status, 404);  // no such job
+  EXPECT_EQ(d.handle("GET", chk + "12/state/counts/reduce", "").status, 404);
+}
+
 TEST_F(DashboardTest, UnknownJobsAre404AndBodiesMayOnlyChooseTheFormat) {
   Dashboard d = make();
   const std::string id = "0123456789abcdef0123456789abcdef";

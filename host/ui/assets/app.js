@@ -24,6 +24,7 @@
     selectedCheckpoint: null,  // checkpoint id for the chain view
     historyFetchedFor: '',
     showAll: false,
+    stateView: null,       // {key: '<job>/<chk>', view, entries} of the state section
   };
 
   const $ = (id) => document.getElementById(id);
@@ -263,6 +264,7 @@
     $('no-checkpoints').hidden = list.length > 0;
     renderChart(list);
     renderChain(list);
+    renderStateView(job, list);
   }
 
   function copy(button, code, text) {
@@ -368,6 +370,79 @@
     }
     nodes.push(el('div', { class: 'chain-node own', 'data-checkpoint-id': c.id },
       el('b', { text: 'chk-' + c.id }), bytes(own) + ' own' + (c.incremental ? '' : ' (' + c.type + ')')));
+    box.replaceChildren(...nodes);
+  }
+
+  // The keyed state of the selected completed checkpoint, read on request (it scans the
+  // checkpoint's files): operators and states with their entry counts, then the first
+  // entries of a chosen state — as `jobhost state ls` and `dump` show them.
+  function renderStateView(job, list) {
+    const box = $('state-view');
+    const byId = new Map(list.map((c) => [c.id, c]));
+    let c = state.selectedCheckpoint !== null ? byId.get(state.selectedCheckpoint) : null;
+    if (!c || c.status !== 'COMPLETED' || !c.restorable) c = list.filter((x) => x.restorable && x.kind === 'checkpoint').pop();
+    if (!c || c.kind !== 'checkpoint') {
+      box.replaceChildren(el('p', { class: 'hint', text: 'Select a completed checkpoint that is still on disk.' }));
+      return;
+    }
+    const key = job.id + '/' + c.id;
+    const sv = state.stateView && state.stateView.key === key ? state.stateView : null;
+    const nodes = [];
+    const load = el('button', { type: 'button', id: 'state-load' }, sv ? 'Read chk-' + c.id + ' again' : 'Show the keyed state of chk-' + c.id);
+    load.addEventListener('click', async () => {
+      load.disabled = true;
+      try {
+        const view = await getJson('/api/jobs/' + job.id + '/checkpoints/' + c.id + '/state');
+        state.stateView = { key, view, entries: null };
+      } catch (e) {
+        state.stateView = { key, error: e.message };
+      }
+      renderStateView(job, list);
+    });
+    nodes.push(el('p', {}, load));
+    if (sv && sv.error) nodes.push(el('p', { class: 'error', text: sv.error }));
+    if (sv && sv.view) {
+      const table = el('table', { id: 'state-table' },
+        el('thead', {}, el('tr', {}, ...['Operator', 'State', 'Kind', 'Key', 'User key', 'Value', 'Entries', 'Bytes'].map(
+          (h, i) => el('th', { class: i >= 6 ? 'num' : undefined, text: h })))));
+      const body = el('tbody');
+      for (const op of sv.view.operators) {
+        for (const st of op.states) {
+          const chosen = sv.entries && sv.entries.operatorUid === op.uid && sv.entries.state === st.name;
+          const row = el('tr', { class: 'state-row' + (chosen ? ' selected' : ''), 'data-operator': op.uid, 'data-state': st.name,
+            title: 'Show the first entries' },
+            el('td', { text: op.uid }), el('td', { text: st.name }), el('td', { text: st.kind }), el('td', { text: st.keyType }),
+            el('td', { text: st.userKeyType }), el('td', { text: st.valueType }),
+            el('td', { class: 'num', text: count(st.entries) }), el('td', { class: 'num', text: bytes(st.bytes) }));
+          row.addEventListener('click', async () => {
+            try {
+              sv.entries = await getJson('/api/jobs/' + job.id + '/checkpoints/' + c.id + '/state/' +
+                encodeURIComponent(op.uid) + '/' + encodeURIComponent(st.name) + '?limit=50');
+            } catch (e) {
+              sv.entries = { operatorUid: op.uid, state: st.name, error: e.message };
+            }
+            renderStateView(job, list);
+          });
+          body.append(row);
+        }
+      }
+      table.append(body);
+      nodes.push(el('p', { class: 'hint', text: sv.view.path + ' (' + sv.view.backend + ')' }), table);
+      const en = sv.entries;
+      if (en && en.error) nodes.push(el('p', { class: 'error', text: en.error }));
+      if (en && en.entries) {
+        const map = en.kind === 'MapState';
+        const head = map ? ['Key', 'User key', 'Value'] : ['Key', 'Value'];
+        const rows = en.entries.map((e) => el('tr', {}, el('td', { text: e.key }), map ? el('td', { text: e.userKey }) : null,
+          el('td', { text: e.value })));
+        nodes.push(el('h4', { text: en.operatorUid + ' / ' + en.state }),
+          el('table', { id: 'state-entries' }, el('thead', {}, el('tr', {}, ...head.map((h) => el('th', { text: h })))),
+            el('tbody', {}, ...rows)),
+          el('p', { class: 'hint', text: (en.more ? 'The first ' + en.entries.length + ' entries. ' : en.entries.length + ' entries. ') +
+            'All of them: jobhost state dump ' + sv.view.path + ' --operator ' + en.operatorUid + ' --state ' + en.state +
+            (en.undecoded.length ? ' --plugin <lib.so> -c <Class> (to decode ' + en.undecoded.join(', ') + ')' : '') }));
+      }
+    }
     box.replaceChildren(...nodes);
   }
 

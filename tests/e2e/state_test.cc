@@ -443,6 +443,34 @@ TEST_F(State, ReadingTheCheckpointsOfARunningJobNeitherDisturbsItNorFailsOtherTh
   expectNoTemporaryLeft();
 }
 
+TEST_F(State, ANativeRocksDbSavepointReadsAsItsCanonicalConversion) {
+  std::vector<std::string> args = {"run", "-c", "WordCountIncremental", "-p", "2"};
+  for (auto& f : ckFlags("100ms")) args.push_back(f);
+  args.insert(args.end(), {kPlugin, "--input", input(400).string(), "--rate", "500"});
+  Process p(jobhost(args), tmp / "native.out", tmp / "native.err");
+  ASSERT_TRUE(waitForCheckpoint(p, 1, std::chrono::seconds(60))) << readFile(tmp / "native.err");
+  auto dirs = jobDirs();
+  ASSERT_EQ(dirs.size(), 1u);
+  Result sp = cli({"savepoint", dirs[0].filename().string(), (tmp / "sp").string(), "--format", "native"});
+  ASSERT_EQ(sp.exitCode, 0) << sp.out << sp.err;
+  p.signal(SIGTERM);
+  p.wait();
+  const std::string path = sp.out.substr(sp.out.find("Path: ") + 6, sp.out.find('\n', sp.out.find("Path: ")) - sp.out.find("Path: ") - 6);
+  Result inspect = cli({"inspect", path});
+  EXPECT_NE(inspect.out.find("IncrementalRemoteKeyedStateHandle"), std::string::npos) << inspect.out;
+  fs::path canonical = tmp / "canonical";
+  Result conv = cli({"convert", path, canonical.string()});
+  ASSERT_EQ(conv.exitCode, 0) << conv.err;
+  Result native = state({"dump", path, "--operator", "counts", "--format", "csv"});
+  Result converted = state({"dump", canonical.string(), "--operator", "counts", "--format", "csv"});
+  ASSERT_EQ(native.exitCode, 0) << native.err;
+  EXPECT_GT(std::count(native.out.begin(), native.out.end(), '\n'), 10);
+  EXPECT_EQ(native.out, converted.out);
+  Result diff = state({"diff", path, canonical.string()});
+  EXPECT_EQ(diff.exitCode, 0) << diff.out << diff.err;
+  expectNoTemporaryLeft();
+}
+
 TEST_F(State, BadArgumentsGiveOneClearErrorAndExitTwo) {
   fs::path chk = checkpointOf("WordCount");
   ASSERT_FALSE(chk.empty());

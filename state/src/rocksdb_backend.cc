@@ -999,6 +999,10 @@ Status RocksDbBackend::downloadIncremental(CheckpointStorage& st, const Incremen
       if (!s.ok()) return withContext(snapshotFileError(s, st, f.file.path), what + ": cannot download " + f.localName);
       uint64_t size = fs::file_size(dest, ec);
       if (ec) return fromErrorCode(what + ": cannot stat downloaded " + dest, ec);
+      // Private like the files RocksDB creates (PrivateFileSystem): 0600 whatever the
+      // umask; the directory above is 0700, so nobody could open it in between.
+      fs::permissions(dest, fs::perms::owner_read | fs::perms::owner_write, ec);
+      if (ec) return fromErrorCode(what + ": cannot make " + dest + " private (chmod 0600)", ec);
       if (size != f.file.size) {
         return Status::Corruption(what + ": file " + st.describe(f.file.path) + " has " +
                                   std::to_string(size) + " bytes, the checkpoint recorded " +

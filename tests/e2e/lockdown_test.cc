@@ -174,6 +174,33 @@ TEST_F(Lockdown, WorkingDirectoryIsPrivateAndItsFilesAre0600) {
   EXPECT_FALSE(fs::exists(jobDir)) << "the job's working directory outlived the job";
 }
 
+TEST_F(Lockdown, FilesARestoreDownloadsIntoTheWorkingDirectoryAre0600) {
+  fs::path chk = checkpointOf("WordCountIncremental");
+  ASSERT_FALSE(chk.empty());
+  std::vector<std::string> args = {"run", "-s", chk.string(), "-c", "WordCountIncremental", "-D",
+                                   "state.local.dir=" + localDir().string()};
+  for (auto& f : ckFlags("100ms")) args.push_back(f);
+  args.insert(args.end(), {kPlugin, "--input", input(400).string(), "--rate", "500"});
+  Process p(jobhost(args), tmp / "restored.out", tmp / "restored.err");
+  ASSERT_TRUE(waitFor([&] { return contains(readFile(tmp / "restored.err"), "restoring from"); }))
+      << readFile(tmp / "restored.err");
+  ASSERT_TRUE(waitForCheckpoint(p, 1)) << readFile(tmp / "restored.err");
+  std::string jobId = jobIdIn(readFile(tmp / "restored.err"));
+  size_t files = 0;
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(localDir() / jobId / "attempt-1", ec), end; !ec && it != end;
+       it.increment(ec)) {
+    std::error_code t;
+    if (!it->is_regular_file(t)) continue;
+    ++files;
+    EXPECT_EQ(modeOf(it->path()), 0600u) << it->path();
+  }
+  EXPECT_GT(files, 0u);
+  p.signal(SIGTERM);
+  Result r = p.wait();
+  EXPECT_EQ(r.exitCode, 130) << r.err;
+}
+
 TEST_F(Lockdown, DefaultWorkingDirectoryIsInTheRuntimeDirectory) {
   fs::path xdg = tmp / "xdg";
   fs::create_directories(xdg);

@@ -46,6 +46,7 @@ struct ExecutionConfig {
   int maxParallelism = 128;
   state::BackendType backend = state::BackendType::kHashMap;
   bool incremental = false;
+  state::RocksDbOptions rocksdb;
   std::string localStateDir;  // rocksdb working directories go below it
 };
 

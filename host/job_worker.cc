@@ -177,7 +177,6 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
   ec.maxParallelism = setup.maxParallelism;
   ec.backend = setup.backend;
   ec.incremental = setup.incremental;
-  ec.rocksdb = setup.rocksdb;
   ec.localStateDir = attemptLocalDir(setup, w.jobId, w.attempt);
 
   Plan plan;

@@ -46,7 +46,6 @@ struct ExecutionConfig {
   int maxParallelism = 128;
   state::BackendType backend = state::BackendType::kHashMap;
   bool incremental = false;
-  state::RocksDbOptions rocksdb;
   std::string localStateDir;  // rocksdb working directories go below it
 };
 

@@ -20,14 +20,6 @@
 // becomes the live instance (keys outside the range are removed with DeleteRange),
 // anything else is copied key group by key group into the live instance.
 //
-// The live instance opens lazily, at the first state access, snapshot or restore that
-// needs it, with every registered state's column family in the one DB::Open: a restore
-// never creates a throw-away empty DB nor column families one by one before the real
-// open. Restore downloads on options.transferThreads threads; SSTs (immutable) become
-// hard links to the checkpoint's files where the checkpoint is on the same file system,
-// MANIFEST/CURRENT/OPTIONS (which RocksDB rewrites) are always copied; nothing is
-// fsynced, since the local directory is scratch that every open() wipes.
-//
 // Thread-safety: as KeyedStateBackend (keyed_backend.h): every backend method runs on
 // the task thread; AsyncSnapshot::run() may run on another thread concurrently with
 // record processing. The DB and column-family handles live in a shared DbInstance that
@@ -48,7 +40,6 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -65,7 +56,6 @@
 #include "jobhost/state/key_group_format.h"
 #include "jobhost/state/keyed_backend.h"
 #include "restore_status.h"
-#include "parallel_transfer.h"
 #include "rocksdb_checkpoint_copy.h"
 
 namespace jobhost::state {
@@ -75,6 +65,8 @@ namespace layout = rocksdb_layout;
 
 namespace {
 
+constexpr size_t kWriteBufferSize = 16u << 20;   // per column family
+constexpr size_t kBlockCacheSize = 128u << 20;   // process-wide, shared
 constexpr size_t kRestoreBatchBytes = 4u << 20;  // WriteBatch size during restore
 
 // ----------------------------------------------------------------------------------
@@ -159,6 +151,11 @@ class ConcatMergeOperator : public rocksdb::AssociativeMergeOperator {
   const char* Name() const override { return "jobhost.ConcatMergeOperator"; }
 };
 
+std::shared_ptr<rocksdb::Cache> sharedBlockCache() {
+  static std::shared_ptr<rocksdb::Cache> cache = rocksdb::NewLRUCache(kBlockCacheSize);
+  return cache;
+}
+
 /// RocksDB's POSIX file system creates files 0644 minus the umask, and 7.8 does not
 /// implement Env::SetAllowNonOwnerAccess(false) (the base class answers NotSupported).
 /// So every file RocksDB creates goes through this wrapper, which chmods it to 0600 right
@@ -224,29 +221,15 @@ rocksdb::DBOptions makeDbOptions() {
   return o;
 }
 
-/// Column family options from the user's settings; `cache` is the instance's block cache
-/// (null: a private one of the configured size, for a short-lived read-only instance).
-rocksdb::ColumnFamilyOptions makeCfOptions(const RocksDbOptions& ro, std::shared_ptr<rocksdb::Cache> cache) {
+rocksdb::ColumnFamilyOptions makeCfOptions() {
   static std::shared_ptr<rocksdb::MergeOperator> merge = std::make_shared<ConcatMergeOperator>();
   static std::shared_ptr<const rocksdb::FilterPolicy> bloom(
       rocksdb::NewBloomFilterPolicy(10, false));
   rocksdb::ColumnFamilyOptions o;
-  o.write_buffer_size = ro.writeBufferSize;
-  o.max_write_buffer_number = ro.writeBufferCount;
-  switch (ro.compactionStyle) {
-    case RocksDbOptions::CompactionStyle::kLevel:
-      o.compaction_style = rocksdb::kCompactionStyleLevel;
-      break;
-    case RocksDbOptions::CompactionStyle::kUniversal:
-      o.compaction_style = rocksdb::kCompactionStyleUniversal;
-      break;
-    case RocksDbOptions::CompactionStyle::kFifo:
-      o.compaction_style = rocksdb::kCompactionStyleFIFO;
-      break;
-  }
+  o.write_buffer_size = kWriteBufferSize;
   o.merge_operator = merge;
   rocksdb::BlockBasedTableOptions t;
-  t.block_cache = cache ? std::move(cache) : rocksdb::NewLRUCache(ro.blockCacheSize);
+  t.block_cache = sharedBlockCache();
   t.filter_policy = bloom;
   o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
   return o;
@@ -255,8 +238,8 @@ rocksdb::ColumnFamilyOptions makeCfOptions(const RocksDbOptions& ro, std::shared
 /// Opens the DB in `dir` with the default column family plus `cfNames` (column family
 /// names, not state names). handles->at(0) is the default column family.
 Status openDb(const std::string& dir, const std::vector<std::string>& cfNames, bool readOnly,
-              const rocksdb::ColumnFamilyOptions& cfo, rocksdb::DB** db,
-              std::vector<rocksdb::ColumnFamilyHandle*>* handles) {
+              rocksdb::DB** db, std::vector<rocksdb::ColumnFamilyHandle*>* handles) {
+  rocksdb::ColumnFamilyOptions cfo = makeCfOptions();
   std::vector<rocksdb::ColumnFamilyDescriptor> descs;
   descs.emplace_back(rocksdb::kDefaultColumnFamilyName, cfo);
   for (const auto& n : cfNames) descs.emplace_back(n, cfo);
@@ -291,7 +274,6 @@ void closeDb(rocksdb::DB* db, std::vector<rocksdb::ColumnFamilyHandle*>* handles
 // DbInstance: the live RocksDB and its column families, shared with AsyncSnapshots.
 
 struct DbInstance {
-  rocksdb::ColumnFamilyOptions cfOptions;  // every column family's (the user's settings)
   std::string localDir;
   std::string dbDir;
   rocksdb::DB* db = nullptr;
@@ -443,15 +425,14 @@ class IncrementalAsyncSnapshot : public AsyncSnapshot {
   IncrementalAsyncSnapshot(std::shared_ptr<DbInstance> inst, std::string localCheckpointDir,
                            std::map<std::string, SharedFileRef> base, std::string backendId,
                            std::vector<std::string> columnFamilies, KeyGroupRange range,
-                           SnapshotRequest request, int threads)
+                           SnapshotRequest request)
       : inst_(std::move(inst)),
         dir_(std::move(localCheckpointDir)),
         base_(std::move(base)),
         backendId_(std::move(backendId)),
         columnFamilies_(std::move(columnFamilies)),
         range_(range),
-        request_(std::move(request)),
-        threads_(threads) {}
+        request_(std::move(request)) {}
 
   ~IncrementalAsyncSnapshot() override { removeLocal(); }
 
@@ -513,45 +494,35 @@ class IncrementalAsyncSnapshot : public AsyncSnapshot {
     h.checkpointId = request_.checkpointId;
     h.range = range_;
     h.columnFamilies = columnFamilies_;
-    // Upload on threads_ threads; every putFile is durable when it returns, and run()
-    // returns (so the caller can publish _metadata) only after all of them did.
-    std::vector<SharedFileRef> refs(files.size());
-    std::atomic<size_t> started{0};
-    Status s = runParallel(files.size(), threads_, [&](size_t i) -> Status {
-      const auto& [name, size] = files[i];
+    std::map<std::string, SharedFileRef> all;
+    size_t uploaded = 0;
+    for (const auto& [name, size] : files) {
       if (request_.isAborted())
         return request_.abortedError("the RocksDB files of " + request_.filePrefix + " to " +
-                                     st.describe(request_.exclusiveDir) + " (" + std::to_string(started.load()) +
-                                     " of " + std::to_string(files.size()) + " started)");
-      started.fetch_add(1);
+                                     st.describe(request_.exclusiveDir) + " (" + std::to_string(uploaded) + " of " +
+                                     std::to_string(files.size()) + " done)");
+      ++uploaded;
       const std::string local = dir_ + "/" + name;
-      SharedFileRef& ref = refs[i];
+      SharedFileRef ref;
       ref.localName = name;
       ref.file.size = size;
       ref.createdByCheckpoint = request_.checkpointId;
-      if (!isSst(name)) {
-        ref.file.path = joinPath(request_.exclusiveDir, request_.filePrefix + "-" + name);
-        return st.putFile(ref.file.path, local);
-      }
-      auto b = base_.find(name);
-      if (!selfContained && b != base_.end() && b->second.file.size == size) {
-        ref = b->second;  // uploaded by a completed checkpoint: reference it unchanged
-        return Status::OK();
-      }
-      if (selfContained) {
-        ref.file.path = joinPath(request_.exclusiveDir, request_.filePrefix + "-" + name);
-        return st.putFile(ref.file.path, local);
-      }
-      return uploadShared(local, name, &ref.file.path);
-    });
-    if (!s.ok()) return s;
-    std::map<std::string, SharedFileRef> all;
-    for (size_t i = 0; i < files.size(); ++i) {
-      if (isSst(files[i].first)) {
-        all[files[i].first] = refs[i];
-        h.sharedFiles.push_back(std::move(refs[i]));
+      if (isSst(name)) {
+        auto b = base_.find(name);
+        if (!selfContained && b != base_.end() && b->second.file.size == size) {
+          ref = b->second;  // uploaded by a completed checkpoint: reference it unchanged
+        } else if (selfContained) {
+          ref.file.path = joinPath(request_.exclusiveDir, request_.filePrefix + "-" + name);
+          if (Status s = st.putFile(ref.file.path, local); !s.ok()) return s;
+        } else {
+          if (Status s = uploadShared(local, name, &ref.file.path); !s.ok()) return s;
+        }
+        all[name] = ref;
+        h.sharedFiles.push_back(std::move(ref));
       } else {
-        h.privateFiles.push_back(std::move(refs[i]));
+        ref.file.path = joinPath(request_.exclusiveDir, request_.filePrefix + "-" + name);
+        if (Status s = st.putFile(ref.file.path, local); !s.ok()) return s;
+        h.privateFiles.push_back(std::move(ref));
       }
     }
     if (!selfContained) {
@@ -568,7 +539,6 @@ class IncrementalAsyncSnapshot : public AsyncSnapshot {
   std::vector<std::string> columnFamilies_;
   KeyGroupRange range_;
   SnapshotRequest request_;
-  int threads_;
   bool done_ = false;
 };
 
@@ -580,7 +550,6 @@ class RocksDbBackend final : public KeyedStateBackend {
   explicit RocksDbBackend(const BackendOptions& options)
       : options_(options), inst_(std::make_shared<DbInstance>()), backendId_(randomBackendId()) {
     writeOptions_.disableWAL = true;
-    inst_->cfOptions = makeCfOptions(options_.rocksdb, rocksdb::NewLRUCache(options_.rocksdb.blockCacheSize));
   }
 
   Status open() {
@@ -601,7 +570,9 @@ class RocksDbBackend final : public KeyedStateBackend {
     if (ec) return fromErrorCode("cannot create rocksdb local directory " + dir + " (under state.local.dir)", ec);
     inst_->localDir = dir;
     inst_->dbDir = joinPath(dir, "db");
-    return Status::OK();  // the DB itself opens lazily (ensureOpen)
+    Status s = openLive({});
+    if (!s.ok()) return withContext(s, "rocksdb local directory " + dir + " (under state.local.dir)");
+    return s;
   }
 
   // --- KeyedStateAccess -------------------------------------------------------------
@@ -618,15 +589,12 @@ class RocksDbBackend final : public KeyedStateBackend {
       existing = d;  // same kind: the latest declaration wins (e.g. after restore)
       return it->second;
     }
-    // Before the DB is open the column family is created by the open itself.
     rocksdb::ColumnFamilyHandle* h = nullptr;
-    if (inst_->db != nullptr) {
-      rocksdb::Status s =
-          inst_->db->CreateColumnFamily(inst_->cfOptions, layout::columnFamilyName(d.name), &h);
-      if (!s.ok()) {
-        throw StateError("cannot create RocksDB column family for state '" + d.name +
-                         "': " + s.ToString());
-      }
+    rocksdb::Status s =
+        inst_->db->CreateColumnFamily(makeCfOptions(), layout::columnFamilyName(d.name), &h);
+    if (!s.ok()) {
+      throw StateError("cannot create RocksDB column family for state '" + d.name +
+                       "': " + s.ToString());
     }
     int id = static_cast<int>(states_.size());
     states_.push_back(d);
@@ -743,7 +711,6 @@ class RocksDbBackend final : public KeyedStateBackend {
 
   uint64_t approximateEntries() const override {
     uint64_t total = 0;
-    if (inst_->db == nullptr) return 0;
     for (auto* cf : inst_->cfs) {
       uint64_t n = 0;
       if (cf != nullptr && inst_->db->GetIntProperty(cf, "rocksdb.estimate-num-keys", &n))
@@ -755,7 +722,6 @@ class RocksDbBackend final : public KeyedStateBackend {
   Result<std::unique_ptr<AsyncSnapshot>> snapshotSync(const SnapshotRequest& request) override {
     if (request.storage == nullptr)
       return Status::InvalidArgument("rocksdb snapshot: no checkpoint storage");
-    if (Status s = ensureOpen(); !s.ok()) return s;
     const bool incremental = request.format == SnapshotFormat::kNative && options_.incremental;
     if (!incremental) {
       const rocksdb::Snapshot* snap = inst_->db->GetSnapshot();
@@ -796,8 +762,7 @@ class RocksDbBackend final : public KeyedStateBackend {
     names.reserve(states_.size());
     for (const auto& s : states_) names.push_back(s.name);
     return std::unique_ptr<AsyncSnapshot>(new IncrementalAsyncSnapshot(
-        inst_, dir, std::move(base), backendId_, std::move(names), options_.range, request,
-        options_.rocksdb.transferThreads));
+        inst_, dir, std::move(base), backendId_, std::move(names), options_.range, request));
   }
 
   void notifyCheckpointComplete(uint64_t checkpointId) override {
@@ -831,9 +796,6 @@ class RocksDbBackend final : public KeyedStateBackend {
       throw StateError(std::string("state '") + states_[state].name + "' accessed (" + op +
                        ") outside a keyed context: no current key");
     }
-    if (inst_->db == nullptr) {
-      if (Status s = ensureOpen(); !s.ok()) throw StateError(s.message());
-    }
     return inst_->cfs[state];
   }
 
@@ -863,37 +825,33 @@ class RocksDbBackend final : public KeyedStateBackend {
 
   // --- DB lifecycle -------------------------------------------------------------------
 
-  /// Opens the live instance in inst_->dbDir (creating it) if it is not open yet, with a
-  /// column family for every registered state. Errors name the local directory.
-  Status ensureOpen() {
-    if (inst_->db != nullptr) return Status::OK();
-    Status s = openLive({});
-    if (!s.ok()) return withContext(s, "rocksdb local directory " + inst_->localDir + " (under state.local.dir)");
-    return s;
-  }
-
   /// Opens inst_->dbDir with column families for `existing` (state names present in the
-  /// directory) and every registered state, all in one DB::Open (missing ones are
-  /// created by it), and binds them.
+  /// directory), binds every registered state (creating missing column families).
   Status openLive(const std::vector<std::string>& existing) {
-    std::vector<std::string> names = existing;  // state names, in handle order
-    for (const auto& st : states_)
-      if (std::find(names.begin(), names.end(), st.name) == names.end()) names.push_back(st.name);
     std::vector<std::string> cfNames;
-    for (const auto& n : names) cfNames.push_back(layout::columnFamilyName(n));
+    for (const auto& n : existing) cfNames.push_back(layout::columnFamilyName(n));
     rocksdb::DB* db = nullptr;
     std::vector<rocksdb::ColumnFamilyHandle*> handles;
-    Status s = openDb(inst_->dbDir, cfNames, false, inst_->cfOptions, &db, &handles);
+    Status s = openDb(inst_->dbDir, cfNames, false, &db, &handles);
     if (!s.ok()) return s;
     inst_->db = db;
     inst_->defaultCf = handles[0];
     inst_->cfs.assign(states_.size(), nullptr);
-    for (size_t i = 0; i < names.size(); ++i) {
-      auto it = byName_.find(names[i]);
+    std::vector<rocksdb::ColumnFamilyHandle*> unused;
+    for (size_t i = 0; i < existing.size(); ++i) {
+      auto it = byName_.find(existing[i]);
       if (it != byName_.end())
         inst_->cfs[it->second] = handles[i + 1];
       else
-        db->DestroyColumnFamilyHandle(handles[i + 1]).PermitUncheckedError();
+        unused.push_back(handles[i + 1]);
+    }
+    for (auto* h : unused) db->DestroyColumnFamilyHandle(h).PermitUncheckedError();
+    for (size_t i = 0; i < states_.size(); ++i) {
+      if (inst_->cfs[i] != nullptr) continue;
+      rocksdb::Status rs = db->CreateColumnFamily(
+          makeCfOptions(), layout::columnFamilyName(states_[i].name), &inst_->cfs[i]);
+      if (!rs.ok())
+        return fromRocks(rs, "cannot create column family for state '" + states_[i].name + "'");
     }
     return Status::OK();
   }
@@ -999,9 +957,7 @@ Status RocksDbBackend::restore(const RestoreInput& input) {
       !range.empty()) {
     s = restoreInPlace(st, std::get<IncrementalStateHandle>(*handles[0]));
   } else {
-    s = ensureOpen();
     for (const KeyedStateHandle* h : handles) {
-      if (!s.ok()) break;
       if (const auto* kg = std::get_if<KeyGroupsStateHandle>(h)) {
         s = restoreKeyGroups(st, *kg);
       } else if (const auto* inc = std::get_if<IncrementalStateHandle>(h)) {
@@ -1032,47 +988,29 @@ Status RocksDbBackend::downloadIncremental(CheckpointStorage& st, const Incremen
   const std::string what = "restore of rocksdb checkpoint " + std::to_string(h.checkpointId) +
                            " (backend " + h.backendId + ")";
   std::set<std::string> seen;
-  std::vector<const SharedFileRef*> files;
   for (const auto* list : {&h.sharedFiles, &h.privateFiles}) {
     for (const SharedFileRef& f : *list) {
       if (!isPlainFileName(f.localName) || !seen.insert(f.localName).second) {
         return Status::Corruption(what + ": invalid or duplicate local file name '" + f.localName +
                                   "' for " + st.describe(f.file.path));
       }
-      files.push_back(&f);
+      const std::string dest = dir + "/" + f.localName;
+      Status s = st.getToLocalFile(f.file.path, dest);
+      if (!s.ok()) return withContext(snapshotFileError(s, st, f.file.path), what + ": cannot download " + f.localName);
+      uint64_t size = fs::file_size(dest, ec);
+      if (ec) return fromErrorCode(what + ": cannot stat downloaded " + dest, ec);
+      // Private like the files RocksDB creates (PrivateFileSystem): 0600 whatever the
+      // umask; the directory above is 0700, so nobody could open it in between.
+      fs::permissions(dest, fs::perms::owner_read | fs::perms::owner_write, ec);
+      if (ec) return fromErrorCode(what + ": cannot make " + dest + " private (chmod 0600)", ec);
+      if (size != f.file.size) {
+        return Status::Corruption(what + ": file " + st.describe(f.file.path) + " has " +
+                                  std::to_string(size) + " bytes, the checkpoint recorded " +
+                                  std::to_string(f.file.size) + " (truncated or replaced)");
+      }
     }
   }
-  // No fsync: the local directory is scratch that open() wipes, so no crash can ever
-  // make RocksDB read it again; the checkpoint is the durable copy.
-  return runParallel(files.size(), options_.rocksdb.transferThreads, [&](size_t i) -> Status {
-    const SharedFileRef& f = *files[i];
-    const std::string dest = dir + "/" + f.localName;
-    CheckpointStorage::FetchOptions fo;
-    fo.sync = false;
-    // SSTs are immutable: RocksDB only reads and (after a compaction) unlinks them. The
-    // MANIFEST, CURRENT and OPTIONS files are copies, whatever RocksDB does with them.
-    fo.allowHardLink = isSst(f.localName);
-    bool linked = false;
-    Status s = st.fetchToLocal(f.file.path, dest, fo, &linked);
-    if (!s.ok()) return withContext(snapshotFileError(s, st, f.file.path), what + ": cannot download " + f.localName);
-    std::error_code sizeEc;
-    uint64_t size = fs::file_size(dest, sizeEc);
-    if (sizeEc) return fromErrorCode(what + ": cannot stat downloaded " + dest, sizeEc);
-    if (!linked) {
-      // A copy is private like the files RocksDB creates (PrivateFileSystem): 0600 whatever
-      // the umask; the directory above is 0700, so nobody could open it in between. A hard
-      // link is the checkpoint's own file: its mode is the checkpoint directory's business,
-      // and the 0700 working directory keeps others from reaching it through this name.
-      fs::permissions(dest, fs::perms::owner_read | fs::perms::owner_write, sizeEc);
-      if (sizeEc) return fromErrorCode(what + ": cannot make " + dest + " private (chmod 0600)", sizeEc);
-    }
-    if (size != f.file.size) {
-      return Status::Corruption(what + ": file " + st.describe(f.file.path) + " has " + std::to_string(size) +
-                                " bytes, the checkpoint recorded " + std::to_string(f.file.size) +
-                                " (truncated or replaced)");
-    }
-    return Status::OK();
-  });
+  return Status::OK();
 }
 
 Status RocksDbBackend::restoreInPlace(CheckpointStorage& st, const IncrementalStateHandle& h) {
@@ -1087,10 +1025,10 @@ Status RocksDbBackend::restoreInPlace(CheckpointStorage& st, const IncrementalSt
   Status s = downloadIncremental(st, h, dir);
   std::error_code ec;
   if (!s.ok()) {
-    fs::remove_all(dir, ec);  // every download thread has finished: nothing writes there any more
+    fs::remove_all(dir, ec);
     return s;
   }
-  // The downloaded directory becomes the live instance (one opened before is dropped).
+  // Swap the (empty) live instance for the downloaded one.
   inst_->close();
   fs::remove_all(inst_->dbDir, ec);
   fs::rename(dir, inst_->dbDir, ec);
@@ -1100,10 +1038,11 @@ Status RocksDbBackend::restoreInPlace(CheckpointStorage& st, const IncrementalSt
     s = incompleteIfNotFound(openLive(h.columnFamilies), h);
   }
   if (!s.ok()) {
-    // Leave nothing behind: the next access opens an empty instance.
+    // Leave a usable (empty) instance behind; the restore itself failed.
     inst_->close();
     fs::remove_all(inst_->dbDir, ec);
     fs::remove_all(dir, ec);
+    openLive({}).ignoreError();
     return s;
   }
   // Drop key groups outside this backend's range (rescaling up).
@@ -1154,7 +1093,7 @@ Status RocksDbBackend::restoreByCopy(CheckpointStorage& st, const IncrementalSta
   Status s = downloadIncremental(st, h, dir);
   rocksdb::DB* db = nullptr;
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
-  if (s.ok()) s = incompleteIfNotFound(openDb(dir, cfNames, true, inst_->cfOptions, &db, &handles), h);
+  if (s.ok()) s = incompleteIfNotFound(openDb(dir, cfNames, true, &db, &handles), h);
   if (s.ok()) {
     KeyGroupRange r = h.range.intersect(options_.range);
     std::string lower, upper;
@@ -1229,22 +1168,10 @@ Status openRocksDbReadOnly(const std::string& dir, const std::vector<std::string
                            std::vector<rocksdb::ColumnFamilyHandle*>* handles) {
   std::vector<std::string> cfNames;
   for (const auto& n : stateNames) cfNames.push_back(layout::columnFamilyName(n));
-  return openDb(dir, cfNames, true, makeCfOptions(RocksDbOptions{}, nullptr), db, handles);
+  return openDb(dir, cfNames, true, db, handles);
 }
 
 void closeRocksDb(rocksdb::DB* db, std::vector<rocksdb::ColumnFamilyHandle*>* handles) { closeDb(db, handles); }
-
-const char* compactionStyleName(RocksDbOptions::CompactionStyle style) {
-  switch (style) {
-    case RocksDbOptions::CompactionStyle::kLevel:
-      return "LEVEL";
-    case RocksDbOptions::CompactionStyle::kUniversal:
-      return "UNIVERSAL";
-    case RocksDbOptions::CompactionStyle::kFifo:
-      return "FIFO";
-  }
-  return "?";
-}
 
 Result<std::unique_ptr<KeyedStateBackend>> createRocksDbBackend(const BackendOptions& options) {
   auto backend = std::make_unique<RocksDbBackend>(options);

@@ -16,6 +16,7 @@
 // (O_EXCL, RENAME_NOREPLACE / link), never by overwriting.
 #include <algorithm>
 #include <cerrno>
+#include <sys/stat.h>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -372,6 +373,10 @@ class LocalFileStorage final : public CheckpointStorage {
         err != 0) {
       return fromErrno("cannot create local file " + localDest, err);
     }
+    // A local copy of state is private (0600) from before its first byte, whatever the
+    // umask: it lands in a job's working directory or a reader's temporary directory.
+    if (::chmod(localDest.c_str(), S_IRUSR | S_IWUSR) != 0)
+      return fromErrno("cannot make local file " + localDest + " private (chmod 0600)", errno);
     const uint64_t expected = (*src)->info().size;
     uint64_t copied = 0;
     s = copyFile(**src, *dst, full, localDest, &copied);

@@ -123,14 +123,18 @@ TEST_F(Lockdown, WorkingDirectoryIsPrivateAndItsFilesAre0600) {
   std::string jobId = jobIdIn(readFile(tmp / "private.err"));
   ASSERT_FALSE(jobId.empty()) << readFile(tmp / "private.err");
   fs::path jobDir = localDir() / jobId;
-  fs::path file = someFileBelow(jobDir / "attempt-1");
-  ASSERT_FALSE(file.empty()) << "no RocksDB file under " << jobDir;
+  // Scans race the job's checkpoints (a directory can vanish under the iterator): retry.
+  fs::path file;
+  ASSERT_TRUE(waitFor([&] { return !(file = someFileBelow(jobDir / "attempt-1")).empty(); }))
+      << "no RocksDB file under " << jobDir;
   EXPECT_EQ(modeOf(jobDir), 0700u);
   EXPECT_EQ(modeOf(jobDir / "attempt-1"), 0700u);
   std::error_code ec;
   for (fs::recursive_directory_iterator it(jobDir / "attempt-1", ec), end; !ec && it != end; it.increment(ec)) {
     std::error_code t;
-    if (it->is_regular_file(t)) EXPECT_EQ(modeOf(it->path()), 0600u) << it->path();
+    if (!it->is_regular_file(t)) continue;
+    unsigned mode = modeOf(it->path());
+    if (mode != 0) EXPECT_EQ(mode, 0600u) << it->path();  // 0: removed by the job meanwhile
   }
 
   // A second local user can neither list the job's directory nor read a file in it.
@@ -186,16 +190,26 @@ TEST_F(Lockdown, FilesARestoreDownloadsIntoTheWorkingDirectoryAre0600) {
       << readFile(tmp / "restored.err");
   ASSERT_TRUE(waitForCheckpoint(p, 1)) << readFile(tmp / "restored.err");
   std::string jobId = jobIdIn(readFile(tmp / "restored.err"));
+  ASSERT_FALSE(jobId.empty()) << readFile(tmp / "restored.err");
+  // The job keeps checkpointing while we look: a RocksDB checkpoint directory can vanish
+  // under the iterator (which then stops with an error), so scan until one scan completes.
+  std::vector<std::string> notPrivate;
   size_t files = 0;
-  std::error_code ec;
-  for (fs::recursive_directory_iterator it(localDir() / jobId / "attempt-1", ec), end; !ec && it != end;
-       it.increment(ec)) {
-    std::error_code t;
-    if (!it->is_regular_file(t)) continue;
-    ++files;
-    EXPECT_EQ(modeOf(it->path()), 0600u) << it->path();
-  }
-  EXPECT_GT(files, 0u);
+  ASSERT_TRUE(waitFor([&] {
+    notPrivate.clear();
+    files = 0;
+    std::error_code ec;
+    for (fs::recursive_directory_iterator it(localDir() / jobId / "attempt-1", ec), end; !ec && it != end;
+         it.increment(ec)) {
+      std::error_code t;
+      if (!it->is_regular_file(t)) continue;
+      ++files;
+      unsigned mode = modeOf(it->path());
+      if (mode != 0 && mode != 0600u) notPrivate.push_back(it->path().string());  // 0: vanished meanwhile
+    }
+    return !ec && files > 0;
+  })) << "no complete scan of " << (localDir() / jobId / "attempt-1") << " found a file";
+  EXPECT_TRUE(notPrivate.empty()) << "not 0600: " << notPrivate.front();
   p.signal(SIGTERM);
   Result r = p.wait();
   EXPECT_EQ(r.exitCode, 130) << r.err;

@@ -8,6 +8,7 @@
 
 #include <fstream>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "cli_fixture.h"
@@ -439,7 +440,16 @@ TEST_F(State, ReadingTheCheckpointsOfARunningJobNeitherDisturbsItNorFailsOtherTh
   EXPECT_TRUE(p.running()) << readFile(tmp / "live.err");
   p.signal(SIGTERM);
   EXPECT_EQ(p.wait().exitCode, 130);
-  EXPECT_EQ(readFile(tmp / "live.err").find("error"), std::string::npos) << readFile(tmp / "live.err");
+  // No error-level log line from the job (a checkpoint declined because the bounded
+  // source reached its end is a warning that mentions "IO error", and is not the reader's).
+  std::istringstream log(readFile(tmp / "live.err"));
+  for (std::string line; std::getline(log, line);) {
+    std::istringstream fields(line);
+    std::string date, time, level;
+    fields >> date >> time >> level;
+    EXPECT_NE(level, "error") << line;
+    EXPECT_NE(level, "critical") << line;
+  }
   expectNoTemporaryLeft();
 }
 

@@ -264,17 +264,7 @@ TEST_F(Checkpoints, SocketWordCountCountsAndFailsAfterTheFourthError) {
   }
   // A port nobody listens on: bind one, note it, close it.
   int closedPort;
-  {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    socklen_t len = sizeof a;
-    getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-    closedPort = ntohs(a.sin_port);
-    close(fd);
-  }
+  close(listenOnLoopback(&closedPort));
   const std::string port = std::to_string(closedPort);
   Result refused = cli({"run", "-c", "WordCount", "-D", "restart-strategy.fixed-delay.delay=10ms", kPlugin, "--host",
                         "127.0.0.1", "--port", port});

@@ -7,6 +7,8 @@
 // the README ("Configuration").
 #pragma once
 
+#include "jobhost/version.h"  // first: stops a pre-C++20 build with one clear line
+
 #include <chrono>
 #include <cstdint>
 #include <map>

@@ -5,6 +5,8 @@
 // let the host classify the failure.
 #pragma once
 
+#include "jobhost/version.h"  // first: stops a pre-C++20 build with one clear line
+
 #include <cxxabi.h>
 
 #include <cstdlib>
@@ -12,8 +14,6 @@
 #include <string>
 #include <typeinfo>
 #include <utility>
-
-#include "jobhost/version.h"
 
 namespace jobhost {
 

@@ -6,6 +6,8 @@
 // specialization.
 #pragma once
 
+#include "jobhost/version.h"  // first: stops a pre-C++20 build with one clear line
+
 #include <map>
 #include <optional>
 #include <ostream>

@@ -18,13 +18,14 @@
 // objects a job creates may reference plugin code freely.
 #pragma once
 
+#include "jobhost/version.h"  // first: stops a pre-C++20 build with one clear line
+
 #include <cstdint>
 #include <memory>
 
 #include <boost/dll/alias.hpp>
 
 #include "jobhost/config.h"
-#include "jobhost/version.h"
 
 namespace jobhost {
 

@@ -2,6 +2,8 @@
 // class and JOBHOST_JOB), then stream.h (the dataflow API) and state.h (keyed state).
 #pragma once
 
+#include "jobhost/version.h"  // first: stops a pre-C++20 build with one clear line
+
 #include "jobhost/config.h"
 #include "jobhost/errors.h"
 #include "jobhost/format.h"
@@ -11,4 +13,3 @@
 #include "jobhost/sources.h"
 #include "jobhost/state.h"
 #include "jobhost/stream.h"
-#include "jobhost/version.h"

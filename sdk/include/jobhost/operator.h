@@ -10,6 +10,8 @@
 // are owned by the host and outlive the operators they are given to.
 #pragma once
 
+#include "jobhost/version.h"  // first: stops a pre-C++20 build with one clear line
+
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -19,7 +21,6 @@
 #include <vector>
 
 #include "jobhost/errors.h"
-#include "jobhost/version.h"
 
 namespace jobhost {
 

@@ -20,6 +20,8 @@
 // Thread-safety: serializers are stateless; ByteWriter/ByteReader are single-threaded.
 #pragma once
 
+#include "jobhost/version.h"  // first: stops a pre-C++20 build with one clear line
+
 #include <bit>
 #include <cstdint>
 #include <cstring>

@@ -18,6 +18,8 @@
 // Thread-safety: a registry is filled once and then only read (toText is const).
 #pragma once
 
+#include "jobhost/version.h"  // first: stops a pre-C++20 build with one clear line
+
 #include <cstdint>
 #include <map>
 #include <optional>

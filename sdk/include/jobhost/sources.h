@@ -8,6 +8,8 @@
 // Thread-safety: a source instance is used by one thread.
 #pragma once
 
+#include "jobhost/version.h"  // first: stops a pre-C++20 build with one clear line
+
 #include <netdb.h>
 #include <poll.h>
 #include <sys/socket.h>

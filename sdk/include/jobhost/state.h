@@ -20,6 +20,8 @@
 // Thread-safety: a state handle belongs to one subtask's function instance.
 #pragma once
 
+#include "jobhost/version.h"  // first: stops a pre-C++20 build with one clear line
+
 #include <functional>
 #include <optional>
 #include <string>

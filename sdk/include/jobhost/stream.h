@@ -21,6 +21,8 @@
 // Thread-safety: build() runs on one thread; the resulting Plan is immutable.
 #pragma once
 
+#include "jobhost/version.h"  // first: stops a pre-C++20 build with one clear line
+
 #include <algorithm>
 #include <cctype>
 #include <cerrno>

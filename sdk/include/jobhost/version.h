@@ -7,6 +7,14 @@
 // any of its code.
 #pragma once
 
+// The SDK is C++20 (std::endian, concepts, designated initialisers). Stop a build with
+// another standard here, with one line that says so, instead of deep inside a header;
+// the missing include below is a fatal error, so nothing else is reported after it.
+#if !defined(__cplusplus) || __cplusplus < 202002L
+#error "the jobhost SDK needs C++20: compile with -std=c++20 (CMake: target_compile_features(<target> PRIVATE cxx_std_20))"
+#include <jobhost/compilation-stops-here-see-the-error-above>
+#endif
+
 #define JOBHOST_SDK_VERSION_MAJOR 1
 #define JOBHOST_SDK_VERSION_MINOR 0
 #define JOBHOST_SDK_VERSION_PATCH 0

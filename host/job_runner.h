@@ -36,6 +36,9 @@ struct RunOptions {
   std::optional<std::string> fromSnapshot;  // -s
   bool allowNonRestoredState = false;
   bool dryRun = false;  // preflight only (jobhost check / run --dry-run)
+  /// The plan is built only to be looked at (dryRun, `jobhost state --plugin`): sources do
+  /// not open their inputs (StreamEnvironment::planOnly).
+  bool planOnly = false;
   /// no-claim (default): the snapshot's files are never modified or deleted and the first
   /// checkpoint is a full one. claim: the job owns the snapshot (its directory is locked)
   /// and deletes it once its first own checkpoint has completed.
@@ -52,9 +55,11 @@ void loadUserConfiguration(const std::optional<std::string>& configFile, const s
 /// A new instance of the class (runs its constructor). Throws UserCodeFailure
 /// (plugin/user_code.h) for anything the constructor throws.
 std::unique_ptr<Job> createJob(const JobClassInfo& info);
-/// Adds the job class's configure() layer (runs plugin code). Throws UserCodeFailure
-/// naming `className` for anything configure() throws except a JobArgumentError.
-void applyJobConfiguration(const std::string& className, Job& job, Configuration* config);
+/// Adds the job class's layer: its declared backend (JOBHOST_JOB), then what configure()
+/// sets (runs plugin code). Throws ConfigError when configure() contradicts the declared
+/// backend, UserCodeFailure naming the class for anything configure() throws except a
+/// JobArgumentError.
+void applyJobConfiguration(const JobClassInfo& info, Job& job, Configuration* config);
 
 
 }  // namespace jobhost::host

@@ -67,15 +67,45 @@ std::unique_ptr<Job> createJob(const JobClassInfo& info) {
   return fenceUserCode(info.name, "the constructor", [&] { return std::unique_ptr<Job>(info.create()); });
 }
 
-void applyJobConfiguration(const std::string& className, Job& job, Configuration* config) {
+void applyJobConfiguration(const JobClassInfo& info, Job& job, Configuration* config) {
+  // The class's backend has one source of truth: its JOBHOST_JOB / JOBHOST_JOB_INCREMENTAL
+  // declaration, which `info` reads without running plugin code and preflight compares a
+  // snapshot against. It is the class's layer; the configuration file is below it and -D
+  // above it. configure() may repeat it but not contradict it (issue 14: a class declared
+  // "rocksdb" without stateBackend() in configure() used to run on hashmap).
+  std::string declared = info.backend ? info.backend : "";
+  if (declared != "hashmap" && declared != "rocksdb")
+    throw ConfigError("class " + std::string(info.name) + " declares the state backend '" + declared +
+                      "' in JOBHOST_JOB; declare \"hashmap\" or \"rocksdb\" and rebuild the plugin");
+  const char* declaredIncremental = info.incremental ? "true" : "false";
   JobConfig jc;
-  fenceUserCode(className, "configure()", [&] { job.configure(jc); });
+  fenceUserCode(info.name, "configure()", [&] { job.configure(jc); });
+  auto declaration = [&] {
+    return std::string(info.incremental ? "JOBHOST_JOB_INCREMENTAL(" : "JOBHOST_JOB(") + info.name + ", …, \"" +
+           declared + "\"" + (info.incremental ? ", 1)" : ")");
+  };
+  if (auto type = jc.get("state.backend.type"); type && *type != declared)
+    throw ConfigError("class " + std::string(info.name) + " is declared with " + declaration() +
+                      " but its configure() sets state.backend.type = " + *type +
+                      "; the declaration is the class's backend: remove stateBackend()/state.backend.type from "
+                      "configure(), or change the declaration (-D state.backend.type=… still overrides both)");
+  if (auto inc = jc.get("state.backend.incremental")) {
+    Configuration scratch;  // the one parser of booleans
+    scratch.set("state.backend.incremental", *inc, Configuration::Layer::kJob);
+    if (scratch.getBool("state.backend.incremental") != info.incremental)
+      throw ConfigError("class " + std::string(info.name) + " is declared with " + declaration() +
+                        " but its configure() sets state.backend.incremental = " + *inc +
+                        "; declare incremental checkpoints with JOBHOST_JOB_INCREMENTAL(Class, …, backend, 1) "
+                        "and remove them from configure()");
+  }
+  config->set("state.backend.type", declared, Configuration::Layer::kJob);
+  config->set("state.backend.incremental", declaredIncremental, Configuration::Layer::kJob);
   for (auto& [k, v] : jc.values()) config->set(k, v, Configuration::Layer::kJob);
 }
 
 Plan buildPlan(const JobSetup& setup, const RunOptions& o) {
   std::unique_ptr<Job> job = createJob(*setup.info);
-  StreamEnvironment env{JobArgs(o.jobArgs)};
+  StreamEnvironment env{JobArgs(o.jobArgs), /*planOnly=*/o.dryRun || o.planOnly};
   fenceUserCode(setup.className, "build()", [&] { job->build(env); });
   return env.takePlan();
 }
@@ -98,7 +128,7 @@ int setupJob(const RunOptions& o, JobSetup* s, const PluginOpenOptions& pluginOp
     loadUserConfiguration(o.configFile, o.defines, o.parallelism, &config);
     {
       std::unique_ptr<Job> job = createJob(*s->info);
-      applyJobConfiguration(s->className, *job, &config);
+      applyJobConfiguration(*s->info, *job, &config);
     }
     s->plan = buildPlan(*s, o);
     std::string b = config.getString("state.backend.type");
@@ -135,6 +165,9 @@ int setupJob(const RunOptions& o, JobSetup* s, const PluginOpenOptions& pluginOp
     return kExitUsage;
   } catch (const JobArgumentError& e) {
     std::cerr << "error: " << s->className << ": " << e.what() << "\n";
+    if (o.dryRun)
+      std::cerr << "  the check builds the class's dataflow from the job arguments given after the plugin path:\n"
+                << "  jobhost check -s <snapshot> -c " << s->className << " " << o.pluginPath << " <job arguments>\n";
     return kExitUsage;
   } catch (const UserCodeFailure& e) {
     std::cerr << "error: " << e.what() << " (in " << o.pluginPath << "); fix the job class\n";

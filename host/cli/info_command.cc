@@ -47,7 +47,7 @@ int infoCommand(const std::string& pluginPath, const std::vector<std::string>& d
         if (!info) throw std::runtime_error(err.message);
         Configuration config;
         std::unique_ptr<Job> job = createJob(*info);
-        applyJobConfiguration(c.name, *job, &config);
+        applyJobConfiguration(*info, *job, &config);
         loadUserConfiguration(configFile, defines, std::nullopt, &config);
         effective = config.getString("state.backend.type");
         if (effective == "rocksdb") effective += config.getBool("state.backend.incremental") ? " (incremental)" : " (full)";

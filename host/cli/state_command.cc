@@ -63,6 +63,7 @@ int loadDecoding(const StateCommandOptions& o, Decoding* d) {
     ro.pluginPath = *o.plugin;
     ro.jobClass = o.jobClass;
     ro.jobArgs = o.jobArgs;
+    ro.planOnly = true;  // the plan is only looked at: sources need not open their inputs
     d->setup = std::make_unique<JobSetup>();
     if (int rc = setupJob(ro, d->setup.get()); rc != 0) {
       std::cerr << "(--plugin builds the class's plan to find its serializers; nothing runs. A job whose build() "

@@ -72,7 +72,6 @@ void buildWordCount(jobhost::StreamEnvironment& env) {
 class WordCount : public jobhost::Job {
  public:
   void configure(jobhost::JobConfig& c) override {
-    c.stateBackend(jobhost::StateBackendKind::kHashMap);
     c.checkpointInterval(1s);
     c.fixedDelayRestart(3, 2s);
   }
@@ -84,7 +83,6 @@ JOBHOST_JOB(WordCount, "Counts words (hashmap backend, checkpoints every second)
 class WordCountIncremental : public jobhost::Job {
  public:
   void configure(jobhost::JobConfig& c) override {
-    c.stateBackend(jobhost::StateBackendKind::kRocksDb, true);
     c.checkpointInterval(1s);
     c.fixedDelayRestart(3, 2s);
   }

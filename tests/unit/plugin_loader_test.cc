@@ -332,8 +332,7 @@ TEST_F(PluginTest, SelectsClassByName) {
   ASSERT_NE(job, nullptr);
   JobConfig config;
   job->configure(config);
-  EXPECT_EQ(config.get("state.backend.type"), "rocksdb");
-  EXPECT_EQ(config.get("state.backend.incremental"), "true");
+  EXPECT_EQ(config.get("execution.checkpointing.interval"), "5000ms");
 }
 
 TEST_F(PluginTest, LibraryStaysLoadedAfterPluginLibraryIsDestroyed) {

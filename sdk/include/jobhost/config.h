@@ -37,7 +37,12 @@ class JobConfig {
   JobConfig& checkpointInterval(std::chrono::milliseconds interval) {
     return set("execution.checkpointing.interval", std::to_string(interval.count()) + "ms");
   }
-  /// state.backend.type and state.backend.incremental. Default: hashmap, not incremental.
+  /// state.backend.type and state.backend.incremental. Deprecated: a class's backend is
+  /// declared once, in JOBHOST_JOB(Class, description, backend) or
+  /// JOBHOST_JOB_INCREMENTAL(…, 1); the host applies that declaration and refuses a
+  /// configure() that contradicts it.
+  [[deprecated("declare the backend in JOBHOST_JOB(Class, description, \"rocksdb\") or "
+               "JOBHOST_JOB_INCREMENTAL(Class, description, \"rocksdb\", 1) instead")]]
   JobConfig& stateBackend(StateBackendKind kind, bool incremental = false) {
     set("state.backend.type", kind == StateBackendKind::kRocksDb ? "rocksdb" : "hashmap");
     return set("state.backend.incremental", incremental ? "true" : "false");

@@ -35,7 +35,8 @@ class StreamEnvironment;
 class JOBHOST_API Job {
  public:
   virtual ~Job() = default;
-  /// Chooses backend, checkpointing, restart strategy, parallelism. Called before
+  /// Chooses checkpointing, restart strategy, parallelism (the backend is declared in
+  /// JOBHOST_JOB, and configure() may not contradict it). Called before
   /// build(); values set here override the configuration file and are overridden by
   /// `-D` on the command line. Default: sets nothing.
   virtual void configure(JobConfig& config) {}
@@ -79,8 +80,10 @@ struct JobClassInfo {
   BOOST_DLL_ALIAS_SECTIONED(jobhost_export_##Class::kInfo, jhjob_##Class, jhjobs)
 
 /// Exports `Class` (a jobhost::Job with a default constructor) from the plugin.
-/// Backend is "hashmap" or "rocksdb" — the backend the class declares (for
-/// JOBHOST_JOB_INCREMENTAL, Incremental is 0 or 1); configure() and
-/// the command line may still override it.
+/// Backend is "hashmap" or "rocksdb": the class's state backend, declared here once
+/// (JOBHOST_JOB_INCREMENTAL with Incremental 1 for incremental checkpoints). `jobhost info`
+/// reads it without loading the plugin, the host runs the class on it, and a restore is
+/// checked against it; the configuration file cannot change it, `-D state.backend.type=…`
+/// can, and a configure() that sets another backend is refused.
 #define JOBHOST_JOB(Class, Description, Backend) \
   JOBHOST_JOB_INCREMENTAL(Class, Description, Backend, 0)

@@ -98,10 +98,16 @@ class KeyedStream;
 class StreamEnvironment {
  public:
   explicit StreamEnvironment(JobArgs args = {}) : args_(std::move(args)) {}
+  /// `planOnly`: the host builds the plan only to look at it (`jobhost check`, `run
+  /// --dry-run`, `state`): nothing will run, so sources do not open their inputs.
+  StreamEnvironment(JobArgs args, bool planOnly) : args_(std::move(args)), planOnly_(planOnly) {}
   StreamEnvironment(const StreamEnvironment&) = delete;
   StreamEnvironment& operator=(const StreamEnvironment&) = delete;
 
   const JobArgs& args() const { return args_; }
+  /// True when build() runs only so the host can inspect the plan (see the constructor).
+  /// A build() that opens files or connects itself should skip that when this is true.
+  bool planOnly() const { return planOnly_; }
   const Plan& plan() const { return plan_; }
   Plan takePlan() { return std::move(plan_); }
 
@@ -172,6 +178,7 @@ class StreamEnvironment {
   JobArgs args_;
   Plan plan_;
   std::vector<bool> consumed_;
+  bool planOnly_ = false;  // last: plugins built against earlier headers see the same layout before it
 };
 
 namespace detail {
@@ -597,7 +604,9 @@ inline DataStream<std::string> StreamEnvironment::socketTextStream(std::string h
 }
 
 inline DataStream<std::string> StreamEnvironment::readTextFile(std::string path, double linesPerSecond) {
-  if (FILE* f = std::fopen(path.c_str(), "rb")) {
+  if (planOnly_) {
+    // the plan is only looked at: the file need not exist here (it is opened when a run starts)
+  } else if (FILE* f = std::fopen(path.c_str(), "rb")) {
     std::fclose(f);
   } else {
     throw JobArgumentError("cannot read input file '" + path + "': " + std::strerror(errno));

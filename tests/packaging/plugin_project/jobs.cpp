@@ -52,7 +52,6 @@ void buildWordCount(jobhost::StreamEnvironment& env) {
 class HeapWordCount : public jobhost::Job {
  public:
   void configure(jobhost::JobConfig& c) override {
-    c.stateBackend(jobhost::StateBackendKind::kHashMap);
     c.checkpointInterval(1s);
   }
   void build(jobhost::StreamEnvironment& env) override { buildWordCount(env); }
@@ -63,7 +62,6 @@ JOBHOST_JOB(HeapWordCount, "Word count, hashmap backend", "hashmap")
 class RocksWordCount : public jobhost::Job {
  public:
   void configure(jobhost::JobConfig& c) override {
-    c.stateBackend(jobhost::StateBackendKind::kRocksDb, /*incremental=*/true);
     c.checkpointInterval(1s);
   }
   void build(jobhost::StreamEnvironment& env) override { buildWordCount(env); }

@@ -8,7 +8,6 @@
 class EventsPerAccount : public jobhost::Job {
  public:
   void configure(jobhost::JobConfig& c) override {
-    c.stateBackend(jobhost::StateBackendKind::kRocksDb, /*incremental=*/true);
     c.checkpointInterval(std::chrono::seconds(10));
     c.set("state.checkpoints.num-retained", "3");  // any key of the configuration table
   }
@@ -24,6 +23,6 @@ class EventsPerAccount : public jobhost::Job {
         .print();
   }
 };
-// The declared backend matches configure(): `jobhost info` shows it, and the restore
-// check compares a snapshot against it.
+// The backend is declared here, once: `jobhost info` shows it without loading the plugin,
+// the host runs the class on it, and the restore check compares a snapshot against it.
 JOBHOST_JOB_INCREMENTAL(EventsPerAccount, "Events per account (rocksdb, incremental)", "rocksdb", 1)

@@ -35,6 +35,7 @@ struct JobSetup {
   int tolerableFailures = 0;
   std::chrono::milliseconds checkpointTimeout{std::chrono::minutes(10)};
   std::chrono::milliseconds interval{0};
+  std::chrono::milliseconds autoWatermarkInterval{200};  // pipeline.auto-watermark-interval
   std::string checkpointDir;  // state.checkpoints.dir (absolute)
   std::string savepointDir;   // state.savepoints.dir, may be empty
   bool deleteOnCancel = false;

@@ -209,7 +209,7 @@ std::vector<CheckpointRecord> JobSupervisor::history() {
 }
 
 state::Result<std::string> JobSupervisor::savepoint(const std::optional<std::string>& targetDir,
-                                                    state::SnapshotFormat format, bool stop) {
+                                                    state::SnapshotFormat format, bool stop, bool drain) {
   std::string dir = targetDir.value_or(setup_.savepointDir);
   if (dir.empty())
     return state::Status::InvalidArgument(
@@ -227,6 +227,7 @@ state::Result<std::string> JobSupervisor::savepoint(const std::optional<std::str
     sp.setTargetDir(fs::absolute(dir).string());
     sp.setCanonical(format == state::SnapshotFormat::kCanonical);
     sp.setStop(stop);
+    sp.setDrain(stop && drain);
   });
   // Longer than the worker's own 10-minute limit, so its answer (success or time-out)
   // always arrives before this gives up.

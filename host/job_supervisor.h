@@ -63,9 +63,9 @@ class JobSupervisor {
   std::vector<CheckpointRecord> history();
   /// A savepoint of the running attempt into `targetDir` (default state.savepoints.dir).
   /// `stop`: stop-with-savepoint — the job ends once it is complete, with nothing emitted
-  /// after it.
+  /// after it; `drain` (with stop): the sources send the maximum watermark first.
   state::Result<std::string> savepoint(const std::optional<std::string>& targetDir, state::SnapshotFormat format,
-                                       bool stop);
+                                       bool stop, bool drain = false);
   /// Cancels the job (the running attempt, or the next restart).
   void requestCancel();
 

@@ -178,6 +178,7 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
   ec.backend = setup.backend;
   ec.incremental = setup.incremental;
   ec.localStateDir = attemptLocalDir(setup, w.jobId, w.attempt);
+  ec.autoWatermarkIntervalMs = setup.autoWatermarkInterval.count();
 
   Plan plan;
   try {
@@ -220,10 +221,11 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
           std::string dir = sp.getTargetDir();
           auto format = sp.getCanonical() ? state::SnapshotFormat::kCanonical : state::SnapshotFormat::kNative;
           bool stop = sp.getStop();
+          bool drain = sp.getDrain();
           std::lock_guard lock(threadsMu);
-          savepointThreads.emplace_back([&, id, dir, format, stop] {
+          savepointThreads.emplace_back([&, id, dir, format, stop, drain] {
             state::Result<std::string> r =
-                coordinator ? coordinator->triggerSavepoint(dir, format, std::chrono::minutes(10), stop)
+                coordinator ? coordinator->triggerSavepoint(dir, format, std::chrono::minutes(10), stop, drain)
                             : state::Result<std::string>(
                                   state::Status::InvalidArgument("checkpointing is off for this job"));
             channel.send([&](wire::FromWorker::Builder b) {

@@ -267,6 +267,10 @@ int main(int argc, char** argv) {
   std::optional<std::string> stopSavepointDir;
   auto* stop = app.add_subcommand("stop", "Stop a running job cleanly after a savepoint");
   stop->add_option("-p,--savepoint-path", stopSavepointDir, "Directory for the savepoint (default: state.savepoints.dir)");
+  bool stopDrain = false;
+  stop->add_flag("-d,--drain", stopDrain,
+                 "Send the maximum watermark before the savepoint, so every event-time window and timer fires "
+                 "(do not drain a job you mean to resume: it restores at the end of time)");
   stop->add_option("job-id", stopJob, "Job id (or a unique prefix)")->required();
   stop->footer(
       "Example:\n  jobhost stop --savepoint-path /savepoints 3f2a\n\n"
@@ -372,7 +376,7 @@ int main(int argc, char** argv) {
     }
     return cancelCommand(cancelJob, withSavepoint, target);
   }
-  if (*stop) return stopCommand(stopJob, stopSavepointDir);
+  if (*stop) return stopCommand(stopJob, stopSavepointDir, stopDrain);
   runOpts.jobArgs = jobArgs;
   checkOpts.jobArgs = jobArgs;
   if (*check) {

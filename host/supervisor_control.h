@@ -25,8 +25,8 @@ class SupervisorControl : public JobControl {
   state::Result<std::string> cancel(bool withSavepoint, const std::optional<std::string>& targetDir) override;
   /// Stop-with-savepoint: the sources emit nothing after the savepoint's barrier and the
   /// job ends once the savepoint is complete (if it fails, the job keeps running).
-  state::Result<std::string> stop(const std::optional<std::string>& targetDir) override {
-    return supervisor_.savepoint(targetDir, state::SnapshotFormat::kCanonical, /*stop=*/true);
+  state::Result<std::string> stop(const std::optional<std::string>& targetDir, bool drain) override {
+    return supervisor_.savepoint(targetDir, state::SnapshotFormat::kCanonical, /*stop=*/true, drain);
   }
 
  private:

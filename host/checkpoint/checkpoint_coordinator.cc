@@ -61,6 +61,7 @@ CheckpointRecord recordFromMetadata(const state::CheckpointMetadata& m, const st
   r.durationMicros = m.stats.asyncMicros;  // measured from the trigger (see finalizeLocked)
   r.syncMicros = m.stats.syncMicros;
   r.asyncMicros = r.durationMicros > r.syncMicros ? r.durationMicros - r.syncMicros : 0;
+  r.alignmentMicros = m.stats.alignmentMicros;
   r.newBytes = m.stats.newBytes;
   r.totalBytes = m.stats.totalBytes;
   r.dependsOn = checkpointDependencies(m);
@@ -281,6 +282,7 @@ void CheckpointCoordinator::finalizeLocked(Pending p) {
   uint64_t maxSync = 0;
   for (auto& ack : p.acks) {
     maxSync = std::max(maxSync, ack.syncMicros);
+    m.stats.alignmentMicros = std::max(m.stats.alignmentMicros, ack.alignmentMicros);
     for (auto& [uid, sub] : ack.operators)
       for (auto& op : m.operators)
         if (op.uid == uid) op.subtasks.push_back(std::move(sub));
@@ -379,7 +381,7 @@ void CheckpointCoordinator::finalizeSavepointLocked(Pending p, state::Checkpoint
 state::Result<std::string> CheckpointCoordinator::triggerSavepoint(const std::string& targetDir,
                                                                    state::SnapshotFormat format,
                                                                    std::chrono::milliseconds timeout,
-                                                                   bool stopSources) {
+                                                                   bool stopSources, bool drain) {
   auto storage = state::openStorage(targetDir);
   if (!storage.ok()) return storage.status();
   SavepointRequest req;
@@ -412,6 +414,7 @@ state::Result<std::string> CheckpointCoordinator::triggerSavepoint(const std::st
   target.exclusiveDir = req.dir;
   target.sharedDir = "";  // self-contained
   target.stopSources = stopSources;
+  target.drain = stopSources && drain;
   pending_ = std::move(p);
   spdlog::info("triggering savepoint {} into {}", target.checkpointId, req.storage->describe(req.dir));
   if (!execution_->triggerCheckpoint(target)) {

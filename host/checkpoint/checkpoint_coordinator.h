@@ -79,7 +79,7 @@ class CheckpointCoordinator : public CheckpointListener {
   /// it succeeded.
   state::Result<std::string> triggerSavepoint(const std::string& targetDir, state::SnapshotFormat format,
                                               std::chrono::milliseconds timeout = std::chrono::minutes(10),
-                                              bool stopSources = false);
+                                              bool stopSources = false, bool drain = false);
   /// Latest completed checkpoint of this job (retained), if any.
   std::optional<state::CheckpointMetadata> latestCompleted() const;
   std::string pathOf(uint64_t checkpointId) const;

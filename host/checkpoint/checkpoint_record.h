@@ -38,6 +38,9 @@ struct CheckpointRecord {
   /// rest (uploads, metadata): durationMicros - syncMicros.
   uint64_t syncMicros = 0;
   uint64_t asyncMicros = 0;
+  /// The longest barrier alignment of any task: from the first barrier of the checkpoint
+  /// on one of its input channels to the last.
+  uint64_t alignmentMicros = 0;
   uint64_t newBytes = 0;    // files this checkpoint wrote
   uint64_t totalBytes = 0;  // every file it references, shared files of older checkpoints included
   std::vector<CheckpointDependency> dependsOn;  // ascending checkpoint id

@@ -29,6 +29,7 @@ void writeCheckpointRecord(Builder b, const CheckpointRecord& r) {
   b.setDurationMicros(r.durationMicros);
   b.setSyncMicros(r.syncMicros);
   b.setAsyncMicros(r.asyncMicros);
+  b.setAlignmentMicros(r.alignmentMicros);
   b.setNewBytes(r.newBytes);
   b.setTotalBytes(r.totalBytes);
   auto deps = b.initDependsOn(static_cast<unsigned>(r.dependsOn.size()));
@@ -59,6 +60,7 @@ CheckpointRecord readCheckpointRecord(Reader m) {
   r.durationMicros = m.getDurationMicros();
   r.syncMicros = m.getSyncMicros();
   r.asyncMicros = m.getAsyncMicros();
+  r.alignmentMicros = m.getAlignmentMicros();
   r.newBytes = m.getNewBytes();
   r.totalBytes = m.getTotalBytes();
   for (auto d : m.getDependsOn()) r.dependsOn.push_back({d.getCheckpointId(), d.getFiles(), d.getBytes()});

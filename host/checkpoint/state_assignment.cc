@@ -31,13 +31,13 @@ std::string heldText(const state::OperatorSnapshot& op, bool keyed, bool positio
     for (size_t i = 0; i < op.states.size(); ++i)
       s += (i == 0 ? ": " : ", ") + std::string(stateKindName(op.states[i].kind)) + " '" + op.states[i].name + "'";
   }
-  if (position) s += (s.empty() ? "" : " and ") + std::string("a source position");
+  if (position) s += (s.empty() ? "" : " and ") + std::string("a source position or operator state");
   return s;
 }
 
 /// "the source 'Text File Source'" / "the keyed operator 'Keyed Aggregation'"
 std::string roleText(const OperatorInfo& p) {
-  return std::string(p.source ? "the source '" : "the keyed operator '") + p.name + "'";
+  return std::string(p.source ? "the source '" : p.keyed ? "the keyed operator '" : "the operator '") + p.name + "'";
 }
 
 bool sameSerializers(const StateDescriptorInfo& a, const StateDescriptorInfo& b) {
@@ -112,7 +112,7 @@ StateAssignment assignState(const state::CheckpointMetadata& metadata, const std
                      (planUids.empty() ? "none" : planUids) + "); give the operator that should take this state the uid '" +
                      op.uid + "', or add --allow-non-restored-state (-n) to drop it";
       }
-    } else if ((keyed && !target->keyed) || (position && !target->source)) {
+    } else if ((keyed && !target->keyed) || (position && !target->source && !target->operatorState)) {
       // The uid now names an operator of the other role: it has no place for this state.
       if (allowNonRestoredState) {
         out.action = Action::kSkip;
@@ -125,7 +125,8 @@ StateAssignment assignState(const state::CheckpointMetadata& metadata, const std
         out.action = Action::kError;
         out.reason = operatorText(op) + " holds " + heldText(op, keyed, position) + " in the snapshot, but in " + job +
                      " that uid is " + roleText(*target) + ", which restores only " +
-                     (toSource ? "a source position" : "keyed state") + "; give " + roleText(*target) +
+                     (toSource ? (target->source ? "a source position" : "operator state") : "keyed state") +
+                     "; give " + roleText(*target) +
                      " another uid and the " + (toSource ? "keyed operator" : "source") +
                      " that should take this state the uid '" + op.uid +
                      "', or add --allow-non-restored-state (-n) to drop it";

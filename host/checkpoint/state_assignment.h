@@ -44,7 +44,7 @@ namespace jobhost::host {
 struct StateAssignment {
   enum class Action {
     kRestoreKeyedState,      // into the plan's keyed operator with this uid
-    kRestoreSourcePosition,  // into the plan's source with this uid
+    kRestoreSourcePosition,  // into the plan's source (or operator with operator state) with this uid
     kSkip,                   // nothing is restored; `reason` says why
     kError,                  // the restore must not start; `reason` says what and how to fix
   };

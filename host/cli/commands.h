@@ -61,7 +61,8 @@ int disposeSavepointCommand(const std::string& path);
 /// `jobhost cancel [-s [targetDir]] <jobId>`.
 int cancelCommand(const std::string& jobId, bool withSavepoint, const std::optional<std::string>& targetDir);
 /// `jobhost stop [--savepoint-path dir] <jobId>`.
-int stopCommand(const std::string& jobId, const std::optional<std::string>& savepointDir);
+/// `jobhost stop [--drain]`: savepoint, then a clean stop (--drain: every window fires first).
+int stopCommand(const std::string& jobId, const std::optional<std::string>& savepointDir, bool drain);
 
 /// `jobhost run -d ...` (detach.cc): re-runs this binary with `cliArgs` minus -d/--detached
 /// (the arguments up to the plugin path) followed by `jobArgs`, in the background; returns

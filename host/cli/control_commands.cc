@@ -234,11 +234,12 @@ int cancelCommand(const std::string& jobId, bool withSavepoint, const std::optio
   return kExitOk;
 }
 
-int stopCommand(const std::string& jobId, const std::optional<std::string>& savepointDir) {
+int stopCommand(const std::string& jobId, const std::optional<std::string>& savepointDir, bool drain) {
   auto job = findJob(jobId);
   if (!job) return kExitUsage;
-  std::cout << "Suspending job " << job->jobId << " with a savepoint." << std::endl;
-  auto r = callStop(job->socketPath, absoluteDir(savepointDir));
+  std::cout << (drain ? "Draining job " : "Suspending job ") << job->jobId << " with a savepoint"
+            << (drain ? " (the maximum watermark first: every event-time window fires)." : ".") << std::endl;
+  auto r = callStop(job->socketPath, absoluteDir(savepointDir), drain);
   if (!r.ok()) {
     std::cerr << "error: " << r.status().message() << "\n" << "The job was not stopped; it keeps running.\n";
     return kExitJobFailed;

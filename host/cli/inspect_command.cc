@@ -150,16 +150,16 @@ int checkpointsCommand(const std::string& jobDir) {
     std::cout << "no checkpoints in " << fs::absolute(jobDir).string() << "\n";
     return kExitOk;
   }
-  Table t({"ID", "STATUS", "KIND", "TIME", "NEW", "TOTAL", "DEPENDS ON", "PATH (pass to -s)"});
+  Table t({"ID", "STATUS", "KIND", "TIME", "NEW", "TOTAL", "ALIGNMENT", "DEPENDS ON", "PATH (pass to -s)"});
   for (const auto& [id, p] : chks) {
     fs::path abs = fs::absolute(p);
     if (!fs::exists(abs / state::kMetadataFileName)) {
-      t.add({std::to_string(id), "INCOMPLETE", "-", "-", "-", "-", "-", abs.string()});
+      t.add({std::to_string(id), "INCOMPLETE", "-", "-", "-", "-", "-", "-", abs.string()});
       continue;
     }
     auto r = resolveSnapshot(abs.string());
     if (!r.ok()) {
-      t.add({std::to_string(id), "UNREADABLE", "-", "-", "-", "-", "-", abs.string()});
+      t.add({std::to_string(id), "UNREADABLE", "-", "-", "-", "-", "-", "-", abs.string()});
       continue;
     }
     const auto& m = r->metadata;
@@ -168,8 +168,10 @@ int checkpointsCommand(const std::string& jobDir) {
     std::tm tm{};
     localtime_r(&secs, &tm);
     std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
+    char aligned[32];
+    std::snprintf(aligned, sizeof aligned, "%.1f ms", static_cast<double>(m.stats.alignmentMicros) / 1000.0);
     t.add({std::to_string(id), "COMPLETED", kindText(m), when, formatBytes(m.stats.newBytes),
-           formatBytes(m.stats.totalBytes), joinIds(dependencies(m)), abs.string()});
+           formatBytes(m.stats.totalBytes), aligned, joinIds(dependencies(m)), abs.string()});
   }
   std::cout << t.render();
   return kExitOk;

@@ -39,6 +39,9 @@ const std::vector<ConfigKey>& knownConfigKeys() {
        "exponential-delay: restarts before giving up."},
       {"parallelism.default", "1", "Subtasks per keyed operator (the -p option)."},
       {"pipeline.max-parallelism", "128", "Number of key groups; fixed for the life of the state."},
+      {"pipeline.auto-watermark-interval", "200 ms",
+       "How often watermark assigners (assignTimestampsAndWatermarks) emit a watermark; 0 disables periodic "
+       "watermarks (a bounded input still ends with the maximum watermark)."},
       {"state.local.dir", nullptr,
        "Working directories of rocksdb instances (<dir>/<jobId>/attempt-<n>, private). Default: "
        "$XDG_RUNTIME_DIR/jobhost/work, else /tmp/jobhost-<uid>/work."},

@@ -79,6 +79,7 @@ struct CheckpointRecord {
   path @12 :Text;               # absolute directory
   failureReason @13 :Text;
   subsumed @14 :Bool;           # deleted by retention since it completed
+  alignmentMicros @15 :UInt64;  # the longest barrier alignment of any task (issue 14)
 
   struct Dependency {
     checkpointId @0 :UInt64;
@@ -107,8 +108,10 @@ interface JobControlService {
   # With `withSavepoint`, a (canonical) savepoint first; if it fails the job keeps running
   # and the call throws. `savepointPath` is empty without a savepoint.
 
-  stop @3 (targetDir :Text) -> (savepointPath :Text);
-  # A savepoint, then a clean stop (sinks flushed).
+  stop @3 (targetDir :Text, drain :Bool) -> (savepointPath :Text);
+  # A savepoint, then a clean stop (sinks flushed). `drain`: the sources first send the
+  # maximum watermark, so every event-time window and timer fires before the savepoint
+  # (Flink's stop --drain; a job restored from it sees the end of time).
 
   checkpointHistory @4 () -> (records :List(CheckpointRecord));
   # The newest checkpoints and savepoints (at most 200), oldest first, including failed and

@@ -218,13 +218,14 @@ state::Result<std::string> callCancel(const std::string& socketPath, bool withSa
       });
 }
 
-state::Result<std::string> callStop(const std::string& socketPath, const std::optional<std::string>& targetDir,
+state::Result<std::string> callStop(const std::string& socketPath, const std::optional<std::string>& targetDir, bool drain,
                                     std::chrono::milliseconds timeout) {
   ClientIo io;
   return io.call<std::string>(
       socketPath, timeout, "job " + jobOf(socketPath), [&](rpc::JobControlService::Client& s) {
         auto req = s.stopRequest();
         req.setTargetDir(text(targetDir));
+        req.setDrain(drain);
         return req.send().then(
             [](capnp::Response<rpc::JobControlService::StopResults>&& r) { return str(r.getSavepointPath()); });
       });

@@ -56,7 +56,7 @@ state::Result<std::vector<CheckpointRecord>> callCheckpointHistory(const std::st
 /// The job's configuration in effect.
 state::Result<std::map<std::string, std::string>> callConfiguration(const std::string& socketPath,
                                                                     std::chrono::milliseconds timeout = kStatusTimeout);
-state::Result<std::string> callStop(const std::string& socketPath, const std::optional<std::string>& targetDir,
+state::Result<std::string> callStop(const std::string& socketPath, const std::optional<std::string>& targetDir, bool drain,
                                     std::chrono::milliseconds timeout = kSavepointTimeout);
 
 }  // namespace jobhost::host

@@ -359,10 +359,11 @@ class ServiceImpl final : public rpc::JobControlService::Server {
     } catch (const CallFailure& e) {
       return failed(e.what());
     }
+    const bool drain = context.getParams().getDrain();
     JobControl& job = impl_.job;
     context.releaseParams();
-    return impl_.offload<std::string>([&job, dir] {
-                 auto r = job.stop(dir);
+    return impl_.offload<std::string>([&job, dir, drain] {
+                 auto r = job.stop(dir, drain);
                  if (!r.ok()) throw CallFailure(r.status().message());
                  return *r;
                })

@@ -59,8 +59,9 @@ class JobControl {
   /// Cancels the job; with `withSavepoint`, takes a savepoint first (if it fails, the job
   /// keeps running and the error is returned). Returns the savepoint path or "".
   virtual state::Result<std::string> cancel(bool withSavepoint, const std::optional<std::string>& targetDir) = 0;
-  /// Savepoint, then a clean stop. Returns the savepoint path.
-  virtual state::Result<std::string> stop(const std::optional<std::string>& targetDir) = 0;
+  /// Savepoint, then a clean stop; `drain`: the maximum watermark first, so every
+  /// event-time window and timer fires before the savepoint. Returns the savepoint path.
+  virtual state::Result<std::string> stop(const std::optional<std::string>& targetDir, bool drain) = 0;
 };
 
 }  // namespace jobhost::host

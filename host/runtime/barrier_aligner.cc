@@ -21,6 +21,7 @@ std::optional<uint64_t> BarrierAligner::onBarrier(int channel, uint64_t checkpoi
     unblockLive();
     newest_ = checkpointId;
     inProgress_ = true;
+    alignmentStart_ = std::chrono::steady_clock::now();
   }
   blocked_[c] = true;
   return maybeComplete();
@@ -41,6 +42,8 @@ std::optional<uint64_t> BarrierAligner::maybeComplete() {
     if (!blocked_[c]) return std::nullopt;  // a live channel has not delivered the barrier
   inProgress_ = false;
   unblockLive();
+  lastAlignmentMicros_ = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - alignmentStart_).count());
   return newest_;
 }
 

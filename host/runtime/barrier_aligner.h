@@ -25,6 +25,7 @@
 // Thread-safety: not thread-safe; owned and used by one task thread.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -55,6 +56,11 @@ class BarrierAligner {
   /// The checkpoint being aligned, or 0 when no alignment is in progress.
   uint64_t aligning() const { return inProgress_ ? newest_ : 0; }
 
+  /// How long the last completed alignment took: from the first barrier of its
+  /// checkpoint to the last (0 for a task with one channel, or one whose other channels
+  /// had ended).
+  uint64_t lastAlignmentMicros() const { return lastAlignmentMicros_; }
+
   int channels() const { return static_cast<int>(ended_.size()); }
 
  private:
@@ -67,6 +73,8 @@ class BarrierAligner {
   int endedCount_ = 0;
   uint64_t newest_ = 0;      // the newest barrier seen on any channel
   bool inProgress_ = false;  // newest_ is being aligned
+  std::chrono::steady_clock::time_point alignmentStart_{};
+  uint64_t lastAlignmentMicros_ = 0;
 };
 
 }  // namespace jobhost::host

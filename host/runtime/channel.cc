@@ -8,7 +8,8 @@ InputGate::InputGate(int channels, size_t capacityPerChannel)
 bool InputGate::push(int channel, ChannelEvent event) {
   std::unique_lock lock(mu_);
   auto& q = queues_[static_cast<size_t>(channel)];
-  // Barriers and end markers never wait: they are tiny and must not deadlock alignment.
+  // Barriers, watermarks, status and end markers never wait: they are tiny and must not
+  // deadlock alignment.
   if (event.kind == ChannelEvent::kData)
     spaceReady_.wait(lock, [&] { return cancelled_ || q.size() < capacity_; });
   if (cancelled_) return false;
@@ -38,7 +39,8 @@ std::optional<ChannelEvent> InputGate::tryNext(const std::vector<bool>& blocked)
   return takeLocked(blocked);
 }
 
-std::optional<ChannelEvent> InputGate::next(const std::vector<bool>& blocked) {
+std::optional<ChannelEvent> InputGate::next(const std::vector<bool>& blocked,
+                                            std::chrono::steady_clock::time_point deadline) {
   std::unique_lock lock(mu_);
   for (;;) {
     if (cancelled_) return std::nullopt;
@@ -47,7 +49,12 @@ std::optional<ChannelEvent> InputGate::next(const std::vector<bool>& blocked) {
       woken_ = false;
       return std::nullopt;
     }
-    dataReady_.wait(lock);
+    if (deadline == std::chrono::steady_clock::time_point::max()) {
+      dataReady_.wait(lock);
+    } else if (dataReady_.wait_until(lock, deadline) == std::cv_status::timeout) {
+      if (auto e = takeLocked(blocked)) return e;
+      return std::nullopt;
+    }
   }
 }
 

@@ -1,4 +1,5 @@
-// One execution attempt: stages, tasks, channels, backends, barriers. See the header.
+// One execution attempt: stages, tasks, channels, backends, barriers, watermarks and
+// timers. See the header.
 #include "runtime/job_execution.h"
 
 #include <spdlog/spdlog.h>
@@ -14,9 +15,12 @@
 
 #include "checkpoint/state_assignment.h"
 #include "jobhost/serializer.h"
+#include "jobhost/time.h"
 #include "runtime/barrier_aligner.h"
 #include "runtime/channel.h"
 #include "runtime/line_sinks.h"
+#include "runtime/timer_service.h"
+#include "runtime/watermark_valve.h"
 
 namespace jobhost::host {
 
@@ -42,12 +46,52 @@ namespace {
 constexpr size_t kBufferBytes = 32 * 1024;
 constexpr size_t kChannelCapacity = 16;
 constexpr auto kFlushInterval = std::chrono::milliseconds(20);
+/// The key group field of a record sent through an unkeyed exchange.
+constexpr uint16_t kNoKeyGroup = 0xffff;
+
+std::vector<int> inputsOf(const PlanNode& n) {
+  if (!n.inputs.empty()) return n.inputs;
+  if (n.input >= 0) return {n.input};
+  return {};
+}
+std::string inputTagOf(const PlanNode& n, size_t i) { return i < n.inputTags.size() ? n.inputTags[i] : std::string(); }
+bool isTwoInput(const PlanNode& n) { return n.kind != NodeKind::kExchange && inputsOf(n).size() == 2; }
+
+/// Who reads an output of a node: `consumer`'s input `position`, output `tag`.
+struct Use {
+  int consumer;
+  std::string tag;
+  size_t position;
+};
+
+/// An input of a stage: input `position` of exchange `exchange`, whose every producing
+/// subtask (of `producerStage`) has its own channel in [firstChannel, firstChannel + count).
+struct ChannelGroup {
+  int exchange;
+  size_t position;
+  int producerStage;
+  int firstChannel;
+  int count;
+};
+
+/// Input `position` of exchange `exchange`, fed by `producer` (a node of this stage).
+struct StageOutput {
+  int exchange;
+  size_t position;
+  int producer;
+};
 
 struct Stage {
-  std::vector<int> nodes;  // chain order; first: source or exchange node (receiver side)
+  std::vector<int> nodes;  // ascending id, so producers before consumers; heads included
+  std::vector<int> heads;  // the source, or the exchanges whose receivers start the stage
+  std::vector<StageOutput> outputs;
+  std::vector<ChannelGroup> channels;  // stages with input exchanges
   int parallelism = 1;
-  int outputExchange = -1;  // exchange node whose sender ends this chain
-  int nextStage = -1;
+  int channelCount() const {
+    int n = 0;
+    for (const auto& g : channels) n += g.count;
+    return n;
+  }
 };
 
 /// `text` with bytes that are not printable ASCII shown as \xNN (for messages).
@@ -78,72 +122,137 @@ void checkUid(const PlanNode& n) {
                          (n.uidExplicit ? "" : "; give the operator one with .uid(...)"));
 }
 
+/// Who reads each node's outputs; throws JobArgumentError for a plan that cannot run.
+std::vector<std::vector<Use>> usesOf(const Plan& plan) {
+  std::vector<std::vector<Use>> uses(plan.nodes.size());
+  for (const auto& n : plan.nodes) {
+    auto ins = inputsOf(n);
+    for (size_t i = 0; i < ins.size(); ++i) {
+      if (ins[i] < 0 || ins[i] >= n.id)
+        throw JobArgumentError("operator '" + n.name + "' reads an operator that is not defined before it");
+      uses[static_cast<size_t>(ins[i])].push_back({n.id, inputTagOf(n, i), i});
+    }
+    if (n.kind == NodeKind::kSource && !ins.empty())
+      throw JobArgumentError("source '" + n.name + "' cannot have an input");
+    if (n.kind != NodeKind::kSource && ins.empty()) throw JobArgumentError("operator '" + n.name + "' has no input");
+    if (isTwoInput(n))
+      for (int in : ins)
+        if (plan.nodes[static_cast<size_t>(in)].kind != NodeKind::kExchange)
+          throw JobArgumentError("the inputs of the two-input operator '" + n.name + "' must come through exchanges");
+  }
+  for (const auto& n : plan.nodes) {
+    if (n.kind == NodeKind::kSink) continue;
+    const auto& u = uses[static_cast<size_t>(n.id)];
+    if (u.empty())
+      throw JobArgumentError("the stream produced by '" + n.name +
+                             "' is never consumed: end it with print(), writeAsText() or addSink()");
+    if (std::none_of(u.begin(), u.end(), [](const Use& x) { return x.tag.empty(); }))
+      throw JobArgumentError("the main output of '" + n.name +
+                             "' is never consumed, only its side outputs: end it with print(), writeAsText() or "
+                             "addSink() (a sink that does nothing: addSink([](const auto&) {}))");
+  }
+  return uses;
+}
+
 std::vector<Stage> buildStages(const Plan& plan, int parallelism) {
   for (const auto& n : plan.nodes) checkUid(n);
-  std::vector<int> consumer(plan.nodes.size(), -1);
-  for (const auto& n : plan.nodes)
-    if (n.input >= 0) consumer[static_cast<size_t>(n.input)] = n.id;
+  auto uses = usesOf(plan);
   std::vector<Stage> stages;
-  std::map<int, int> stageOfExchange;
+  std::vector<int> stageOf(plan.nodes.size(), -1);
+  auto newStage = [&](int p) {
+    stages.emplace_back();
+    stages.back().parallelism = p;
+    return static_cast<int>(stages.size() - 1);
+  };
   for (const auto& n : plan.nodes) {
-    if (n.kind != NodeKind::kSource) continue;
-    int stageStart = n.id;
-    int stageParallelism = 1;
-    int prevStage = -1;
-    while (stageStart >= 0) {
-      Stage s;
-      s.parallelism = stageParallelism;
-      int cur = stageStart;
-      s.nodes.push_back(cur);
-      int next = consumer[static_cast<size_t>(cur)];
-      while (next >= 0 && plan.nodes[static_cast<size_t>(next)].kind != NodeKind::kExchange) {
-        s.nodes.push_back(next);
-        cur = next;
-        next = consumer[static_cast<size_t>(cur)];
-      }
-      if (plan.nodes[static_cast<size_t>(cur)].kind != NodeKind::kSink && next < 0)
-        throw JobArgumentError("the stream produced by '" + plan.nodes[static_cast<size_t>(cur)].name +
-                               "' is never consumed: end it with print(), writeAsText() or addSink()");
-      s.outputExchange = next;
-      int idx = static_cast<int>(stages.size());
-      if (prevStage >= 0) stages[static_cast<size_t>(prevStage)].nextStage = idx;
-      stages.push_back(std::move(s));
-      prevStage = idx;
-      stageStart = next;
-      stageParallelism = parallelism;
+    int s = -1;
+    if (n.kind == NodeKind::kSource) {
+      s = newStage(1);
+      stages[static_cast<size_t>(s)].heads.push_back(n.id);
+    } else if (n.kind == NodeKind::kExchange) {
+      // The receiving side starts a stage; both inputs of a two-input operator start the same.
+      const PlanNode& c = plan.nodes[static_cast<size_t>(uses[static_cast<size_t>(n.id)].front().consumer)];
+      if (isTwoInput(c))
+        for (int other : inputsOf(c))
+          if (other != n.id && stageOf[static_cast<size_t>(other)] >= 0) s = stageOf[static_cast<size_t>(other)];
+      if (s < 0) s = newStage(parallelism);
+      stages[static_cast<size_t>(s)].heads.push_back(n.id);
+    } else {
+      s = stageOf[static_cast<size_t>(inputsOf(n).front())];
     }
+    stageOf[static_cast<size_t>(n.id)] = s;
+    stages[static_cast<size_t>(s)].nodes.push_back(n.id);
   }
   if (stages.empty()) throw JobArgumentError("the job defines no source: build() must create at least one stream");
+  for (const auto& n : plan.nodes) {
+    if (n.kind != NodeKind::kExchange) continue;
+    auto ins = inputsOf(n);
+    Stage& consumer = stages[static_cast<size_t>(stageOf[static_cast<size_t>(n.id)])];
+    for (size_t j = 0; j < ins.size(); ++j) {
+      int ps = stageOf[static_cast<size_t>(ins[j])];
+      stages[static_cast<size_t>(ps)].outputs.push_back({n.id, j, ins[j]});
+      consumer.channels.push_back({n.id, j, ps, consumer.channelCount(), stages[static_cast<size_t>(ps)].parallelism});
+    }
+  }
   return stages;
 }
 
-/// Sends records of one producing subtask to the gates of the next stage.
+/// Sends the records of one producing subtask into one input of the next stage, with
+/// their key groups and timestamps, and the barriers, watermarks and status in between.
 class ExchangeWriterImpl : public ExchangeWriter {
  public:
-  ExchangeWriterImpl(std::vector<InputGate*> gates, int channel, int maxParallelism, std::atomic<uint64_t>* out)
-      : gates_(std::move(gates)), channel_(channel), maxParallelism_(maxParallelism), buffers_(gates_.size()),
-        recordsOut_(out) {}
+  ExchangeWriterImpl(std::vector<InputGate*> gates, int channel, int subtask, int producerParallelism,
+                     int maxParallelism, const TaskRecordContext* record, std::atomic<uint64_t>* out)
+      : gates_(std::move(gates)), channel_(channel), subtask_(static_cast<size_t>(subtask)),
+        forward_(static_cast<size_t>(producerParallelism) == gates_.size()), maxParallelism_(maxParallelism),
+        buffers_(gates_.size()), record_(record), recordsOut_(out) {}
   void emit(std::string_view key, std::string_view record) override {
     int kg = keyGroupFor(key, maxParallelism_);
-    size_t target = static_cast<size_t>(kg) * gates_.size() / static_cast<size_t>(maxParallelism_);
-    std::string& b = buffers_[target];
-    ByteWriter w(b);
-    w.writeFixed<uint16_t>(static_cast<uint16_t>(kg));
-    w.writeBytes(key);
-    w.writeBytes(record);
-    recordsOut_->fetch_add(1, std::memory_order_relaxed);
-    if (b.size() >= kBufferBytes) send(target);
+    append(static_cast<size_t>(kg) * gates_.size() / static_cast<size_t>(maxParallelism_), static_cast<uint16_t>(kg),
+           key, record);
+  }
+  void emitAny(std::string_view record) override {
+    append(forward_ ? subtask_ : next_++ % gates_.size(), kNoKeyGroup, {}, record);
   }
   void flush() {
     for (size_t i = 0; i < buffers_.size(); ++i)
       if (!buffers_[i].empty()) send(i);
   }
+  /// Barriers and end markers.
   void broadcast(ChannelEvent::Kind kind, uint64_t id) {
     flush();
-    for (auto* g : gates_) g->push(channel_, ChannelEvent{kind, id, {}, 0});
+    for (auto* g : gates_) g->push(channel_, ChannelEvent{kind, id, {}, 0, 0});
+  }
+  void broadcastWatermark(int64_t watermark) {
+    activate();
+    flush();
+    for (auto* g : gates_) g->push(channel_, ChannelEvent{ChannelEvent::kWatermark, 0, {}, 0, watermark});
+  }
+  /// Tells the receivers not to wait for this producer's watermark until it emits again.
+  void markIdle() {
+    if (idle_) return;
+    flush();
+    idle_ = true;
+    for (auto* g : gates_) g->push(channel_, ChannelEvent{ChannelEvent::kStatus, 0, {}, 0, 1});
   }
 
  private:
+  void activate() {
+    if (!idle_) return;
+    idle_ = false;
+    for (auto* g : gates_) g->push(channel_, ChannelEvent{ChannelEvent::kStatus, 0, {}, 0, 0});
+  }
+  void append(size_t target, uint16_t kg, std::string_view key, std::string_view record) {
+    activate();
+    std::string& b = buffers_[target];
+    ByteWriter w(b);
+    w.writeFixed<uint16_t>(kg);
+    w.writeI64(record_->timestamp);
+    w.writeBytes(key);
+    w.writeBytes(record);
+    recordsOut_->fetch_add(1, std::memory_order_relaxed);
+    if (b.size() >= kBufferBytes) send(target);
+  }
   void send(size_t target) {
     ChannelEvent e;
     e.kind = ChannelEvent::kData;
@@ -153,9 +262,14 @@ class ExchangeWriterImpl : public ExchangeWriter {
   }
   std::vector<InputGate*> gates_;
   int channel_;
+  size_t subtask_;
+  bool forward_;  // as many receivers as producers: subtask i sends to subtask i
+  size_t next_ = 0;
   int maxParallelism_;
   std::vector<std::string> buffers_;
+  const TaskRecordContext* record_;
   std::atomic<uint64_t>* recordsOut_;
+  bool idle_ = false;
 };
 
 struct ThreadCrashInfo {
@@ -164,21 +278,21 @@ struct ThreadCrashInfo {
 };
 thread_local ThreadCrashInfo tCrashInfo;
 
-struct TaskKeyContext {
-  std::string key;
-  int keyGroup = -1;
-};
-
 class OperatorContextImpl : public OperatorContext {
  public:
   int subtask = 0, par = 1, maxPar = 128;
   std::string name, uidStr;
   state::KeyedStateBackend* backend = nullptr;
   std::vector<state::KeyedStateBackend*>* taskBackends = nullptr;
-  TaskKeyContext* keyCtx = nullptr;
+  TaskRecordContext* record = nullptr;
   ExchangeWriterImpl* writer = nullptr;
   const std::atomic<bool>* cancelFlag = nullptr;
   std::atomic<const char*>* activeSlot = nullptr;
+  const int64_t* watermark = nullptr;  // the operator's input watermark
+  InternalTimerService* timers = nullptr;
+  std::function<void(int64_t)> emitWatermarkFn;  // watermark assigners
+  std::function<void()> markIdleFn;
+  std::map<std::string, void*> sideOutputs;  // tag key -> the consumer's input
 
   int subtaskIndex() const override { return subtask; }
   int parallelism() const override { return par; }
@@ -189,10 +303,10 @@ class OperatorContextImpl : public OperatorContext {
     if (!backend) throw StateError("operator '" + name + "' is not keyed: keyed state needs a keyBy() before it");
     return *backend;
   }
-  std::string_view currentKey() const override { return keyCtx->key; }
+  std::string_view currentKey() const override { return record->key; }
   void setCurrentKey(std::string_view keyBytes) override {
-    keyCtx->key.assign(keyBytes);
-    for (auto* b : *taskBackends) b->setCurrentKey(keyCtx->keyGroup, keyBytes);
+    record->key.assign(keyBytes);
+    for (auto* b : *taskBackends) b->setCurrentKey(record->keyGroup, keyBytes);
   }
   ExchangeWriter& exchange() override {
     if (!writer) throw StateError("operator '" + name + "' has no exchange output");
@@ -202,6 +316,27 @@ class OperatorContextImpl : public OperatorContext {
   LineSink& fileSink(const std::string& path) override { return remember(LineSinks::instance().fileSink(path)); }
   bool cancelled() const override { return cancelFlag->load(std::memory_order_relaxed); }
   std::atomic<const char*>* activeOperatorSlot() override { return activeSlot; }
+  int64_t currentTimestamp() const override { return record->timestamp; }
+  void setCurrentTimestamp(int64_t timestamp) override { record->timestamp = timestamp; }
+  int64_t currentWatermark() const override { return *watermark; }
+  InternalTimerService& timerService() override {
+    if (!timers)
+      throw StateError("operator '" + name + "' has no timers: timers belong to keyed process functions, windows "
+                                             "and joins (after a keyBy)");
+    return *timers;
+  }
+  void emitWatermark(int64_t watermark) override {
+    if (!emitWatermarkFn) throw StateError("operator '" + name + "' is not a watermark assigner");
+    emitWatermarkFn(watermark);
+  }
+  void markIdle() override {
+    if (!markIdleFn) throw StateError("operator '" + name + "' is not a watermark assigner");
+    markIdleFn();
+  }
+  void* sideOutput(const std::string& tagId) override {
+    auto it = sideOutputs.find(tagId);
+    return it == sideOutputs.end() ? nullptr : it->second;
+  }
 
   /// The line sinks this operator opened: its task flushes them (see flushLineSinks).
   /// Changed in open() before the task thread starts, then on the task thread only.
@@ -224,21 +359,40 @@ struct JobExecution::Impl {
     std::shared_ptr<std::atomic<bool>> aborted;
   };
 
+  /// One operator of a task (or the sending side of an exchange, `sender`).
+  struct Slot {
+    const PlanNode* node = nullptr;
+    bool sender = false;
+    std::unique_ptr<Operator> op;
+    std::unique_ptr<OperatorContextImpl> ctx;
+    std::vector<int> children;  // slots fed by this one (main output, side outputs, senders)
+    std::vector<int> parents;   // slots feeding this one in the task (none for the heads)
+    int64_t watermark = kMinWatermark;  // its input watermark
+    int64_t emitted = kMinWatermark;    // a watermark assigner's output watermark
+    std::unique_ptr<TaskTimerService> timers;
+    ExchangeWriterImpl* writer = nullptr;  // senders
+    /// The watermark its children see from it.
+    int64_t output() const { return node->watermarkAssigner && !sender ? emitted : watermark; }
+  };
+
   struct Task {
     int index = 0;
     int stage = 0;
     int subtask = 0;
-    std::vector<std::unique_ptr<Operator>> ops;  // chain order
-    std::vector<const PlanNode*> nodes;
-    std::vector<std::unique_ptr<OperatorContextImpl>> contexts;
+    std::vector<Slot> slots;        // the stage's nodes in plan order, then the senders
+    std::vector<int> heads;         // slot of each stage head (Stage::heads order)
+    std::vector<int> channelHead;   // gate channel -> slot of the receiver it feeds
+    std::vector<int> assigners;     // slots of watermark assigners
+    std::vector<int> timerSlots;    // slots with timers
+    std::vector<std::unique_ptr<ExchangeWriterImpl>> writers;
     std::vector<std::unique_ptr<state::KeyedStateBackend>> backendsOwned;
     std::vector<state::KeyedStateBackend*> backends;
-    std::vector<int> backendOp;  // op index per backend
-    TaskKeyContext keyCtx;
+    std::vector<int> backendSlot;  // slot per backend
+    TaskRecordContext record;
     std::atomic<const char*> activeOperator{nullptr};  // see OperatorContext::activeOperatorSlot
     std::string label;                                  // "(1/2)"
     std::unique_ptr<InputGate> gate;  // null for sources
-    std::unique_ptr<ExchangeWriterImpl> writer;
+    std::unique_ptr<WatermarkValve> valve;
     std::thread thread;
     // Mailbox: what other threads hand to this task, taken on its thread between records
     // and polls (drainMail). A task waiting in its gate is woken with InputGate::wakeUp,
@@ -250,12 +404,14 @@ struct JobExecution::Impl {
     std::atomic<bool> hasMail{false};        // mail or triggers may be waiting
     // Task thread only.
     uint64_t suspendedBy = 0;  // source: the stop checkpoint whose barrier it emitted (0: polling)
+    std::chrono::steady_clock::time_point nextPeriodicEmit{};
   };
 
   Plan plan;
   ExecutionConfig config;
   CheckpointListener* listener;
   std::vector<Stage> stages;
+  std::vector<std::vector<Use>> uses;
   std::vector<OperatorInfo> operatorInfos;
   std::vector<std::unique_ptr<Task>> tasks;
   std::atomic<bool> cancelled{false};
@@ -362,7 +518,7 @@ struct JobExecution::Impl {
       t.hasMail.store(false, std::memory_order_relaxed);
     }
     for (auto& fn : work) fn();
-    for (uint64_t id : triggered) performCheckpoint(t, id);
+    for (uint64_t id : triggered) performCheckpoint(t, id, 0);
   }
 
   /// A suspended source: waits for mail, a trigger or cancellation.
@@ -386,38 +542,116 @@ struct JobExecution::Impl {
 
   /// Writes out every line the task's operators have produced so far.
   static void flushLineSinks(Task& t) {
-    for (auto& ctx : t.contexts)
-      for (auto* sink : ctx->openedSinks) sink->flush();
+    for (auto& s : t.slots)
+      for (auto* sink : s.ctx->openedSinks) sink->flush();
   }
+
+  // --- Time --------------------------------------------------------------------------
+
+  /// The watermark slot `i` gets from its parents (the smaller one for a two-input operator).
+  static int64_t inputWatermarkOf(const Task& t, int i) {
+    int64_t w = kMaxWatermark;
+    for (int p : t.slots[static_cast<size_t>(i)].parents) w = std::min(w, t.slots[static_cast<size_t>(p)].output());
+    return w;
+  }
+
+  /// Delivers watermark `w` to slot `i`: its event-time timers up to `w` fire, the
+  /// operator hears of it, an exchange sender forwards it, and its children get theirs.
+  void advance(Task& t, int i, int64_t w) {
+    Slot& s = t.slots[static_cast<size_t>(i)];
+    if (w <= s.watermark) return;
+    s.watermark = w;
+    if (s.timers) s.timers->advanceWatermark(w, *s.op);
+    s.op->onWatermark(w);
+    if (s.writer) s.writer->broadcastWatermark(w);
+    if (s.node->watermarkAssigner && !s.sender) return;  // it emits its own (emitWatermarkFn)
+    forwardToChildren(t, i);
+  }
+  void forwardToChildren(Task& t, int i) {
+    for (int c : t.slots[static_cast<size_t>(i)].children) advance(t, c, inputWatermarkOf(t, c));
+  }
+
+  /// Processing-time timers that are due, and the periodic call of watermark assigners.
+  void serviceTime(Task& t) {
+    if (!t.timerSlots.empty()) {
+      const int64_t now = wallClockMillis();
+      for (int i : t.timerSlots) {
+        Slot& s = t.slots[static_cast<size_t>(i)];
+        if (s.timers->nextProcessingTime() <= now) s.timers->fireProcessingTimers(now, *s.op);
+      }
+    }
+    if (!t.assigners.empty() && config.autoWatermarkIntervalMs > 0) {
+      auto now = std::chrono::steady_clock::now();
+      if (now >= t.nextPeriodicEmit) {
+        t.nextPeriodicEmit = now + std::chrono::milliseconds(config.autoWatermarkIntervalMs);
+        for (int i : t.assigners) t.slots[static_cast<size_t>(i)].op->onPeriodicEmit();
+      }
+    }
+  }
+
+  /// When the task must wake up for serviceTime() at the latest.
+  std::chrono::steady_clock::time_point nextTimeDeadline(const Task& t) const {
+    auto deadline = std::chrono::steady_clock::time_point::max();
+    if (!t.assigners.empty() && config.autoWatermarkIntervalMs > 0) deadline = t.nextPeriodicEmit;
+    if (!t.timerSlots.empty()) {
+      int64_t next = kMaxWatermark;
+      for (int i : t.timerSlots) next = std::min(next, t.slots[static_cast<size_t>(i)].timers->nextProcessingTime());
+      if (next != kMaxWatermark) {
+        int64_t wait = std::max<int64_t>(0, next - wallClockMillis());
+        deadline = std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(wait));
+      }
+    }
+    return deadline;
+  }
+
+  /// The input watermark changed (nullopt: it did not); the idle status may have.
+  void onInputTime(Task& t, std::optional<int64_t> w) {
+    if (t.valve->idle())
+      for (auto& wr : t.writers) wr->markIdle();
+    if (!w) return;
+    for (int h : t.heads) advance(t, h, *w);
+  }
+
+  // --- Checkpoints -------------------------------------------------------------------
 
   /// Checkpoint `id` at this point of the task's input (a source: between two polls; an
   /// input task: its barrier is aligned). The synchronous part runs here, the
   /// asynchronous part on the uploader. The barrier is forwarded in every case, also
   /// when the checkpoint was withdrawn: downstream tasks align on it.
-  void performCheckpoint(Task& t, uint64_t id) {
+  void performCheckpoint(Task& t, uint64_t id, uint64_t alignmentMicros) {
+    std::optional<ActiveCheckpoint> active = activeCheckpoint(id);
+    // stop --drain: the end of time before the barrier, so every window fires first.
+    if (active && active->target.drain && !t.gate)
+      for (int h : t.heads) advance(t, h, kMaxWatermark);
     // Lines of records before the barrier reach the OS before anyone learns of it.
     flushLineSinks(t);
-    std::optional<ActiveCheckpoint> active = activeCheckpoint(id);
+    auto broadcastBarrier = [&] {
+      for (auto& w : t.writers) w->broadcast(ChannelEvent::kBarrier, id);
+    };
     if (!active) {
-      if (t.writer) t.writer->broadcast(ChannelEvent::kBarrier, id);
+      broadcastBarrier();
       return;
     }
     const CheckpointTarget& target = active->target;
     auto syncStart = std::chrono::steady_clock::now();
     auto snap = std::make_shared<TaskSnapshot>();
     snap->taskIndex = t.index;
+    snap->alignmentMicros = alignmentMicros;
     std::vector<std::pair<size_t, std::unique_ptr<state::AsyncSnapshot>>> asyncParts;
     Status failure;
-    for (size_t i = 0; i < t.ops.size(); ++i) {
-      const PlanNode* n = t.nodes[i];
-      if (n->kind != NodeKind::kSource && !n->keyed) continue;
+    std::map<const Slot*, size_t> snapSlot;
+    for (auto& s : t.slots) {
+      const PlanNode* n = s.node;
+      if (s.sender || (n->kind != NodeKind::kSource && !n->keyed && !n->operatorState)) continue;
       state::SubtaskSnapshot ss;
       ss.index = t.subtask;
-      ss.operatorState = t.ops[i]->snapshotState();
+      ss.operatorState = s.op->snapshotState();
+      snapSlot[&s] = snap->operators.size();
       snap->operators.emplace_back(n->uid, std::move(ss));
     }
     for (size_t b = 0; b < t.backends.size(); ++b) {
-      const PlanNode* n = t.nodes[static_cast<size_t>(t.backendOp[b])];
+      const Slot& s = t.slots[static_cast<size_t>(t.backendSlot[b])];
+      const PlanNode* n = s.node;
       snap->states[n->uid] = t.backends[b]->states();
       state::SnapshotRequest req;
       req.checkpointId = id;
@@ -432,13 +666,14 @@ struct JobExecution::Impl {
         failure = a.status();
         break;
       }
-      // Find the slot of this operator in snap->operators.
-      for (size_t k = 0; k < snap->operators.size(); ++k)
-        if (snap->operators[k].first == n->uid) asyncParts.emplace_back(k, std::move(*a));
+      asyncParts.emplace_back(snapSlot.at(&s), std::move(*a));
     }
     snap->syncMicros = static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - syncStart).count());
-    if (t.writer) t.writer->broadcast(ChannelEvent::kBarrier, id);
+    if (alignmentMicros > 0)
+      spdlog::debug("checkpoint {}: task {} {} aligned its inputs in {} us", id, t.slots.front().node->name, t.label,
+                    alignmentMicros);
+    broadcastBarrier();
     // Atomic stop: nothing after this barrier. An abort posted from now on finds
     // suspendedBy set and resumes the source (mail runs on this thread, after this).
     if (!t.gate && target.stopSources) t.suspendedBy = id;
@@ -465,20 +700,23 @@ struct JobExecution::Impl {
   }
 
   void flushOutputs(Task& t) {
-    if (t.writer) t.writer->flush();
+    for (auto& w : t.writers) w->flush();
     flushLineSinks(t);
   }
 
   void finishTask(Task& t) {
     finishedTasks.fetch_add(1);
-    for (auto& op : t.ops) op->endInput();
-    for (auto& op : t.ops) op->close();
-    if (t.writer) t.writer->broadcast(ChannelEvent::kEnd, 0);
+    for (auto& s : t.slots) s.op->endInput();
+    for (auto& s : t.slots) s.op->close();
+    for (auto& w : t.writers) w->broadcast(ChannelEvent::kEnd, 0);
     flushLineSinks(t);
   }
 
+  // --- Task loops --------------------------------------------------------------------
+
   void runSource(Task& t) {
-    auto* src = static_cast<SourceOperator*>(t.ops.front().get());
+    const int head = t.heads.front();
+    auto* src = static_cast<SourceOperator*>(t.slots[static_cast<size_t>(head)].op.get());
     auto lastFlush = std::chrono::steady_clock::now();
     while (!cancelled.load(std::memory_order_relaxed)) {
       if (t.hasMail.load(std::memory_order_acquire)) drainMail(t);
@@ -488,15 +726,20 @@ struct JobExecution::Impl {
         waitForMail(t);
         continue;
       }
+      t.record.timestamp = kNoTimestamp;
       PollStatus st = src->poll();
       if (st == PollStatus::kEnd) break;
+      serviceTime(t);
       auto now = std::chrono::steady_clock::now();
       if (st == PollStatus::kIdle || now - lastFlush > kFlushInterval) {
         flushOutputs(t);
         lastFlush = now;
       }
     }
-    if (!cancelled.load()) finishTask(t);
+    if (!cancelled.load()) {
+      advance(t, head, kMaxWatermark);  // the end of a bounded input: every event-time timer fires
+      finishTask(t);
+    }
     // Triggers that arrived after the last poll can no longer be served.
     std::deque<uint64_t> left;
     {
@@ -507,15 +750,20 @@ struct JobExecution::Impl {
       enqueueUpload([this, id] { listener->decline(id, Status::IOError("a source finished before its barrier")); });
   }
 
-  void processData(Task& t, const std::string& data) {
-    auto* receiver = static_cast<ExchangeReceiver*>(t.ops.front().get());
-    auto* ctx = t.contexts.front().get();
-    ByteReader r(data);
+  void processData(Task& t, const ChannelEvent& ev) {
+    Slot& head = t.slots[static_cast<size_t>(t.channelHead[static_cast<size_t>(ev.channel)])];
+    auto* receiver = static_cast<ExchangeReceiver*>(head.op.get());
+    ByteReader r(ev.data);
     while (!r.atEnd()) {
-      t.keyCtx.keyGroup = r.readFixed<uint16_t>();
+      uint16_t kg = r.readFixed<uint16_t>();
+      int64_t ts = r.readI64();
       std::string_view key = r.readBytes();
       std::string_view rec = r.readBytes();
-      ctx->setCurrentKey(key);
+      if (kg != kNoKeyGroup) {
+        t.record.keyGroup = kg;
+        head.ctx->setCurrentKey(key);
+      }
+      t.record.timestamp = ts;
       recordsIn.fetch_add(1, std::memory_order_relaxed);
       receiver->receive(rec);
     }
@@ -527,25 +775,34 @@ struct JobExecution::Impl {
       auto ev = t.gate->tryNext(aligner.blocked());
       if (!ev) {
         flushOutputs(t);
-        ev = t.gate->next(aligner.blocked());  // nullopt: cancelled, or woken for mail
+        // nullopt: cancelled, woken for mail, or time to fire timers / emit watermarks
+        ev = t.gate->next(aligner.blocked(), nextTimeDeadline(t));
       }
       // Mail posted before `ev` was sent runs before `ev` is handled: a notification the
       // uploader delivered before a barrier was sent reaches the backends before it.
       if (t.hasMail.load(std::memory_order_acquire)) drainMail(t);
+      serviceTime(t);
       if (!ev) continue;
       std::optional<uint64_t> aligned;
       switch (ev->kind) {
         case ChannelEvent::kData:
-          processData(t, ev->data);
+          processData(t, *ev);
           break;
         case ChannelEvent::kBarrier:
           aligned = aligner.onBarrier(ev->channel, ev->checkpointId);
           break;
         case ChannelEvent::kEnd:
+          onInputTime(t, t.valve->onEnd(ev->channel));
           aligned = aligner.onEndOfChannel(ev->channel);
           break;
+        case ChannelEvent::kWatermark:
+          onInputTime(t, t.valve->onWatermark(ev->channel, ev->value));
+          break;
+        case ChannelEvent::kStatus:
+          onInputTime(t, t.valve->onStatus(ev->channel, ev->value != 0));
+          break;
       }
-      if (aligned) performCheckpoint(t, *aligned);
+      if (aligned) performCheckpoint(t, *aligned, aligner.lastAlignmentMicros());
       if (aligner.allEnded()) {
         finishTask(t);
         return;
@@ -561,7 +818,7 @@ struct JobExecution::Impl {
       else runSource(t);
       if (cancelled.load() && !hasFailed()) {
         // A cancelled task still closes its operators (user close() runs), without endInput().
-        for (auto& op : t.ops) op->close();
+        for (auto& s : t.slots) s.op->close();
         flushLineSinks(t);
       }
     } catch (const UserCodeError& e) {
@@ -569,7 +826,7 @@ struct JobExecution::Impl {
     } catch (...) {
       // A std::exception, or anything else user code threw outside the SDK's callUser()
       // (a plugin built against an older SDK): a task failure, never std::terminate.
-      std::string op = t.nodes.empty() ? "" : t.nodes.back()->name;
+      std::string op = t.slots.empty() ? "" : t.slots.back().node->name;
       fail(describeCurrentException(), op, subtaskLabel(t));
     }
     if (liveTasks.fetch_sub(1) == 1) {
@@ -609,8 +866,17 @@ std::vector<OperatorInfo> describeOperators(const Plan& plan, int parallelism) {
   for (const auto& s : stages)
     for (int id : s.nodes) {
       const PlanNode& n = plan.nodes[static_cast<size_t>(id)];
-      if (n.kind != NodeKind::kSource && !n.keyed) continue;
-      out.push_back({n.uid, n.name, n.keyed, n.kind == NodeKind::kSource, s.parallelism, n.states});
+      const bool source = n.kind == NodeKind::kSource;
+      if (!source && !n.keyed && !n.operatorState) continue;
+      OperatorInfo info;
+      info.uid = n.uid;
+      info.name = n.name;
+      info.keyed = n.keyed;
+      info.source = source;
+      info.operatorState = n.operatorState;
+      info.parallelism = s.parallelism;
+      info.states = n.states;
+      out.push_back(std::move(info));
     }
   return out;
 }
@@ -618,6 +884,7 @@ std::vector<OperatorInfo> describeOperators(const Plan& plan, int parallelism) {
 JobExecution::JobExecution(Plan plan, ExecutionConfig config, CheckpointListener* listener)
     : impl_(std::make_unique<Impl>(std::move(plan), std::move(config), listener)) {
   impl_->stages = buildStages(impl_->plan, impl_->config.parallelism);
+  impl_->uses = usesOf(impl_->plan);
   impl_->operatorInfos = describeOperators(impl_->plan, impl_->config.parallelism);
 }
 
@@ -633,9 +900,28 @@ JobExecution::~JobExecution() {
   if (impl_->uploader.joinable()) impl_->uploader.join();
 }
 
+namespace {
+/// The restore error for operator `uid` keeping the failure's kind: final only when no
+/// retry can help — the snapshot does not fit (Incompatible) or is damaged (Corruption;
+/// a file it references is missing, a path in it is invalid). Local trouble (a full or
+/// failing disk, a permission, the working directory gone) keeps its code: a task failure
+/// for the restart strategy.
+Status restoreError(const Status& s, const std::string& what) {
+  switch (s.code()) {
+    case Status::Code::kIncompatible: return Status::Incompatible(what);
+    case Status::Code::kCorruption:
+    case Status::Code::kInvalidArgument: return Status::Corruption(what);
+    case Status::Code::kNoSpace: return Status::NoSpace(what);
+    case Status::Code::kPermissionDenied: return Status::PermissionDenied(what);
+    default: return Status::IOError(what);
+  }
+}
+}  // namespace
+
 Status JobExecution::prepare(const RestoreSource* source) {
   Impl& x = *impl_;
   const Plan& plan = x.plan;
+  using Slot = Impl::Slot;
   // Tasks and gates.
   std::vector<std::vector<Impl::Task*>> byStage(x.stages.size());
   for (size_t s = 0; s < x.stages.size(); ++s) {
@@ -644,18 +930,16 @@ Status JobExecution::prepare(const RestoreSource* source) {
       t->index = static_cast<int>(x.tasks.size());
       t->stage = static_cast<int>(s);
       t->subtask = i;
+      if (x.stages[s].channelCount() > 0) {
+        t->gate = std::make_unique<InputGate>(x.stages[s].channelCount(), kChannelCapacity);
+        t->valve = std::make_unique<WatermarkValve>(x.stages[s].channelCount());
+      }
       byStage[s].push_back(t.get());
       x.tasks.push_back(std::move(t));
     }
   }
-  for (size_t s = 0; s < x.stages.size(); ++s) {
-    int next = x.stages[s].nextStage;
-    if (next < 0) continue;
-    for (auto* consumer : byStage[static_cast<size_t>(next)])
-      consumer->gate = std::make_unique<InputGate>(x.stages[s].parallelism, kChannelCapacity);
-  }
   // What is restored where: exactly what the restore preflight reported (one owner).
-  std::map<std::string, const state::OperatorSnapshot*> restoredKeyed, restoredPositions;
+  std::map<std::string, const state::OperatorSnapshot*> restoredKeyed, restoredOperatorState;
   if (source) {
     StateAssignment assignment = assignState(*source->metadata, x.operatorInfos, source->allowNonRestoredState);
     if (!assignment.ok()) {
@@ -666,41 +950,83 @@ Status JobExecution::prepare(const RestoreSource* source) {
     for (const auto& op : assignment.operators) {
       if (op.action == StateAssignment::Action::kRestoreKeyedState) restoredKeyed[op.snapshot->uid] = op.snapshot;
       if (op.action == StateAssignment::Action::kRestoreSourcePosition)
-        restoredPositions[op.snapshot->uid] = op.snapshot;
+        restoredOperatorState[op.snapshot->uid] = op.snapshot;
     }
   }
   for (auto& tp : x.tasks) {
     Impl::Task& t = *tp;
     const Stage& st = x.stages[static_cast<size_t>(t.stage)];
-    if (st.outputExchange >= 0) {
-      std::vector<InputGate*> gates;
-      for (auto* c : byStage[static_cast<size_t>(st.nextStage)]) gates.push_back(c->gate.get());
-      t.writer = std::make_unique<ExchangeWriterImpl>(std::move(gates), t.subtask, x.config.maxParallelism, &x.recordsOut);
+    t.label = x.subtaskLabel(t);
+    // Slots: the stage's nodes, then one sender per output.
+    std::map<int, int> slotOfNode;
+    std::map<std::pair<int, size_t>, int> senderSlot;  // (exchange, input position) -> slot
+    for (int id : st.nodes) {
+      slotOfNode[id] = static_cast<int>(t.slots.size());
+      t.slots.emplace_back();
+      t.slots.back().node = &plan.nodes[static_cast<size_t>(id)];
     }
-    // Create operators downstream-first.
-    std::vector<std::unique_ptr<Operator>> ops(st.nodes.size() + (st.outputExchange >= 0 ? 1 : 0));
-    void* down = nullptr;
-    try {
-      if (st.outputExchange >= 0) {
-        ops.back() = plan.nodes[static_cast<size_t>(st.outputExchange)].createSender();
-        down = ops.back()->input();
+    for (const auto& out : st.outputs) {
+      senderSlot[{out.exchange, out.position}] = static_cast<int>(t.slots.size());
+      Slot s;
+      s.node = &plan.nodes[static_cast<size_t>(out.exchange)];
+      s.sender = true;
+      // The receivers: the consuming stage's gates; this subtask's channel in them.
+      const Stage& cs = x.stages[static_cast<size_t>(
+          std::find_if(x.stages.begin(), x.stages.end(),
+                       [&](const Stage& c) { return std::count(c.heads.begin(), c.heads.end(), out.exchange) > 0; }) -
+          x.stages.begin())];
+      size_t consumerStage = static_cast<size_t>(&cs - x.stages.data());
+      int channel = -1;
+      for (const auto& g : cs.channels)
+        if (g.exchange == out.exchange && g.position == out.position) channel = g.firstChannel + t.subtask;
+      std::vector<InputGate*> gates;
+      for (auto* c : byStage[consumerStage]) gates.push_back(c->gate.get());
+      t.writers.push_back(std::make_unique<ExchangeWriterImpl>(std::move(gates), channel, t.subtask, st.parallelism,
+                                                               x.config.maxParallelism, &t.record, &x.recordsOut));
+      s.writer = t.writers.back().get();
+      t.slots.push_back(std::move(s));
+    }
+    for (int h : st.heads) t.heads.push_back(slotOfNode.at(h));
+    t.channelHead.assign(static_cast<size_t>(st.channelCount()), -1);
+    for (const auto& g : st.channels)
+      for (int c = 0; c < g.count; ++c) t.channelHead[static_cast<size_t>(g.firstChannel + c)] = slotOfNode.at(g.exchange);
+    // Edges inside the task: each node's outputs to the slots that read them.
+    auto targetOf = [&](const Use& u) {
+      const PlanNode& c = plan.nodes[static_cast<size_t>(u.consumer)];
+      return c.kind == NodeKind::kExchange ? senderSlot.at({u.consumer, u.position}) : slotOfNode.at(u.consumer);
+    };
+    for (int id : st.nodes)
+      for (const Use& u : x.uses[static_cast<size_t>(id)]) {
+        int from = slotOfNode.at(id), to = targetOf(u);
+        t.slots[static_cast<size_t>(from)].children.push_back(to);
+        t.slots[static_cast<size_t>(to)].parents.push_back(from);
       }
-      for (size_t i = st.nodes.size(); i-- > 0;) {
-        const PlanNode& n = plan.nodes[static_cast<size_t>(st.nodes[i])];
-        ops[i] = n.create(down);
-        down = ops[i]->input();
+    // Operators, downstream first: each factory gets its main consumer's input.
+    auto inputOf = [&](const Use& u) -> void* {
+      Operator* op = t.slots[static_cast<size_t>(targetOf(u))].op.get();
+      return u.position == 1 && plan.nodes[static_cast<size_t>(u.consumer)].kind != NodeKind::kExchange ? op->input2()
+                                                                                                        : op->input();
+    };
+    try {
+      for (size_t i = t.slots.size(); i-- > 0;) {
+        Slot& s = t.slots[i];
+        if (s.sender) {
+          s.op = s.node->createSender();
+          continue;
+        }
+        void* down = nullptr;
+        for (const Use& u : x.uses[static_cast<size_t>(s.node->id)])
+          if (u.tag.empty()) down = inputOf(u);
+        s.op = s.node->create(down);
       }
     } catch (...) {
-      return Status::IOError("creating the operators of " + plan.nodes[static_cast<size_t>(st.nodes.front())].name +
-                             " failed: " + describeCurrentException());
+      return Status::IOError("creating the operators of " + t.slots.front().node->name + " failed: " +
+                             describeCurrentException());
     }
-    t.ops = std::move(ops);
-    t.label = x.subtaskLabel(t);
-    for (int id : st.nodes) t.nodes.push_back(&plan.nodes[static_cast<size_t>(id)]);
-    if (st.outputExchange >= 0) t.nodes.push_back(&plan.nodes[static_cast<size_t>(st.outputExchange)]);
     state::KeyGroupRange range = state::keyGroupRangeFor(x.config.maxParallelism, st.parallelism, t.subtask);
-    for (size_t i = 0; i < t.ops.size(); ++i) {
-      const PlanNode& n = *t.nodes[i];
+    for (size_t i = 0; i < t.slots.size(); ++i) {
+      Slot& s = t.slots[i];
+      const PlanNode& n = *s.node;
       auto ctx = std::make_unique<OperatorContextImpl>();
       ctx->subtask = t.subtask;
       ctx->par = st.parallelism;
@@ -708,11 +1034,30 @@ Status JobExecution::prepare(const RestoreSource* source) {
       ctx->name = n.name;
       ctx->uidStr = n.uid;
       ctx->taskBackends = &t.backends;
-      ctx->keyCtx = &t.keyCtx;
-      ctx->writer = t.writer.get();
+      ctx->record = &t.record;
+      ctx->writer = s.writer;
       ctx->cancelFlag = &x.cancelled;
       ctx->activeSlot = &t.activeOperator;
-      if (n.keyed) {
+      ctx->watermark = &s.watermark;
+      if (!s.sender) {
+        for (const Use& u : x.uses[static_cast<size_t>(n.id)])
+          if (!u.tag.empty()) ctx->sideOutputs[u.tag] = inputOf(u);
+      }
+      if (n.watermarkAssigner && !s.sender) {
+        Impl::Task* tp = &t;
+        const int idx = static_cast<int>(i);
+        ctx->emitWatermarkFn = [&x, tp, idx](int64_t w) {
+          Slot& a = tp->slots[static_cast<size_t>(idx)];
+          if (w <= a.emitted) return;
+          a.emitted = w;
+          x.forwardToChildren(*tp, idx);
+        };
+        ctx->markIdleFn = [tp] {
+          for (auto& wr : tp->writers) wr->markIdle();
+        };
+        t.assigners.push_back(idx);
+      }
+      if (n.keyed && !s.sender) {
         state::BackendOptions bo;
         bo.operatorUid = n.uid;
         bo.subtaskIndex = t.subtask;
@@ -723,6 +1068,8 @@ Status JobExecution::prepare(const RestoreSource* source) {
         auto b = x.config.backend == state::BackendType::kRocksDb ? state::createRocksDbBackend(bo)
                                                                   : state::createHeapBackend(bo);
         if (!b.ok()) return b.status();
+        const std::string where =
+            "operator '" + n.uid + "' (" + std::to_string(t.subtask + 1) + "/" + std::to_string(st.parallelism) + ")";
         auto it = restoredKeyed.find(n.uid);
         if (it != restoredKeyed.end()) {
           state::RestoreInput in;
@@ -735,56 +1082,66 @@ Status JobExecution::prepare(const RestoreSource* source) {
             else continue;
             if (!hr.intersect(range).empty()) in.handles.push_back(sub.keyed);
           }
-          Status s;
+          Status rs;
           try {
-            s = (*b)->restore(in);
+            rs = (*b)->restore(in);
           } catch (const std::exception& e) {  // a backend rejecting the recorded descriptors
-            s = Status::Corruption(e.what());
+            rs = Status::Corruption(e.what());
           }
-          if (!s.ok()) {
-            std::string what = "cannot restore state of operator '" + n.uid + "' (" + std::to_string(t.subtask + 1) +
-                               "/" + std::to_string(st.parallelism) + "): " + s.message();
-            // Final only when no retry can help: the snapshot does not fit (Incompatible) or
-            // is damaged (Corruption; a file it references is missing, a path in it is
-            // invalid). Local trouble (a full or failing disk, a permission, the working
-            // directory gone) keeps its code: a task failure for the restart strategy.
-            switch (s.code()) {
-              case Status::Code::kIncompatible: return Status::Incompatible(what);
-              case Status::Code::kCorruption:
-              case Status::Code::kInvalidArgument: return Status::Corruption(what);
-              case Status::Code::kNoSpace: return Status::NoSpace(what);
-              case Status::Code::kPermissionDenied: return Status::PermissionDenied(what);
-              default: return Status::IOError(what);
+          if (!rs.ok()) return restoreError(rs, "cannot restore state of " + where + ": " + rs.message());
+        }
+        if (n.timers) {
+          // The timer states the SDK declared for the node; their entries are the timers.
+          int eventState = -1, processingState = -1;
+          try {
+            for (const auto& d : n.states) {
+              if (d.name == detail::kEventTimersState) eventState = (*b)->registerState(d);
+              if (d.name == detail::kProcessingTimersState) processingState = (*b)->registerState(d);
             }
+            if (eventState < 0 || processingState < 0)
+              return Status::InvalidArgument("operator '" + n.name + "' uses timers but declares no timer states");
+            s.timers = std::make_unique<TaskTimerService>(**b, eventState, processingState, t.record, t.backends,
+                                                          s.watermark);
+            s.timers->load();
+          } catch (const std::exception& e) {
+            return Status::Corruption("cannot restore the timers of " + where + ": " + e.what());
           }
+          ctx->timers = s.timers.get();
+          t.timerSlots.push_back(static_cast<int>(i));
         }
         ctx->backend = b->get();
         t.backends.push_back(b->get());
-        t.backendOp.push_back(static_cast<int>(i));
+        t.backendSlot.push_back(static_cast<int>(i));
         t.backendsOwned.push_back(std::move(*b));
       }
-      if (n.kind == NodeKind::kSource) {
-        auto it = restoredPositions.find(n.uid);
-        if (it != restoredPositions.end())
-          for (const auto& sub : it->second->subtasks)
-            if (sub.index == t.subtask) {
-              try {
-                t.ops[i]->restoreState(sub.operatorState);
-              } catch (...) {
-                return Status::Incompatible("cannot restore the position of source '" + n.uid + "' (" + n.name +
-                                            ") from the snapshot: " + describeCurrentException() +
-                                            " (was the snapshot written by a job reading another kind of source?)");
-              }
+      if ((n.kind == NodeKind::kSource || n.operatorState) && !s.sender) {
+        auto it = restoredOperatorState.find(n.uid);
+        if (it != restoredOperatorState.end()) {
+          // Same parallelism: each subtask its own; rescaled: every subtask all of them
+          // (the operator merges, Operator::restoreState).
+          const bool same = it->second->parallelism == st.parallelism;
+          for (const auto& sub : it->second->subtasks) {
+            if (same ? sub.index != t.subtask : sub.operatorState.empty()) continue;
+            try {
+              s.op->restoreState(sub.operatorState);
+            } catch (...) {
+              return Status::Incompatible(
+                  std::string("cannot restore the ") + (n.kind == NodeKind::kSource ? "position of source '" : "state of operator '") +
+                  n.uid + "' (" + n.name + ") from the snapshot: " + describeCurrentException() +
+                  (n.kind == NodeKind::kSource ? " (was the snapshot written by a job reading another kind of source?)"
+                                                : ""));
             }
+          }
+        }
       }
-      t.contexts.push_back(std::move(ctx));
+      s.ctx = std::move(ctx);
     }
     // Not a restore failure: opening (e.g. connecting a socket) may succeed on a retry.
-    for (size_t i = 0; i < t.ops.size(); ++i) {
+    for (auto& s : t.slots) {
       try {
-        t.ops[i]->open(*t.contexts[i]);
+        s.op->open(*s.ctx);
       } catch (...) {
-        return Status::IOError("operator '" + t.nodes[i]->name + "' " + t.label + " failed to open: " +
+        return Status::IOError("operator '" + s.node->name + "' " + t.label + " failed to open: " +
                                describeCurrentException());
       }
     }

@@ -1,9 +1,24 @@
 // host/runtime/job_execution.h — one execution attempt of a job's plan.
 //
-// Cuts the plan into stages at every keyBy, creates one task thread per (stage,
-// subtask), wires stages with bounded channels, creates and restores the keyed state
-// backends, and runs until the input ends, a task fails, or cancel() is called. A
-// restart is a new JobExecution built from a fresh plan.
+// Cuts the plan into stages at every exchange (keyBy, union, the inputs of connect),
+// creates one task thread per (stage, subtask), wires stages with bounded channels,
+// creates and restores the keyed state backends and timers, and runs until the input
+// ends, a task fails, or cancel() is called. A restart is a new JobExecution built from a
+// fresh plan.
+//
+// Inside a stage the operators form a tree of direct calls: a source or the receivers of
+// the stage's input exchanges at the root, each operator feeding its main-output consumer
+// and its side outputs' consumers, exchange senders at the leaves. A two-input operator
+// (connect, intervalJoin) starts a stage whose gate holds the channels of both inputs.
+//
+// Event time: every record carries its timestamp across exchanges; watermarks travel
+// in-band. A task's input watermark is the minimum over its channels that are neither
+// idle nor ended (an ended channel counts as kMaxWatermark); it is delivered down the
+// tree — each keyed operator first fires its event-time timers up to it — and forwarded
+// on every output, except past a watermark assigner, which emits its own. Processing-time
+// timers fire on the task thread when the wall clock reaches them; watermark assigners
+// are called every `autoWatermarkIntervalMs`. A source that ends sends kMaxWatermark
+// before its end marker, so every window fires.
 //
 // Checkpoints: triggerCheckpoint() asks the source tasks to emit a barrier; each task
 // snapshots when the barrier has arrived on all its inputs (alignment, see
@@ -47,6 +62,9 @@ struct ExecutionConfig {
   state::BackendType backend = state::BackendType::kHashMap;
   bool incremental = false;
   std::string localStateDir;  // rocksdb working directories go below it
+  /// pipeline.auto-watermark-interval: how often watermark assigners emit. 0: never
+  /// periodically (only the end of input's kMaxWatermark).
+  int64_t autoWatermarkIntervalMs = 200;
 };
 
 /// A stateful or source operator of the plan, as recorded in metadata.
@@ -57,6 +75,8 @@ struct OperatorInfo {
   bool source = false;
   int parallelism = 1;
   std::vector<StateDescriptorInfo> states;
+  /// Non-keyed operator state besides a source position (a watermark assigner's).
+  bool operatorState = false;
 };
 
 /// One task's part of a checkpoint.
@@ -68,6 +88,9 @@ struct TaskSnapshot {
   /// hold states the plan no longer declares (restored and still snapshotted).
   std::map<std::string, std::vector<StateDescriptorInfo>> states;
   uint64_t syncMicros = 0;
+  /// Barrier alignment: from the first barrier of this checkpoint on any input channel
+  /// to the last (0 for a source or a task with one input channel).
+  uint64_t alignmentMicros = 0;
 };
 
 /// Receives the tasks' checkpoint reports. Called on the execution's uploader thread,
@@ -105,6 +128,9 @@ struct CheckpointTarget {
   /// resume) or the execution is cancelled. Cancel once the checkpoint is complete, and
   /// no record after it is ever emitted.
   bool stopSources = false;
+  /// stop --drain: each source task first delivers kMaxWatermark to its operators and
+  /// outputs (every event-time timer and window fires), then the barrier.
+  bool drain = false;
 };
 
 /// What to restore from: metadata with paths relative to `storage`.

@@ -15,6 +15,9 @@ struct ToWorker {
       # jobhost stop: the sources emit nothing after this savepoint's barrier, and the
       # worker ends the job (CANCELLED) once it is complete.
       stop @4 :Bool;
+      # jobhost stop --drain: the maximum watermark before the barrier (every event-time
+      # timer fires first).
+      drain @5 :Bool;
     }
     cancel @3 :Void;
   }
@@ -64,6 +67,7 @@ struct CheckpointEvent {
   path @12 :Text;
   failureReason @13 :Text;
   subsumed @14 :Bool;
+  alignmentMicros @15 :UInt64;  # the longest barrier alignment of any task
 
   struct Dependency {
     checkpointId @0 :UInt64;

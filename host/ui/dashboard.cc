@@ -181,6 +181,7 @@ void fillCheckpoint(uiapi::Checkpoint::Builder b, const CheckpointRecord& r, con
   b.setDurationMs(static_cast<double>(r.durationMicros) / 1000.0);
   b.setSyncDurationMs(static_cast<double>(r.syncMicros) / 1000.0);
   b.setAsyncDurationMs(static_cast<double>(r.asyncMicros) / 1000.0);
+  b.setAlignmentMs(static_cast<double>(r.alignmentMicros) / 1000.0);
   b.setNewBytes(static_cast<double>(r.newBytes));
   b.setTotalBytes(static_cast<double>(r.totalBytes));
   auto ids = b.initDependsOn(static_cast<unsigned>(r.dependsOn.size()));

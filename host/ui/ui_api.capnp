@@ -76,6 +76,7 @@ struct Checkpoint {
   subsumed @14 :Bool;           # deleted by retention
   restorable @15 :Bool;         # complete and still on disk
   restoreCommand @16 :Text;     # jobhost run -s <path> -c <Class> <plugin.so>; "" unless restorable
+  alignmentMs @17 :Float64;     # the longest barrier alignment of any task
 }
 
 struct CheckpointList {

@@ -42,6 +42,7 @@ struct Stats {
   asyncMicros @1 :UInt64;    # from trigger to all acknowledgements
   newBytes @2 :UInt64;       # bytes of files written by this checkpoint
   totalBytes @3 :UInt64;     # bytes of every file it references
+  alignmentMicros @4 :UInt64;  # longest barrier alignment of any subtask (0: none, or older writers)
 }
 
 struct OperatorSnapshot {

@@ -142,6 +142,7 @@ Result<std::string> serializeMetadata(const CheckpointMetadata& m, const std::st
   auto stats = root.initStats();
   stats.setSyncMicros(m.stats.syncMicros);
   stats.setAsyncMicros(m.stats.asyncMicros);
+  stats.setAlignmentMicros(m.stats.alignmentMicros);
   stats.setNewBytes(m.stats.newBytes);
   stats.setTotalBytes(m.stats.totalBytes);
   auto ops = root.initOperators(static_cast<unsigned>(m.operators.size()));
@@ -253,7 +254,8 @@ Result<CheckpointMetadata> parseMetadata(std::string_view bytes, const std::stri
     if (m.maxParallelism <= 0 || m.maxParallelism > 32768)
       return Status::Corruption(where + ": implausible max parallelism " + std::to_string(m.maxParallelism));
     auto stats = root.getStats();
-    m.stats = {stats.getSyncMicros(), stats.getAsyncMicros(), stats.getNewBytes(), stats.getTotalBytes()};
+    m.stats = {stats.getSyncMicros(), stats.getAsyncMicros(), stats.getNewBytes(), stats.getTotalBytes(),
+               stats.getAlignmentMicros()};
     for (auto ob : root.getOperators()) {
       OperatorSnapshot op;
       op.uid = ob.getUid();

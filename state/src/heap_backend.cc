@@ -160,6 +160,23 @@ class HeapBackend : public KeyedStateBackend {
       if (!fn(k, v)) return;
   }
 
+  void mapAppend(int state, std::string_view userKey, std::string_view element) override {
+    writeTable(state).maps[key_][std::string(userKey)].append(element);
+  }
+
+  void forEachEntry(int state, const std::function<void(int, std::string_view, std::string_view, std::string_view)>&
+                                   fn) override {
+    if (state < 0 || static_cast<size_t>(state) >= states_.size()) throw StateError("unknown state handle");
+    const auto& tables = states_[static_cast<size_t>(state)].tables;
+    for (size_t slot = 0; slot < tables.size(); ++slot) {
+      if (!tables[slot]) continue;
+      const int kg = options_.range.start + static_cast<int>(slot);
+      for (const auto& [k, v] : tables[slot]->values) fn(kg, k, {}, v);
+      for (const auto& [k, m] : tables[slot]->maps)
+        for (const auto& [uk, v] : m) fn(kg, k, uk, v);
+    }
+  }
+
   Status restore(const RestoreInput& input) override {
     for (const auto& d : input.states) registerState(d);
     for (const auto& h : input.handles) {

@@ -692,7 +692,44 @@ class RocksDbBackend final : public KeyedStateBackend {
     check(it->status(), state, "mapForEach");
   }
 
+  void mapAppend(int state, std::string_view userKey, std::string_view element) override {
+    auto* cf = mapCf(state, "mapAppend");
+    mapKey_.assign(mapPrefix_).append(userKey);
+    check(inst_->db->Merge(writeOptions_, cf, mapKey_, rocksdb::Slice(element.data(), element.size())), state,
+          "mapAppend");
+  }
+
   // --- KeyedStateBackend ------------------------------------------------------------
+
+  void forEachEntry(int state, const std::function<void(int, std::string_view, std::string_view, std::string_view)>&
+                                   fn) override {
+    if (state < 0 || state >= static_cast<int>(states_.size()))
+      throw StateError("rocksdb backend: forEachEntry on unknown state handle " + std::to_string(state));
+    if (options_.range.empty()) return;
+    const bool isMap = states_[state].kind == StateKind::kMap;
+    std::string lower, upper;
+    layout::appendKeyGroup(&lower, options_.range.start);
+    layout::appendKeyGroup(&upper, options_.range.end + 1);
+    rocksdb::Slice upperSlice(upper);
+    rocksdb::ReadOptions ro;
+    ro.iterate_upper_bound = &upperSlice;
+    std::unique_ptr<rocksdb::Iterator> it(inst_->db->NewIterator(ro, inst_->cfs[state]));
+    for (it->Seek(lower); it->Valid(); it->Next()) {
+      std::string_view k(it->key().data(), it->key().size());
+      std::string_view v(it->value().data(), it->value().size());
+      if (k.size() < 2) continue;
+      int kg = layout::decodeKeyGroup(k);
+      if (!isMap) {
+        fn(kg, k.substr(2), {}, v);
+        continue;
+      }
+      std::string_view key, userKey;
+      if (!layout::decodeMapKey(k, &key, &userKey))
+        throw StateError("state '" + states_[state].name + "' holds a malformed map key in RocksDB");
+      fn(kg, key, userKey, v);
+    }
+    check(it->status(), state, "forEachEntry");
+  }
 
   void setCurrentKey(int keyGroup, std::string_view key) override {
     if (!options_.range.contains(keyGroup)) {

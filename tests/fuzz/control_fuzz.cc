@@ -67,7 +67,7 @@ class ScriptedJob : public JobControl {
   state::Result<std::string> cancel(bool withSavepoint, const std::optional<std::string>& dir) override {
     return withSavepoint ? savepoint(dir, state::SnapshotFormat::kCanonical) : state::Result<std::string>(std::string());
   }
-  state::Result<std::string> stop(const std::optional<std::string>& dir) override {
+  state::Result<std::string> stop(const std::optional<std::string>& dir, bool) override {
     return savepoint(dir, state::SnapshotFormat::kCanonical);
   }
 };

@@ -89,7 +89,7 @@ class ScriptedJob : public JobControl {
     lastWithSavepoint = withSavepoint;
     return path;
   }
-  state::Result<std::string> stop(const std::optional<std::string>& targetDir) override {
+  state::Result<std::string> stop(const std::optional<std::string>& targetDir, bool) override {
     auto r = cancel(true, targetDir);
     std::lock_guard lock(mu);
     if (r.ok()) stopped = true;
@@ -242,7 +242,7 @@ TEST_F(ControlServerTest, CancelAndStopReachTheJob) {
   EXPECT_EQ(*c, "");
   EXPECT_TRUE(job.cancelled);
   EXPECT_FALSE(job.lastWithSavepoint);
-  auto s = callStop(path, "/stops");
+  auto s = callStop(path, "/stops", false);
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(*s, "/stops/savepoint-012345-abcdef");
   EXPECT_TRUE(job.stopped);

@@ -584,7 +584,16 @@ TEST(DeclaredStateTest, ProcessRecordsNamesKindsAndSerializersInThePlan) {
   EXPECT_EQ(node.name, "Keyed Process");
   EXPECT_TRUE(node.keyed);
   EXPECT_EQ(node.uid, "tracker");
-  ASSERT_EQ(node.states.size(), 3u);
+  // The declared states, then the two timer states every keyed process function has.
+  ASSERT_EQ(node.states.size(), 5u);
+  EXPECT_TRUE(node.timers);
+  EXPECT_EQ(node.states[3].name, "_timer_state/event_user-timers");
+  EXPECT_EQ(node.states[4].name, "_timer_state/processing_user-timers");
+  for (size_t i : {3, 4}) {
+    EXPECT_EQ(node.states[i].kind, StateKind::kMap);
+    EXPECT_EQ(node.states[i].keySerializer, "string");
+    EXPECT_EQ(node.states[i].userKeySerializer, "Timer");
+  }
 
   struct Expected {
     std::string name;
@@ -762,13 +771,17 @@ TEST(SerializerTextTest, APlanRecordsTheTextFormsOfItsKeyedStates) {
   StreamEnvironment env;
   env.readTextFile(input.path()).keyBy([](const std::string& s) { return s; }).process<Fn>();
   size_t forms = 0;
+  std::set<std::string> ids;
   for (const auto& n : env.plan().nodes)
     for (const auto& f : n.textForms) {
-      EXPECT_EQ(f.id, "test.Celsius");
+      ids.insert(f.id);
+      if (f.id != "test.Celsius") continue;
       EXPECT_EQ(f.version, 3u);
       ++forms;
     }
   EXPECT_EQ(forms, 2u);
+  // and those of its timers' keys and (empty) values
+  EXPECT_EQ(ids, (std::set<std::string>{"test.Celsius", "Timer", "Void"}));
 }
 
 }  // namespace

@@ -254,6 +254,7 @@
         el('td', { text: kindText(c) }),
         el('td', { text: when(c.triggerTimeMs) }),
         el('td', { class: 'num', text: c.status === 'IN_PROGRESS' ? '…' : millis(c.durationMs) + ' (' + millis(c.syncDurationMs) + ' / ' + millis(c.asyncDurationMs) + ')' }),
+        el('td', { class: 'num', 'data-alignment-ms': c.alignmentMs, text: c.status === 'COMPLETED' ? millis(c.alignmentMs) : '' }),
         el('td', { class: 'num', text: c.status === 'COMPLETED' ? bytes(c.newBytes) : '' }),
         el('td', { class: 'num', text: c.status === 'COMPLETED' ? bytes(c.totalBytes) : '' }),
         el('td', { text: deps }),

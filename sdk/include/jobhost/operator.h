@@ -33,6 +33,35 @@ class Collector {
   virtual void collect(const T& value) = 0;
 };
 
+/// Time in jobhost is milliseconds since the epoch, as in Flink. A record without an
+/// event timestamp carries kNoTimestamp; watermarks run from kMinWatermark (nothing
+/// known yet) to kMaxWatermark (the input has ended: every event-time timer fires).
+inline constexpr int64_t kNoTimestamp = INT64_MIN;
+inline constexpr int64_t kMinWatermark = INT64_MIN;
+inline constexpr int64_t kMaxWatermark = INT64_MAX;
+
+/// Byte-level timers of one keyed operator in one subtask, implemented by the host.
+/// A timer is keyed state: one per (current key, namespace, time) — registering it again
+/// is a no-op — stored in the operator's state backend per key group, in every
+/// checkpoint and savepoint, and redistributed with its key group when the job is
+/// rescaled. Event-time timers fire when the operator's watermark reaches their time,
+/// processing-time timers when the wall clock does (also those that fell due while the
+/// job was down: right after the restore). The host calls Operator::onEventTime /
+/// onProcessingTime with the timer's key set as the current key.
+/// Every call applies to the current key; outside a keyed context it throws StateError.
+class InternalTimerService {
+ public:
+  virtual ~InternalTimerService() = default;
+  /// The operator's current event-time watermark (kMinWatermark before the first).
+  virtual int64_t currentWatermark() const = 0;
+  /// Wall-clock milliseconds since the epoch.
+  virtual int64_t currentProcessingTime() const = 0;
+  virtual void registerEventTimeTimer(std::string_view ns, int64_t time) = 0;
+  virtual void deleteEventTimeTimer(std::string_view ns, int64_t time) = 0;
+  virtual void registerProcessingTimeTimer(std::string_view ns, int64_t time) = 0;
+  virtual void deleteProcessingTimeTimer(std::string_view ns, int64_t time) = 0;
+};
+
 enum class StateKind : uint8_t { kValue = 0, kList = 1, kMap = 2 };
 
 inline const char* stateKindName(StateKind k) {
@@ -93,6 +122,9 @@ class KeyedStateAccess {
   /// returns false.
   virtual void mapForEach(int state,
                           const std::function<bool(std::string_view, std::string_view)>& fn) = 0;
+  /// MapState whose values are lists: appends one encoded element (length-prefixed by
+  /// the caller) to the value under `userKey`, creating it; does not read the value.
+  virtual void mapAppend(int state, std::string_view userKey, std::string_view encodedElement) = 0;
 };
 
 /// Thread-safe line output owned by the host (stdout, or a text file).
@@ -103,10 +135,15 @@ class LineSink {
 };
 
 /// Where a keyBy sends records: the host routes each by the key group of its key bytes.
+/// The host carries each record's event timestamp (OperatorContext::currentTimestamp)
+/// across the exchange with it.
 class ExchangeWriter {
  public:
   virtual ~ExchangeWriter() = default;
   virtual void emit(std::string_view keyBytes, std::string_view recordBytes) = 0;
+  /// Not keyed (union, connect of unkeyed streams): the host picks the receiving subtask
+  /// (the same index when both sides have the same parallelism, else round-robin).
+  virtual void emitAny(std::string_view recordBytes) = 0;
 };
 
 /// What the host tells an operator about where it runs.
@@ -133,6 +170,29 @@ class OperatorContext {
   /// Where the SDK records which operator of this task is running user code, so a crash
   /// report can name it. May be null.
   virtual std::atomic<const char*>* activeOperatorSlot() { return nullptr; }
+
+  // --- Event time (issue 14). The host keeps one "current record" per task: the key
+  // above and the record's event timestamp below, set before a record or a timer reaches
+  // an operator and carried across exchanges.
+  /// The event timestamp of the record being processed; kNoTimestamp if it has none.
+  virtual int64_t currentTimestamp() const = 0;
+  /// Sets the timestamp of the records this operator emits next (and that its downstream
+  /// operators see), e.g. a watermark assigner or a window firing.
+  virtual void setCurrentTimestamp(int64_t timestamp) = 0;
+  /// This operator's watermark: the minimum over its inputs (kMinWatermark at first).
+  virtual int64_t currentWatermark() const = 0;
+  /// Keyed operators that use timers (PlanNode::timers); throws StateError otherwise.
+  virtual InternalTimerService& timerService() = 0;
+  /// A watermark assigner (PlanNode::watermarkAssigner): the watermark of its output.
+  /// Watermarks only advance; an older one is ignored.
+  virtual void emitWatermark(int64_t watermark) = 0;
+  /// A watermark assigner whose input has been idle for its idleness timeout: while
+  /// idle, downstream tasks do not wait for its watermark. Emitting a record or a
+  /// watermark makes it active again.
+  virtual void markIdle() = 0;
+  /// The input of the consumer of side output `tagId` in this task, as Collector<T>*
+  /// type-erased (T: the tag's type); nullptr when no operator consumes that output.
+  virtual void* sideOutput(const std::string& tagId) = 0;
 };
 
 /// One operator instance in one subtask.
@@ -145,10 +205,26 @@ class Operator {
   /// Called once when all input has arrived (bounded input), before close().
   virtual void endInput() {}
   virtual void close() {}
-  /// Operator (non-keyed) state, e.g. a source's read position. Called between
-  /// records when a checkpoint barrier passes; restored before open().
+  /// Operator (non-keyed) state, e.g. a source's read position or a watermark
+  /// generator's progress. Called between records when a checkpoint barrier passes;
+  /// restored before open(). After a change of parallelism, restoreState() is called
+  /// once for every subtask's snapshot (as Flink's union list state) and the operator
+  /// merges them (PlanNode::operatorState).
   virtual std::string snapshotState() { return {}; }
   virtual void restoreState(std::string_view state) {}
+  /// A two-input operator's second input as `Collector<In2>*`; nullptr otherwise.
+  virtual void* input2() { return nullptr; }
+  /// An event-time timer of this operator is due (its time <= the watermark). The host
+  /// has set the timer's key as the current key and its time as the current timestamp.
+  virtual void onEventTime(int64_t time, std::string_view ns) {}
+  /// A processing-time timer is due; the current timestamp is kNoTimestamp.
+  virtual void onProcessingTime(int64_t time, std::string_view ns) {}
+  /// The operator's watermark advanced to `watermark`, after its event-time timers up
+  /// to it fired. The host forwards it downstream afterwards (not past a watermark
+  /// assigner, which emits its own).
+  virtual void onWatermark(int64_t watermark) {}
+  /// Called every pipeline.auto-watermark-interval on watermark assigners.
+  virtual void onPeriodicEmit() {}
 };
 
 enum class PollStatus { kMore, kIdle, kEnd };
@@ -190,6 +266,26 @@ struct PlanNode {
   std::function<std::unique_ptr<Operator>(void* downstream)> create;
   /// kExchange only: the sending side ends the upstream chain.
   std::function<std::unique_ptr<Operator>()> createSender;
+
+  // --- Graphs beyond a chain (issue 14).
+  /// Every upstream node, in input order; `input` is the first. Several for a union
+  /// (kExchange, each input runs a sender) and for a two-input operator (exactly two,
+  /// both kExchange; its first input arrives at input(), the second at input2()).
+  std::vector<int> inputs;
+  /// Per input: which output of it this node consumes: empty for the main output, else
+  /// a side output's OutputTag::key(). Each output feeds one node.
+  std::vector<std::string> inputTags;
+  /// kExchange: true for keyBy (records routed by key group), false for a union or the
+  /// input of an unkeyed two-input operator (ExchangeWriter::emitAny).
+  bool keyedExchange = true;
+  /// Keyed operators whose timers the host keeps (two states "_timer_state/…" in
+  /// `states`, see InternalTimerService).
+  bool timers = false;
+  /// Generates watermarks: upstream watermarks stop here (but kMaxWatermark, the end of
+  /// input, which it forwards); onPeriodicEmit() is called periodically.
+  bool watermarkAssigner = false;
+  /// Has non-keyed operator state besides a source position (snapshotState()).
+  bool operatorState = false;
 };
 
 /// The dataflow a job's build() defined.

@@ -31,6 +31,7 @@
 #include "jobhost/operator.h"
 #include "jobhost/serializer.h"
 #include "jobhost/serializer_text.h"
+#include "jobhost/time.h"
 
 namespace jobhost {
 
@@ -183,22 +184,71 @@ class MapState : public StateBase {
   void clear() { access().clear(handle_); }
 };
 
+namespace detail {
+/// Side outputs of one operator: the consumer of each tag in this task, looked up once.
+class SideOutputs {
+ public:
+  explicit SideOutputs(OperatorContext& ctx) : ctx_(&ctx) {}
+  template <class T>
+  void output(const OutputTag<T>& tag, const T& value) {
+    if (void* c = find(tag.key())) static_cast<Collector<T>*>(c)->collect(value);
+  }
+
+ private:
+  void* find(const std::string& key) {
+    for (const auto& [k, c] : cache_)
+      if (k == key) return c;
+    void* c = ctx_->sideOutput(key);
+    cache_.emplace_back(key, c);
+    return c;
+  }
+  OperatorContext* ctx_;
+  std::vector<std::pair<std::string, void*>> cache_;
+};
+}  // namespace detail
+
 /// Per-record context of a keyed process function.
 template <class K>
 class KeyedContext {
  public:
-  explicit KeyedContext(OperatorContext& ctx) : ctx_(ctx) {}
+  explicit KeyedContext(OperatorContext& ctx) : ctx_(ctx), side_(ctx) {}
   /// The key of the record being processed.
   K currentKey() const { return deserialize<K>(ctx_.currentKey()); }
   int subtaskIndex() const { return ctx_.subtaskIndex(); }
+  /// The record's event timestamp (of the timer, in onTimer for event time); nullopt
+  /// if it has none.
+  std::optional<int64_t> timestamp() const {
+    int64_t t = ctx_.currentTimestamp();
+    return t == kNoTimestamp ? std::nullopt : std::optional<int64_t>(t);
+  }
+  /// Timers of the current key, and the current watermark and processing time.
+  TimerService timerService() const { return TimerService(ctx_.timerService()); }
+  /// Emits `value` to the side output `tag` (discarded if nothing consumes it).
+  template <class T>
+  void output(const OutputTag<T>& tag, const T& value) {
+    side_.output(tag, value);
+  }
 
  private:
   OperatorContext& ctx_;
+  detail::SideOutputs side_;
 };
 
-/// A function over a keyed stream with keyed state. Subclasses declare their states as
-/// members (see the file comment) and must be default-constructible or created by the
-/// factory given to KeyedStream::process().
+/// The context of onTimer(): which kind of timer fired, besides KeyedContext's.
+template <class K>
+class OnTimerContext : public KeyedContext<K> {
+ public:
+  using KeyedContext<K>::KeyedContext;
+  TimeDomain timeDomain() const { return domain_; }
+  void setTimeDomain(TimeDomain d) { domain_ = d; }  // the SDK, before each onTimer
+
+ private:
+  TimeDomain domain_ = TimeDomain::kEventTime;
+};
+
+/// A function over a keyed stream with keyed state and timers. Subclasses declare their
+/// states as members (see the file comment) and must be default-constructible or created
+/// by the factory given to KeyedStream::process().
 template <class K, class In, class Out>
 class KeyedProcessFunction : public StateOwner {
  public:
@@ -206,9 +256,14 @@ class KeyedProcessFunction : public StateOwner {
   using InputType = In;
   using OutputType = Out;
   using Context = KeyedContext<K>;
+  using OnTimerContext = jobhost::OnTimerContext<K>;
   /// Called once per subtask after state is bound and restored.
   virtual void open(OperatorContext& ctx) {}
   virtual void processElement(const In& value, Context& ctx, Collector<Out>& out) = 0;
+  /// A timer registered through ctx.timerService() fired; the current key is its key.
+  /// Records emitted here carry the timer's time as their timestamp (event time) or none
+  /// (processing time).
+  virtual void onTimer(int64_t timestamp, OnTimerContext& ctx, Collector<Out>& out) {}
   virtual void close() {}
 };
 

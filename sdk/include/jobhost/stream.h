@@ -32,6 +32,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -39,11 +40,18 @@
 #include <utility>
 #include <vector>
 
+#include "jobhost/detail/interval_join_operator.h"
+#include "jobhost/detail/named_op.h"
+#include "jobhost/detail/time_operators.h"
+#include "jobhost/detail/window_operator.h"
 #include "jobhost/format.h"
+#include "jobhost/functions.h"
 #include "jobhost/operator.h"
 #include "jobhost/serializer.h"
 #include "jobhost/sources.h"
 #include "jobhost/state.h"
+#include "jobhost/time.h"
+#include "jobhost/windows.h"
 
 namespace jobhost {
 
@@ -81,6 +89,21 @@ class JobArgs {
       throw JobArgumentError("job argument " + name + " must be an integer, got '" + *v + "'");
     }
   }
+  /// Duration option: an integer with a unit, "500ms", "10s", "2min" (also "m"), "1h",
+  /// or "0"; a plain number is milliseconds. Anything else throws JobArgumentError.
+  std::chrono::milliseconds getDuration(const std::string& name, std::chrono::milliseconds fallback) const {
+    auto v = get(name);
+    if (!v) return fallback;
+    size_t digits = 0;
+    while (digits < v->size() && std::isdigit(static_cast<unsigned char>((*v)[digits]))) ++digits;
+    std::string unit = v->substr(digits);
+    int64_t scale = unit.empty() || unit == "ms" ? 1 : unit == "s" ? 1000 : unit == "m" || unit == "min" ? 60000
+                    : unit == "h" ? 3600000 : 0;
+    if (digits == 0 || digits > 12 || scale == 0)
+      throw JobArgumentError("job argument " + name + " must be a duration such as 500ms, 10s, 2min or 1h, got '" +
+                             *v + "'");
+    return std::chrono::milliseconds(std::stoll(v->substr(0, digits)) * scale);
+  }
   bool has(const std::string& name) const {
     return std::find(args_.begin(), args_.end(), name) != args_.end();
   }
@@ -93,6 +116,8 @@ template <class T>
 class DataStream;
 template <class K, class T>
 class KeyedStream;
+template <class A, class B>
+class ConnectedStreams;
 
 /// Collects the plan; given to Job::build().
 class StreamEnvironment {
@@ -141,13 +166,21 @@ class StreamEnvironment {
     return plan_.nodes.back().id;
   }
   PlanNode& node(int id) { return plan_.nodes.at(static_cast<size_t>(id)); }
-  /// Internal: marks `id` as consumed; a stream can feed one operator only.
-  void consume(int id) {
-    if (consumed_.size() <= static_cast<size_t>(id)) consumed_.resize(static_cast<size_t>(id) + 1);
-    if (consumed_[static_cast<size_t>(id)])
-      throw JobArgumentError("the output of '" + node(id).name +
+  /// Internal: marks output `tag` of node `id` (empty: its main output) as consumed; a
+  /// stream can feed one operator only.
+  void consume(int id, const std::string& tag = {}) {
+    if (!consumed_.insert({id, tag}).second)
+      throw JobArgumentError(std::string(tag.empty() ? "the output of '" : "a side output of '") + node(id).name +
                              "' is used twice; one stream can feed one operator in this version");
-    consumed_[static_cast<size_t>(id)] = true;
+  }
+  /// Internal: whether anything reads output `tag` of node `id`.
+  bool consumed(int id, const std::string& tag = {}) const { return consumed_.count({id, tag}) != 0; }
+  /// Internal: `n` reads output `tag` of node `id` (consumed).
+  void attach(PlanNode& n, int id, const std::string& tag = {}) {
+    consume(id, tag);
+    if (n.inputs.empty()) n.input = id;
+    n.inputs.push_back(id);
+    n.inputTags.push_back(tag);
   }
   void setUid(int id, std::string uid) {
     for (const auto& n : plan_.nodes)
@@ -177,37 +210,11 @@ class StreamEnvironment {
   }
   JobArgs args_;
   Plan plan_;
-  std::vector<bool> consumed_;
+  std::set<std::pair<int, std::string>> consumed_;
   bool planOnly_ = false;  // last: plugins built against earlier headers see the same layout before it
 };
 
 namespace detail {
-
-/// Remembers the operator's name so exceptions from user code can name it, and marks
-/// the operator as active while its user code runs (for crash reports).
-class NamedOp : public Operator {
- public:
-  void open(OperatorContext& ctx) override {
-    name_ = ctx.operatorName();
-    slot_ = ctx.activeOperatorSlot();
-  }
-
- protected:
-  template <class F>
-  decltype(auto) invoke(F&& f) {
-    struct Mark {
-      std::atomic<const char*>* slot;
-      const char* previous;
-      Mark(std::atomic<const char*>* s, const char* name) : slot(s), previous(s ? s->exchange(name, std::memory_order_relaxed) : nullptr) {}
-      ~Mark() {
-        if (slot) slot->store(previous, std::memory_order_relaxed);
-      }
-    } mark(slot_, name_.c_str());
-    return callUser(name_, std::forward<F>(f));
-  }
-  std::string name_;
-  std::atomic<const char*>* slot_ = nullptr;
-};
 
 template <class In, class Out, class F>
 class MapOp : public NamedOp, public Collector<In> {
@@ -318,15 +325,23 @@ class ProcessOp : public NamedOp, public Collector<typename Fn::InputType> {
     for (StateBase* s : fn_->declaredStates())
       s->bind(ctx.keyedState(), Serializer<K>::id(), Serializer<K>::version());
     keyed_.emplace(ctx);
+    timerCtx_.emplace(ctx);
     invoke([&] { fn_->open(ctx); });
   }
   void collect(const In& v) override { invoke([&] { fn_->processElement(v, *keyed_, *down_); }); }
+  void onEventTime(int64_t time, std::string_view) override { fire(time, TimeDomain::kEventTime); }
+  void onProcessingTime(int64_t time, std::string_view) override { fire(time, TimeDomain::kProcessingTime); }
   void close() override { invoke([&] { fn_->close(); }); }
 
  private:
+  void fire(int64_t time, TimeDomain d) {
+    timerCtx_->setTimeDomain(d);
+    invoke([&] { fn_->onTimer(time, *timerCtx_, *down_); });
+  }
   std::unique_ptr<Fn> fn_;
   Collector<Out>* down_;
   std::optional<KeyedContext<K>> keyed_;
+  std::optional<OnTimerContext<K>> timerCtx_;
 };
 
 template <class T>
@@ -390,11 +405,12 @@ class SourceOp : public SourceOperator, public SourceOutput<T> {
 
 }  // namespace detail
 
-/// A stream of T produced by one plan node.
+/// A stream of T produced by one plan node (its main output, or one of its side outputs).
 template <class T>
 class DataStream {
  public:
-  DataStream(StreamEnvironment& env, int node) : env_(&env), node_(node) {}
+  using ElementType = T;
+  DataStream(StreamEnvironment& env, int node, std::string tag = {}) : env_(&env), node_(node), tag_(std::move(tag)) {}
 
   /// Sets the stable id of the operator that produces this stream.
   DataStream& uid(std::string id) {
@@ -428,21 +444,80 @@ class DataStream {
       return std::make_unique<detail::FilterOp<T, F>>(f, down);
     });
   }
-  /// Partitions by key: f(const T&) -> K; K and T need Serializers.
-  template <class F, class K = std::decay_t<std::invoke_result_t<F, const T&>>>
-  KeyedStream<K, T> keyBy(F f) {
-    env_->consume(node_);
+  /// An unkeyed ProcessFunction<T, Out>: any number of outputs per record, side outputs
+  /// (ctx.output(tag, v)). `factory` creates one instance per subtask.
+  template <class Fn>
+  DataStream<typename Fn::OutputType> process(
+      std::function<std::unique_ptr<Fn>()> factory = [] { return std::make_unique<Fn>(); }) {
+    static_assert(std::is_same_v<typename Fn::InputType, T>,
+                  "the process function's input type must be the stream's element type");
+    return chain<typename Fn::OutputType>("Process", [factory](void* down) -> std::unique_ptr<Operator> {
+      return std::make_unique<detail::ProcessFunctionOp<Fn>>(factory(), down);
+    });
+  }
+  /// Event timestamps and watermarks for the records of this stream (time.h). Place it
+  /// right after the source: watermarks from before it are replaced by its own.
+  DataStream<T> assignTimestampsAndWatermarks(WatermarkStrategy<T> strategy) {
+    PlanNode n;
+    n.kind = NodeKind::kOperator;
+    n.name = "Timestamps/Watermarks";
+    n.watermarkAssigner = true;
+    n.operatorState = true;
+    n.create = [strategy](void* down) -> std::unique_ptr<Operator> {
+      return std::make_unique<detail::TimestampsAndWatermarksOp<T>>(strategy, down);
+    };
+    return add<T>(std::move(n));
+  }
+  /// The side output `tag` of the operator that produces this stream.
+  template <class U>
+  DataStream<U> getSideOutput(const OutputTag<U>& tag) const {
+    if (!tag_.empty()) throw JobArgumentError("getSideOutput() is called on the operator's main stream, not on a side output");
+    return DataStream<U>(*env_, node_, tag.key());
+  }
+  /// The records of this stream and of `others` (all of type T) as one stream. (Flink's
+  /// union(); `union` is a C++ keyword.) Watermarks: the minimum over all inputs.
+  template <class... More>
+  DataStream<T> unionWith(const DataStream<T>& other, const More&... more) {
     PlanNode n;
     n.kind = NodeKind::kExchange;
-    n.name = "Key By";
-    n.input = node_;
-    n.keySerializer = Serializer<K>::id();
-    n.createSender = [f]() -> std::unique_ptr<Operator> {
-      return std::make_unique<detail::ExchangeSenderOp<T, K, F>>(f);
-    };
+    n.name = "Union";
+    n.keyedExchange = false;
+    n.createSender = [] { return std::unique_ptr<Operator>(new detail::RebalanceSenderOp<T>()); };
     n.create = [](void* down) -> std::unique_ptr<Operator> {
       return std::make_unique<detail::ExchangeReceiverOp<T>>(down);
     };
+    env_->attach(n, node_, tag_);
+    env_->attach(n, other.nodeId(), other.tag());
+    (env_->attach(n, more.nodeId(), more.tag()), ...);
+    return DataStream<T>(*env_, env_->addNode(std::move(n)));
+  }
+  /// Two streams of possibly different types into one CoProcessFunction.
+  template <class U>
+  ConnectedStreams<T, U> connect(const DataStream<U>& other);
+  /// Partitions by key: f(const T&) -> K; K and T need Serializers.
+  template <class F, class K = std::decay_t<std::invoke_result_t<F, const T&>>>
+  KeyedStream<K, T> keyBy(F f) {
+    auto sender = [f]() -> std::unique_ptr<Operator> { return std::make_unique<detail::ExchangeSenderOp<T, K, F>>(f); };
+    PlanNode& self = env_->node(node_);
+    if (tag_.empty() && self.kind == NodeKind::kExchange && !self.keyedExchange && self.name == "Union" &&
+        !env_->consumed(node_)) {
+      // keyBy right after unionWith: one keyed exchange from every input of the union, no
+      // extra hop.
+      self.name = "Key By";
+      self.keyedExchange = true;
+      self.keySerializer = Serializer<K>::id();
+      self.createSender = sender;
+      return KeyedStream<K, T>(*env_, node_);
+    }
+    PlanNode n;
+    n.kind = NodeKind::kExchange;
+    n.name = "Key By";
+    n.keySerializer = Serializer<K>::id();
+    n.createSender = sender;
+    n.create = [](void* down) -> std::unique_ptr<Operator> {
+      return std::make_unique<detail::ExchangeReceiverOp<T>>(down);
+    };
+    env_->attach(n, node_, tag_);
     return KeyedStream<K, T>(*env_, env_->addNode(std::move(n)));
   }
   /// Prints each record as a line to stdout; with parallelism > 1 prefixed by the
@@ -453,51 +528,96 @@ class DataStream {
   /// Calls f(const T&) for each record.
   template <class F>
   void addSink(F f, std::string name = "Custom Sink") {
-    env_->consume(node_);
     PlanNode n;
     n.kind = NodeKind::kSink;
     n.name = std::move(name);
-    n.input = node_;
     n.create = [f](void*) -> std::unique_ptr<Operator> {
       return std::make_unique<detail::FunctionSinkOp<T, F>>(f);
     };
-    env_->addNode(std::move(n));
+    add<T>(std::move(n));
   }
 
   StreamEnvironment& environment() const { return *env_; }
   int nodeId() const { return node_; }
+  /// The side output this stream is (OutputTag::key()), empty for a main output.
+  const std::string& tag() const { return tag_; }
+
+  /// Internal: appends `n` reading this stream.
+  template <class U>
+  DataStream<U> add(PlanNode n) {
+    env_->attach(n, node_, tag_);
+    return DataStream<U>(*env_, env_->addNode(std::move(n)));
+  }
 
  private:
   template <class U, class Factory>
   DataStream<U> chain(const char* name, Factory factory) {
-    env_->consume(node_);
     PlanNode n;
     n.kind = NodeKind::kOperator;
     n.name = name;
-    n.input = node_;
     n.create = std::move(factory);
-    return DataStream<U>(*env_, env_->addNode(std::move(n)));
+    return add<U>(std::move(n));
   }
   void sink(const char* name, std::optional<std::string> path) {
-    env_->consume(node_);
     PlanNode n;
     n.kind = NodeKind::kSink;
     n.name = name;
-    n.input = node_;
     n.create = [path](void*) -> std::unique_ptr<Operator> {
       return std::make_unique<detail::LineSinkOp<T>>(path);
     };
-    env_->addNode(std::move(n));
+    add<T>(std::move(n));
   }
 
   StreamEnvironment* env_;
   int node_;
+  std::string tag_;
 };
+
+namespace detail {
+/// Adds a keyed operator reading `inputs` (keyed exchanges) to the plan.
+template <class Factory>
+int addKeyedNode(StreamEnvironment& env, std::vector<int> inputs, const char* name,
+                 std::vector<StateDescriptorInfo> states, std::vector<SerializerTextForm> forms, bool timers,
+                 Factory f) {
+  PlanNode n;
+  n.kind = NodeKind::kOperator;
+  n.name = name;
+  for (int in : inputs) env.attach(n, in);
+  n.keyed = true;
+  n.timers = timers;
+  n.states = std::move(states);
+  n.textForms = std::move(forms);
+  n.create = std::move(f);
+  return env.addNode(std::move(n));
+}
+/// The states and text forms `Fn` (a StateOwner) declares, read from one instance.
+template <class K, class Fn>
+void declaredStatesOf(const std::function<std::unique_ptr<Fn>()>& factory, std::vector<StateDescriptorInfo>& states,
+                      std::vector<SerializerTextForm>& forms) {
+  textFormsOf<K>(forms);
+  auto proto = factory();
+  for (const StateBase* s : proto->declaredStates()) {
+    if (s->name().rfind("_timer_state/", 0) == 0)
+      throw JobArgumentError("state name '" + s->name() + "' is reserved for timers: give the state another name");
+    states.push_back(s->descriptor(Serializer<K>::id(), Serializer<K>::version()));
+    s->collectTextForms(forms);
+  }
+}
+}  // namespace detail
+
+template <class K, class T>
+class WindowedStream;
+template <class K, class A, class B>
+class KeyedConnectedStreams;
+template <class K, class A, class B>
+class IntervalJoin;
 
 /// A stream partitioned by key K. Keyed operations keep state per key.
 template <class K, class T>
 class KeyedStream {
  public:
+  using KeyType = K;
+  using ElementType = T;
   KeyedStream(StreamEnvironment& env, int node) : env_(&env), node_(node) {}
 
   /// Running reduce per key: emits f(accumulated, value) for every record.
@@ -520,9 +640,9 @@ class KeyedStream {
                           return std::make_unique<detail::ReduceOp<K, T, decltype(add)>>(add, down);
                         });
   }
-  /// A keyed process function; `factory` creates one instance per subtask (default:
-  /// Fn's default constructor). Fn's declared states are read from one instance at
-  /// plan time.
+  /// A keyed process function with keyed state and timers; `factory` creates one
+  /// instance per subtask (default: Fn's default constructor). Fn's declared states are
+  /// read from one instance at plan time.
   template <class Fn>
   DataStream<typename Fn::OutputType> process(
       std::function<std::unique_ptr<Fn>()> factory = [] { return std::make_unique<Fn>(); }) {
@@ -532,19 +652,28 @@ class KeyedStream {
                   "the process function's input type must be the stream's element type");
     std::vector<StateDescriptorInfo> states;
     std::vector<SerializerTextForm> forms;
-    textFormsOf<K>(forms);
-    {
-      auto proto = factory();
-      for (const StateBase* s : proto->declaredStates()) {
-        states.push_back(s->descriptor(Serializer<K>::id(), Serializer<K>::version()));
-        s->collectTextForms(forms);
-      }
-    }
-    return keyedNode<typename Fn::OutputType>(
-        "Keyed Process", std::move(states), std::move(forms), [factory](void* down) -> std::unique_ptr<Operator> {
-          return std::make_unique<detail::ProcessOp<Fn>>(factory(), down);
-        });
+    detail::declaredStatesOf<K>(factory, states, forms);
+    for (auto& t : detail::timerStates<K>("")) states.push_back(t);
+    detail::timerTextForms(forms, "", nullptr);
+    return DataStream<typename Fn::OutputType>(
+        *env_, detail::addKeyedNode(*env_, {node_}, "Keyed Process", std::move(states), std::move(forms), true,
+                                    [factory](void* down) -> std::unique_ptr<Operator> {
+                                      return std::make_unique<detail::ProcessOp<Fn>>(factory(), down);
+                                    }));
   }
+  /// Windows per key (windows.h); finish with reduce, aggregate or process.
+  WindowedStream<K, T> window(WindowAssigner assigner);
+  /// This keyed stream and `other` (keyed by the same key type) into a
+  /// KeyedCoProcessFunction that sees both with one keyed state and one set of timers.
+  template <class U>
+  KeyedConnectedStreams<K, T, U> connect(const KeyedStream<K, U>& other);
+  /// Joins each record with the records of `other` of the same key whose timestamps
+  /// are within [its timestamp + lower, its timestamp + upper] (between()). Event time.
+  template <class U>
+  IntervalJoin<K, T, U> intervalJoin(const KeyedStream<K, U>& other);
+
+  StreamEnvironment& environment() const { return *env_; }
+  int nodeId() const { return node_; }
 
  private:
   std::vector<StateDescriptorInfo> reduceStates() {
@@ -561,20 +690,268 @@ class KeyedStream {
   template <class U, class Factory>
   DataStream<U> keyedNode(const char* name, std::vector<StateDescriptorInfo> states,
                           std::vector<SerializerTextForm> forms, Factory f) {
-    env_->consume(node_);
-    PlanNode n;
-    n.kind = NodeKind::kOperator;
-    n.name = name;
-    n.input = node_;
-    n.keyed = true;
-    n.states = std::move(states);
-    n.textForms = std::move(forms);
-    n.create = std::move(f);
-    return DataStream<U>(*env_, env_->addNode(std::move(n)));
+    return DataStream<U>(*env_, detail::addKeyedNode(*env_, {node_}, name, std::move(states), std::move(forms), false,
+                                                     std::move(f)));
   }
   StreamEnvironment* env_;
   int node_;
 };
+
+/// A keyed stream cut into windows: set allowedLateness / sideOutputLateData, then
+/// finish with reduce, aggregate or process (one of them, once).
+template <class K, class T>
+class WindowedStream {
+ public:
+  WindowedStream(StreamEnvironment& env, int node, WindowAssigner a) : env_(&env), node_(node), assigner_(a) {}
+
+  /// Event time: a window keeps its contents until the watermark passes its end by
+  /// `lateness`; a record arriving in that time fires the window again. Default 0.
+  WindowedStream& allowedLateness(std::chrono::milliseconds lateness) {
+    if (lateness.count() < 0)
+      throw JobArgumentError("allowedLateness must not be negative, got " + std::to_string(lateness.count()) + " ms");
+    latenessMs_ = lateness.count();
+    return *this;
+  }
+  /// Records too late for every window they belong to go to `tag` instead of being
+  /// dropped (consume it with getSideOutput(tag) on the result).
+  WindowedStream& sideOutputLateData(const OutputTag<T>& tag) {
+    lateTag_ = tag.key();
+    return *this;
+  }
+
+  /// Incremental: f(const T& acc, const T& v) -> T; emits the window's result.
+  template <class F>
+  DataStream<T> reduce(F f) {
+    return reduceImpl<T>(f, [](const K&, const TimeWindow&, T&& v, OperatorContext&, Collector<T>& out) {
+      out.collect(v);
+    });
+  }
+  /// Incremental reduce, then `windowFn` (a ProcessWindowFunction<T, Out, K>) sees the
+  /// window and its one result.
+  template <class F, class WF>
+    requires std::is_base_of_v<ProcessWindowFunction<T, typename WF::OutputType, K>, WF>
+  DataStream<typename WF::OutputType> reduce(F f, WF windowFn) {
+    return reduceImpl<typename WF::OutputType>(f, processWith<T>(std::move(windowFn)));
+  }
+  /// Incremental with an AggregateFunction<T, Acc, Out>; emits getResult(acc).
+  template <class Agg>
+    requires std::is_base_of_v<
+        AggregateFunction<T, typename Agg::AccumulatorType, typename Agg::OutputType>, Agg>
+  DataStream<typename Agg::OutputType> aggregate(Agg agg) {
+    using Acc = typename Agg::AccumulatorType;
+    using Out = typename Agg::OutputType;
+    return aggregateImpl<Out>(agg, [agg](const K&, const TimeWindow&, Acc&& acc, OperatorContext&,
+                                         Collector<Out>& out) { out.collect(agg.getResult(acc)); });
+  }
+  /// Aggregate, then `windowFn` (a ProcessWindowFunction<Agg's Out, Out2, K>) sees the
+  /// window and getResult(acc).
+  template <class Agg, class WF>
+    requires std::is_base_of_v<ProcessWindowFunction<typename Agg::OutputType, typename WF::OutputType, K>, WF>
+  DataStream<typename WF::OutputType> aggregate(Agg agg, WF windowFn) {
+    using Acc = typename Agg::AccumulatorType;
+    using Out = typename WF::OutputType;
+    auto then = processWith<typename Agg::OutputType>(std::move(windowFn));
+    return aggregateImpl<Out>(agg, [agg, then](const K& k, const TimeWindow& w, Acc&& acc, OperatorContext& ctx,
+                                               Collector<Out>& out) mutable { then(k, w, agg.getResult(acc), ctx, out); });
+  }
+  /// All elements of a fired window at once: `fn` (a ProcessWindowFunction<T, Out, K>,
+  /// copied per subtask). The window keeps every element in state until it fires.
+  template <class WF>
+    requires std::is_base_of_v<ProcessWindowFunction<T, typename WF::OutputType, K>, WF>
+  DataStream<typename WF::OutputType> process(WF fn) {
+    using Out = typename WF::OutputType;
+    using Op = detail::WindowOp<K, T, T, Out, true>;
+    typename Op::Functions f;
+    f.fire = [fn](const K& k, const TimeWindow& w, std::vector<T>&& elements, OperatorContext& ctx,
+                  Collector<Out>& out) mutable {
+      typename WF::Context c(ctx, w);
+      fn.process(k, c, elements, out);
+    };
+    return finish<Op, Out>("Window(process)", std::move(f));
+  }
+
+ private:
+  /// A fire function calling `fn` with the window and one result.
+  template <class R, class WF>
+  static auto processWith(WF fn) {
+    return [fn](const K& k, const TimeWindow& w, R&& r, OperatorContext& ctx,
+                Collector<typename WF::OutputType>& out) mutable {
+      typename WF::Context c(ctx, w);
+      std::vector<R> one;
+      one.push_back(std::move(r));
+      fn.process(k, c, one, out);
+    };
+  }
+  template <class Out, class F, class Fire>
+  DataStream<Out> reduceImpl(F f, Fire fire) {
+    using Op = detail::WindowOp<K, T, T, Out, false>;
+    typename Op::Functions fs;
+    fs.fold = [f](std::optional<T>&& acc, const T& v) -> T { return acc ? T(f(*acc, v)) : v; };
+    fs.merge = [f](T a, const T& b) -> T { return f(a, b); };
+    fs.fire = std::move(fire);
+    return finish<Op, Out>("Window(reduce)", std::move(fs));
+  }
+  template <class Out, class Agg, class Fire>
+  DataStream<Out> aggregateImpl(Agg agg, Fire fire) {
+    using Acc = typename Agg::AccumulatorType;
+    using Op = detail::WindowOp<K, T, Acc, Out, false>;
+    typename Op::Functions fs;
+    fs.fold = [agg](std::optional<Acc>&& acc, const T& v) -> Acc {
+      return agg.add(v, acc ? std::move(*acc) : agg.createAccumulator());
+    };
+    fs.merge = [agg](Acc a, const Acc& b) -> Acc { return agg.merge(std::move(a), b); };
+    fs.fire = std::move(fire);
+    return finish<Op, Out>("Window(aggregate)", std::move(fs));
+  }
+
+  template <class Op, class Out>
+  DataStream<Out> finish(const char* name, typename Op::Functions f) {
+    if (finished_) throw JobArgumentError("a windowed stream is finished once (reduce, aggregate or process)");
+    finished_ = true;
+    typename Op::Options o{assigner_, latenessMs_, lateTag_};
+    int id = detail::addKeyedNode(*env_, {node_}, name, Op::states(assigner_), Op::textForms(assigner_), true,
+                                  [o, f](void* down) -> std::unique_ptr<Operator> { return std::make_unique<Op>(o, f, down); });
+    return DataStream<Out>(*env_, id);
+  }
+
+  StreamEnvironment* env_;
+  int node_;
+  WindowAssigner assigner_;
+  int64_t latenessMs_ = 0;
+  std::string lateTag_;
+  bool finished_ = false;
+};
+
+/// Two unkeyed streams for a CoProcessFunction (DataStream::connect).
+template <class A, class B>
+class ConnectedStreams {
+ public:
+  ConnectedStreams(StreamEnvironment& env, int first, int second) : env_(&env), first_(first), second_(second) {}
+  template <class Fn>
+  DataStream<typename Fn::OutputType> process(
+      std::function<std::unique_ptr<Fn>()> factory = [] { return std::make_unique<Fn>(); }) {
+    static_assert(std::is_same_v<typename Fn::Input1Type, A> && std::is_same_v<typename Fn::Input2Type, B>,
+                  "the CoProcessFunction's input types must be the connected streams' element types");
+    PlanNode n;
+    n.kind = NodeKind::kOperator;
+    n.name = "Co-Process";
+    env_->attach(n, first_);
+    env_->attach(n, second_);
+    n.create = [factory](void* down) -> std::unique_ptr<Operator> {
+      return std::make_unique<detail::CoProcessOp<Fn>>(factory(), down);
+    };
+    return DataStream<typename Fn::OutputType>(*env_, env_->addNode(std::move(n)));
+  }
+
+ private:
+  StreamEnvironment* env_;
+  int first_, second_;  // the unkeyed exchanges feeding the two inputs
+};
+
+/// Two keyed streams for a KeyedCoProcessFunction (KeyedStream::connect).
+template <class K, class A, class B>
+class KeyedConnectedStreams {
+ public:
+  KeyedConnectedStreams(StreamEnvironment& env, int first, int second) : env_(&env), first_(first), second_(second) {}
+  template <class Fn>
+  DataStream<typename Fn::OutputType> process(
+      std::function<std::unique_ptr<Fn>()> factory = [] { return std::make_unique<Fn>(); }) {
+    static_assert(std::is_same_v<typename Fn::KeyType, K>, "the function's key type must be the streams' key type");
+    static_assert(std::is_same_v<typename Fn::Input1Type, A> && std::is_same_v<typename Fn::Input2Type, B>,
+                  "the KeyedCoProcessFunction's input types must be the connected streams' element types");
+    std::vector<StateDescriptorInfo> states;
+    std::vector<SerializerTextForm> forms;
+    detail::declaredStatesOf<K>(factory, states, forms);
+    for (auto& t : detail::timerStates<K>("")) states.push_back(t);
+    detail::timerTextForms(forms, "", nullptr);
+    return DataStream<typename Fn::OutputType>(
+        *env_, detail::addKeyedNode(*env_, {first_, second_}, "Keyed Co-Process", std::move(states), std::move(forms),
+                                    true, [factory](void* down) -> std::unique_ptr<Operator> {
+                                      return std::make_unique<detail::KeyedCoProcessOp<Fn>>(factory(), down);
+                                    }));
+  }
+
+ private:
+  StreamEnvironment* env_;
+  int first_, second_;  // the keyed exchanges
+};
+
+/// KeyedStream::intervalJoin(other).between(lower, upper).process(fn).
+template <class K, class A, class B>
+class IntervalJoin {
+ public:
+  IntervalJoin(StreamEnvironment& env, int first, int second) : env_(&env), first_(first), second_(second) {}
+  /// A record of the first stream at t joins records of the second at [t + lower, t + upper].
+  IntervalJoin& between(std::chrono::milliseconds lower, std::chrono::milliseconds upper) {
+    if (lower > upper)
+      throw JobArgumentError("intervalJoin().between(lower, upper): lower (" + std::to_string(lower.count()) +
+                             " ms) must not be greater than upper (" + std::to_string(upper.count()) + " ms)");
+    lower_ = lower.count();
+    upper_ = upper.count();
+    bounded_ = true;
+    return *this;
+  }
+  /// `factory` creates one ProcessJoinFunction<A, B, Out> per subtask.
+  template <class Fn>
+  DataStream<typename Fn::OutputType> process(
+      std::function<std::unique_ptr<Fn>()> factory = [] { return std::make_unique<Fn>(); }) {
+    static_assert(std::is_same_v<typename Fn::Input1Type, A> && std::is_same_v<typename Fn::Input2Type, B>,
+                  "the ProcessJoinFunction's input types must be the joined streams' element types");
+    if (!bounded_) throw JobArgumentError("intervalJoin(): call between(lower, upper) before process()");
+    using Op = detail::IntervalJoinOp<K, Fn>;
+    int64_t lower = lower_, upper = upper_;
+    return DataStream<typename Fn::OutputType>(
+        *env_, detail::addKeyedNode(*env_, {first_, second_}, "Interval Join", Op::states(), Op::textForms(), true,
+                                    [factory, lower, upper](void* down) -> std::unique_ptr<Operator> {
+                                      return std::make_unique<Op>(lower, upper, factory(), down);
+                                    }));
+  }
+
+ private:
+  StreamEnvironment* env_;
+  int first_, second_;
+  int64_t lower_ = 0, upper_ = 0;
+  bool bounded_ = false;
+};
+
+template <class T>
+template <class U>
+ConnectedStreams<T, U> DataStream<T>::connect(const DataStream<U>& other) {
+  // Each input reaches the co-process function through an unkeyed exchange.
+  auto rebalance = [this](int node, const std::string& tag, auto type) {
+    using V = typename decltype(type)::type;
+    PlanNode n;
+    n.kind = NodeKind::kExchange;
+    n.name = "Rebalance";
+    n.keyedExchange = false;
+    n.createSender = [] { return std::unique_ptr<Operator>(new detail::RebalanceSenderOp<V>()); };
+    n.create = [](void* down) -> std::unique_ptr<Operator> {
+      return std::make_unique<detail::ExchangeReceiverOp<V>>(down);
+    };
+    env_->attach(n, node, tag);
+    return env_->addNode(std::move(n));
+  };
+  int a = rebalance(node_, tag_, std::type_identity<T>{});
+  int b = rebalance(other.nodeId(), other.tag(), std::type_identity<U>{});
+  return ConnectedStreams<T, U>(*env_, a, b);
+}
+
+template <class K, class T>
+WindowedStream<K, T> KeyedStream<K, T>::window(WindowAssigner assigner) {
+  return WindowedStream<K, T>(*env_, node_, assigner);
+}
+
+template <class K, class T>
+template <class U>
+KeyedConnectedStreams<K, T, U> KeyedStream<K, T>::connect(const KeyedStream<K, U>& other) {
+  return KeyedConnectedStreams<K, T, U>(*env_, node_, other.nodeId());
+}
+
+template <class K, class T>
+template <class U>
+IntervalJoin<K, T, U> KeyedStream<K, T>::intervalJoin(const KeyedStream<K, U>& other) {
+  return IntervalJoin<K, T, U>(*env_, node_, other.nodeId());
+}
 
 template <class T>
 DataStream<T> StreamEnvironment::addSource(std::function<std::unique_ptr<SourceFunction<T>>()> factory,

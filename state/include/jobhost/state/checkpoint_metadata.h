@@ -49,6 +49,9 @@ struct SnapshotStats {
   uint64_t asyncMicros = 0;
   uint64_t newBytes = 0;
   uint64_t totalBytes = 0;
+  /// The longest barrier alignment of any subtask (a task with several input channels
+  /// waits from the first barrier to the last).
+  uint64_t alignmentMicros = 0;
 };
 
 struct CheckpointMetadata {

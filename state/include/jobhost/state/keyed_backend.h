@@ -24,6 +24,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -117,6 +118,14 @@ class KeyedStateBackend : public KeyedStateAccess {
   virtual void notifyCheckpointComplete(uint64_t checkpointId) {}
   /// A checkpoint was aborted: nothing it uploaded may be reused. Nothing is deleted.
   virtual void notifyCheckpointAborted(uint64_t checkpointId) {}
+  /// Visits every entry of `state` in this backend's key groups, in an unspecified
+  /// order: (key group, key, user key — empty unless MapState —, value). For rebuilding
+  /// an index of keyed state after a restore (the timer queues); fn must not access
+  /// this backend's state.
+  virtual void forEachEntry(
+      int state,
+      const std::function<void(int keyGroup, std::string_view key, std::string_view userKey, std::string_view value)>&
+          fn) = 0;
   /// Number of key entries (for tests and metrics); may be approximate for rocksdb.
   virtual uint64_t approximateEntries() const = 0;
 };

@@ -1,0 +1,286 @@
+// jobhost/detail/window_operator.h — the keyed window operator (internal), after Flink's
+// WindowOperator with its default triggers (EventTimeTrigger, ProcessingTimeTrigger).
+//
+// State, per key: "window-contents", a MapState from the window to its contents — an
+// accumulator (reduce, aggregate) or the list of elements (process; appended without
+// reading) — and the timers "_timer_state/…" with the window as namespace: one at the
+// window's end (fire) and, with allowed lateness, one at end + lateness (clean up).
+// Session windows need no other state: a key's open windows are the keys of its
+// window-contents, and a new element's window merges with every one it overlaps.
+#pragma once
+
+#include "jobhost/version.h"  // first: stops a pre-C++20 build with one clear line
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "jobhost/detail/named_op.h"
+#include "jobhost/functions.h"
+#include "jobhost/serializer.h"
+#include "jobhost/serializer_text.h"
+#include "jobhost/time.h"
+#include "jobhost/windows.h"
+
+namespace jobhost::detail {
+
+inline constexpr char kWindowContentsState[] = "window-contents";
+
+/// Serializer id of a window as the namespace of state and timers: the assigner is part
+/// of it, "TimeWindow<TumblingEventTimeWindows(size=10000ms offset=0ms)>".
+inline std::string windowNamespaceId(const WindowAssigner& a) { return "TimeWindow<" + a.describe() + ">"; }
+
+/// `Stored` is what window-contents holds per window: Acc, or (kList) the elements.
+template <class K, class T, class Acc, class Out, bool kList>
+class WindowOp : public NamedOp, public Collector<T> {
+ public:
+  /// The contents as the window function sees them: the accumulator or the elements.
+  using Contents = std::conditional_t<kList, std::vector<T>, Acc>;
+  struct Functions {
+    /// Not kList: the accumulator after `v` (acc: none for the window's first element).
+    std::function<Acc(std::optional<Acc>&& acc, const T& v)> fold;
+    /// Not kList: two windows' accumulators into one (session windows).
+    std::function<Acc(Acc a, const Acc& b)> merge;
+    /// Emits the result of a fired window.
+    std::function<void(const K& key, const TimeWindow& w, Contents&& c, OperatorContext& ctx, Collector<Out>& out)> fire;
+  };
+  struct Options {
+    WindowAssigner assigner;
+    int64_t allowedLatenessMs = 0;
+    std::string lateTagKey;  // OutputTag<T>::key(), empty: late records are dropped
+  };
+
+  WindowOp(Options o, Functions f, void* down)
+      : o_(std::move(o)), f_(std::move(f)), down_(static_cast<Collector<Out>*>(down)) {}
+
+  /// The states the plan declares for this operator.
+  static std::vector<StateDescriptorInfo> states(const WindowAssigner& a) {
+    std::vector<StateDescriptorInfo> out;
+    StateDescriptorInfo d{kWindowContentsState, StateKind::kMap, Serializer<K>::id(), Serializer<K>::version(),
+                          windowNamespaceId(a), Serializer<TimeWindow>::version(), "", 0};
+    if constexpr (kList) {
+      d.valueSerializer = elementListId<T>();
+      d.valueSerializerVersion = Serializer<T>::version();
+    } else {
+      d.valueSerializer = Serializer<Acc>::id();
+      d.valueSerializerVersion = Serializer<Acc>::version();
+    }
+    out.push_back(d);
+    for (auto& t : timerStates<K>(windowNamespaceId(a))) out.push_back(t);
+    return out;
+  }
+  /// Their text forms (for `jobhost state dump`).
+  static std::vector<SerializerTextForm> textForms(const WindowAssigner& a) {
+    std::vector<SerializerTextForm> out;
+    textFormsOf<K>(out);
+    auto windowText = [](ByteReader& r, std::string& s) { appendText(s, Serializer<TimeWindow>::read(r)); };
+    out.push_back({windowNamespaceId(a), Serializer<TimeWindow>::version(), windowText});
+    timerTextForms(out, windowNamespaceId(a), windowText);
+    if constexpr (kList) {
+      textFormsOf<T>(out);
+      elementListTextForm<T>(out);
+    } else {
+      textFormsOf<Acc>(out);
+    }
+    return out;
+  }
+
+  void* input() override { return static_cast<Collector<T>*>(this); }
+  void open(OperatorContext& ctx) override {
+    NamedOp::open(ctx);
+    ctx_ = &ctx;
+    state_ = &ctx.keyedState();
+    timers_ = &ctx.timerService();
+    for (const auto& d : states(o_.assigner))
+      if (d.name == kWindowContentsState) contents_ = state_->registerState(d);
+  }
+
+  void collect(const T& v) override {
+    const bool eventTime = o_.assigner.isEventTime();
+    int64_t ts;
+    if (eventTime) {
+      ts = ctx_->currentTimestamp();
+      if (ts == kNoTimestamp)
+        throw UserCodeError(name_, "a record without an event timestamp reached an event-time window: assign "
+                                   "timestamps upstream with assignTimestampsAndWatermarks(...), or use a "
+                                   "processing-time window");
+    } else {
+      ts = timers_->currentProcessingTime();
+    }
+    bool skipped = true;
+    if (o_.assigner.isMerging()) {
+      skipped = !addToSession(TimeWindow{ts, saturatingAdd(ts, o_.assigner.gapMs())}, v);
+    } else {
+      for (const TimeWindow& w : o_.assigner.assignWindows(ts)) {
+        if (isWindowLate(w)) continue;
+        skipped = false;
+        encodeWindow(w);
+        add(v);
+        onElementTrigger(w);
+      }
+    }
+    if (skipped && eventTime && saturatingAdd(ts, o_.allowedLatenessMs) <= timers_->currentWatermark()) {
+      if (!o_.lateTagKey.empty()) {
+        if (void* c = lateOutput()) static_cast<Collector<T>*>(c)->collect(v);
+      }
+    }
+  }
+
+  void onEventTime(int64_t time, std::string_view ns) override {
+    if (o_.assigner.isEventTime()) onTimer(time, ns);
+  }
+  void onProcessingTime(int64_t time, std::string_view ns) override {
+    if (!o_.assigner.isEventTime()) onTimer(time, ns);
+  }
+
+ private:
+  int64_t cleanupTime(const TimeWindow& w) const {
+    return o_.assigner.isEventTime() ? saturatingAdd(w.maxTimestamp(), o_.allowedLatenessMs) : w.maxTimestamp();
+  }
+  bool isWindowLate(const TimeWindow& w) const {
+    return o_.assigner.isEventTime() && cleanupTime(w) <= timers_->currentWatermark();
+  }
+  void encodeWindow(const TimeWindow& w) { serializeInto(windowKey_, w); }
+  void registerTimer(const TimeWindow& w, int64_t time) {
+    encodeWindow(w);
+    if (o_.assigner.isEventTime()) timers_->registerEventTimeTimer(windowKey_, time);
+    else timers_->registerProcessingTimeTimer(windowKey_, time);
+  }
+  void deleteTimer(const TimeWindow& w, int64_t time) {
+    encodeWindow(w);
+    if (o_.assigner.isEventTime()) timers_->deleteEventTimeTimer(windowKey_, time);
+    else timers_->deleteProcessingTimeTimer(windowKey_, time);
+  }
+
+  /// Adds `v` to the window in windowKey_.
+  void add(const T& v) {
+    if constexpr (kList) {
+      serializeInto(scratch_, v);
+      element_.clear();
+      ByteWriter(element_).writeBytes(scratch_);
+      state_->mapAppend(contents_, windowKey_, element_);
+    } else {
+      std::optional<Acc> acc;
+      if (state_->mapGet(contents_, windowKey_, scratch_)) acc = deserialize<Acc>(scratch_);
+      Acc next = invoke([&] { return f_.fold(std::move(acc), v); });
+      serializeInto(scratch_, next);
+      state_->mapPut(contents_, windowKey_, scratch_);
+    }
+  }
+
+  /// The default trigger for a window `v` was just added to: fire now if the watermark
+  /// is already past it (a late record within the allowed lateness), else at its end;
+  /// and clean it up once it can get no more records.
+  void onElementTrigger(const TimeWindow& w) {
+    if (o_.assigner.isEventTime() && w.maxTimestamp() <= timers_->currentWatermark()) {
+      encodeWindow(w);
+      emitWindow(w);
+    } else {
+      registerTimer(w, w.maxTimestamp());
+    }
+    if (cleanupTime(w) != kMaxWatermark && cleanupTime(w) != w.maxTimestamp()) registerTimer(w, cleanupTime(w));
+  }
+
+  /// Session windows: merges `w` with every open window of the key it overlaps (the
+  /// merged window may overlap more), moves their contents and timers to the result, and
+  /// adds `v`. False if the resulting window is late (then nothing changes).
+  bool addToSession(TimeWindow w, const T& v) {
+    std::vector<TimeWindow> open;
+    state_->mapForEach(contents_, [&](std::string_view k, std::string_view) {
+      open.push_back(deserialize<TimeWindow>(k));
+      return true;
+    });
+    TimeWindow merged = w;
+    std::vector<TimeWindow> absorbed;
+    for (bool grew = true; grew;) {
+      grew = false;
+      for (auto it = open.begin(); it != open.end();) {
+        if (it->intersects(merged)) {
+          merged = merged.cover(*it);
+          absorbed.push_back(*it);
+          it = open.erase(it);
+          grew = true;
+        } else {
+          ++it;
+        }
+      }
+    }
+    if (isWindowLate(merged)) return false;
+    if (!(absorbed.size() == 1 && absorbed.front() == merged)) {
+      // Move every absorbed window's contents into the merged one, and drop its timers.
+      std::optional<std::string> combined;
+      for (const TimeWindow& a : absorbed) {
+        encodeWindow(a);
+        if (!state_->mapGet(contents_, windowKey_, scratch_)) continue;
+        state_->mapRemove(contents_, windowKey_);
+        deleteTimer(a, a.maxTimestamp());
+        if (cleanupTime(a) != a.maxTimestamp()) deleteTimer(a, cleanupTime(a));
+        if (!combined) {
+          combined = scratch_;
+        } else if constexpr (kList) {
+          combined->append(scratch_);
+        } else {
+          Acc m = invoke([&] { return f_.merge(deserialize<Acc>(*combined), deserialize<Acc>(scratch_)); });
+          serializeInto(*combined, m);
+        }
+      }
+      encodeWindow(merged);
+      if (combined) state_->mapPut(contents_, windowKey_, *combined);
+    }
+    encodeWindow(merged);
+    add(v);
+    onElementTrigger(merged);
+    return true;
+  }
+
+  void onTimer(int64_t time, std::string_view ns) {
+    TimeWindow w = deserialize<TimeWindow>(ns);
+    windowKey_.assign(ns.data(), ns.size());
+    if (time == w.maxTimestamp()) emitWindow(w);
+    if (time == cleanupTime(w)) {
+      encodeWindow(w);
+      state_->mapRemove(contents_, windowKey_);
+    }
+  }
+
+  /// Emits the result of the window in windowKey_, if it has contents.
+  void emitWindow(const TimeWindow& w) {
+    if (!state_->mapGet(contents_, windowKey_, scratch_)) return;
+    Contents c;
+    if constexpr (kList) {
+      ByteReader r(scratch_);
+      while (!r.atEnd()) c.push_back(deserialize<T>(r.readBytes()));
+    } else {
+      c = deserialize<Acc>(scratch_);
+    }
+    K key = deserialize<K>(ctx_->currentKey());
+    const int64_t before = ctx_->currentTimestamp();
+    ctx_->setCurrentTimestamp(w.maxTimestamp());
+    invoke([&] { f_.fire(key, w, std::move(c), *ctx_, *down_); });
+    ctx_->setCurrentTimestamp(before);
+  }
+
+  void* lateOutput() {
+    if (!lateLooked_) {
+      late_ = ctx_->sideOutput(o_.lateTagKey);
+      lateLooked_ = true;
+    }
+    return late_;
+  }
+
+  Options o_;
+  Functions f_;
+  Collector<Out>* down_;
+  OperatorContext* ctx_ = nullptr;
+  KeyedStateAccess* state_ = nullptr;
+  InternalTimerService* timers_ = nullptr;
+  int contents_ = -1;
+  std::string windowKey_, scratch_, element_;
+  void* late_ = nullptr;
+  bool lateLooked_ = false;
+};
+
+}  // namespace jobhost::detail

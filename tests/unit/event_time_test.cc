@@ -1,0 +1,1098 @@
+// Event time in whole executions (issue 14): windows, timers, side outputs, union,
+// connect, interval join, idleness, drain — and their state through checkpoints, restores,
+// rescaling and the canonical format. Each result is compared with a reference the test
+// computes on its own from the same input. Sources that must wait for the test are
+// scripted (they idle until a flag is set); a deadline only turns a hang into a failure.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "jobhost/jobhost.h"
+#include "jobhost/state/checkpoint_metadata.h"
+#include "jobhost/state/checkpoint_storage.h"
+#include "runtime/job_execution.h"
+#include "runtime/watermark_valve.h"
+
+namespace jobhost::host {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+constexpr auto kHang = 60s;
+
+using Event = std::tuple<int64_t, std::string, int64_t>;  // (timestamp, key, value)
+
+/// `n` events with timestamps i * step, shuffled by up to `jitter` ms, over `keys` keys.
+std::vector<Event> shuffledEvents(int n, int keys, int64_t step, int64_t jitter, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<Event> out;
+  for (int i = 0; i < n; ++i) {
+    int64_t ts = 1'000'000 + i * step + (jitter > 0 ? static_cast<int64_t>(rng() % (2 * jitter + 1)) - jitter : 0);
+    out.emplace_back(ts, "k" + std::to_string(rng() % static_cast<uint32_t>(keys)), static_cast<int64_t>(i % 7) + 1);
+  }
+  return out;
+}
+
+/// What the sinks collected, from every subtask.
+struct Collected {
+  std::mutex mu;
+  std::multiset<std::string> lines;
+  void add(const std::string& s) {
+    std::lock_guard lock(mu);
+    lines.insert(s);
+  }
+  std::multiset<std::string> get() {
+    std::lock_guard lock(mu);
+    return lines;
+  }
+  size_t size() {
+    std::lock_guard lock(mu);
+    return lines.size();
+  }
+};
+
+template <class T>
+void collectInto(DataStream<T> s, std::shared_ptr<Collected> c) {
+  s.addSink([c](const T& v) {
+    std::string line;
+    appendText(line, v);
+    c->add(line);
+  });
+}
+
+/// Flags a test sets for its sources, and what they emitted.
+struct Flags {
+  std::mutex mu;
+  std::set<std::string> set;
+  void raise(const std::string& f) {
+    std::lock_guard lock(mu);
+    set.insert(f);
+  }
+  bool up(const std::string& f) {
+    std::lock_guard lock(mu);
+    return set.count(f) > 0;
+  }
+};
+
+/// Emits events[from, to) in order, then (if `waitFor` is not empty) idles until that flag
+/// is up, then ends. Its position (the next index) is checkpointed.
+class EventSource : public SourceFunction<Event> {
+ public:
+  /// `paced`: 8 records per poll and 1 ms between polls (a checkpoint lands mid-input).
+  EventSource(std::shared_ptr<const std::vector<Event>> events, size_t to, std::shared_ptr<Flags> flags,
+              std::string waitFor, std::string emittedFlag, bool paced = false)
+      : events_(std::move(events)), to_(to), flags_(std::move(flags)), waitFor_(std::move(waitFor)),
+        emittedFlag_(std::move(emittedFlag)), paced_(paced) {}
+  PollStatus poll(SourceOutput<Event>& out) override {
+    for (int n = 0; n < (paced_ ? 8 : 64) && next_ < to_; ++n) out.emit((*events_)[next_++]);
+    if (next_ < to_) {
+      if (paced_) std::this_thread::sleep_for(1ms);
+      return PollStatus::kMore;
+    }
+    if (!emittedFlag_.empty()) flags_->raise(emittedFlag_);
+    if (waitFor_.empty() || flags_->up(waitFor_)) return PollStatus::kEnd;
+    std::this_thread::sleep_for(1ms);
+    return PollStatus::kIdle;
+  }
+  std::string snapshotPosition() override { return std::to_string(next_); }
+  void restorePosition(std::string_view p) override { next_ = std::stoull(std::string(p)); }
+
+ private:
+  std::shared_ptr<const std::vector<Event>> events_;
+  size_t next_ = 0, to_;
+  std::shared_ptr<Flags> flags_;
+  std::string waitFor_, emittedFlag_;
+  bool paced_;
+};
+
+DataStream<Event> eventSource(StreamEnvironment& env, std::shared_ptr<const std::vector<Event>> events, size_t to,
+                              std::shared_ptr<Flags> flags = std::make_shared<Flags>(), std::string waitFor = {},
+                              std::string emittedFlag = {}, const std::string& uid = "events",
+                              int64_t outOfOrderness = 1000, int64_t idleness = 0, bool paced = false) {
+  auto s = env.addSource<Event>(
+      [=] { return std::make_unique<EventSource>(events, to, flags, waitFor, emittedFlag, paced); }, "Event Source");
+  s.uid(uid);
+  auto strategy = WatermarkStrategy<Event>::forBoundedOutOfOrderness(std::chrono::milliseconds(outOfOrderness))
+                      .withTimestampAssigner([](const Event& e) { return std::get<0>(e); });
+  if (idleness > 0) strategy = strategy.withIdleness(std::chrono::milliseconds(idleness));
+  auto stamped = s.assignTimestampsAndWatermarks(strategy);
+  stamped.uid(uid + "-timestamps");
+  return stamped;
+}
+
+std::string keyOf(const Event& e) { return std::get<1>(e); }
+
+/// Counts and sums a window's events.
+struct CountAndSum : AggregateFunction<Event, std::pair<int64_t, int64_t>, std::pair<int64_t, int64_t>> {
+  std::pair<int64_t, int64_t> createAccumulator() const override { return {0, 0}; }
+  std::pair<int64_t, int64_t> add(const Event& e, std::pair<int64_t, int64_t> a) const override {
+    return {a.first + 1, a.second + std::get<2>(e)};
+  }
+  std::pair<int64_t, int64_t> getResult(const std::pair<int64_t, int64_t>& a) const override { return a; }
+  std::pair<int64_t, int64_t> merge(std::pair<int64_t, int64_t> a, const std::pair<int64_t, int64_t>& b) const override {
+    return {a.first + b.first, a.second + b.second};
+  }
+};
+
+using WindowResult = std::tuple<int64_t, int64_t, std::string, int64_t, int64_t>;  // (start, end, key, count, sum)
+
+struct WithWindow : ProcessWindowFunction<std::pair<int64_t, int64_t>, WindowResult, std::string> {
+  void process(const std::string& key, Context& ctx, const std::vector<std::pair<int64_t, int64_t>>& r,
+               Collector<WindowResult>& out) override {
+    out.collect({ctx.window().start, ctx.window().end, key, r.front().first, r.front().second});
+  }
+};
+
+std::string text(const WindowResult& r) {
+  std::string s;
+  appendText(s, r);
+  return s;
+}
+
+/// The reference: count and sum per (window, key) for windows of `size` sliding by `slide`.
+std::multiset<std::string> referenceWindows(const std::vector<Event>& events, int64_t size, int64_t slide) {
+  std::map<std::tuple<int64_t, std::string>, std::pair<int64_t, int64_t>> acc;
+  for (const auto& [ts, key, v] : events) {
+    int64_t last = ts - ((ts % slide) + slide) % slide;
+    for (int64_t start = last; start > ts - size; start -= slide) {
+      auto& a = acc[{start, key}];
+      ++a.first;
+      a.second += v;
+    }
+  }
+  std::multiset<std::string> out;
+  for (const auto& [k, a] : acc) out.insert(text({std::get<0>(k), std::get<0>(k) + size, std::get<1>(k), a.first, a.second}));
+  return out;
+}
+
+/// Sessions per key with gap `gap`: (start, end = last + gap, key, count, sum).
+std::multiset<std::string> referenceSessions(const std::vector<Event>& events, int64_t gap) {
+  std::map<std::string, std::vector<Event>> byKey;
+  for (const auto& e : events) byKey[std::get<1>(e)].push_back(e);
+  std::multiset<std::string> out;
+  for (auto& [key, es] : byKey) {
+    std::sort(es.begin(), es.end());
+    int64_t start = std::get<0>(es.front()), end = start + gap, count = 0, sum = 0;
+    for (const auto& [ts, k, v] : es) {
+      if (ts > end) {  // a gap of more than `gap`: [start, end) is over ([ts, ts+gap) does not touch it)
+        out.insert(text({start, end, key, count, sum}));
+        start = ts;
+        count = sum = 0;
+      }
+      end = std::max(end, ts + gap);
+      ++count;
+      sum += v;
+    }
+    out.insert(text({start, end, key, count, sum}));
+  }
+  return out;
+}
+
+class RecordingListener : public CheckpointListener {
+ public:
+  void acknowledge(uint64_t id, TaskSnapshot snapshot) override {
+    std::lock_guard lock(mu_);
+    acks_[id].push_back(std::move(snapshot));
+    cv_.notify_all();
+  }
+  void decline(uint64_t id, const state::Status& reason) override {
+    std::lock_guard lock(mu_);
+    declines_[id].push_back(reason.toString());
+    cv_.notify_all();
+  }
+  bool waitAcks(uint64_t id, size_t n) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, kHang, [&] { return acks_[id].size() >= n || !declines_[id].empty(); }) &&
+           acks_[id].size() >= n;
+  }
+  std::vector<TaskSnapshot> acks(uint64_t id) {
+    std::lock_guard lock(mu_);
+    return acks_[id];
+  }
+  std::string declines(uint64_t id) {
+    std::lock_guard lock(mu_);
+    std::string all;
+    for (const auto& d : declines_[id]) all += d + "; ";
+    return all;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<uint64_t, std::vector<TaskSnapshot>> acks_;
+  std::map<uint64_t, std::vector<std::string>> declines_;
+};
+
+bool waitUntil(const std::function<bool()>& done) {
+  auto deadline = std::chrono::steady_clock::now() + kHang;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(2ms);
+  }
+  return true;
+}
+
+struct BackendCase {
+  state::BackendType backend;
+  int parallelism;
+};
+
+void PrintTo(const BackendCase& c, std::ostream* os) {
+  *os << state::backendTypeName(c.backend) << " p=" << c.parallelism;
+}
+
+std::string caseName(const ::testing::TestParamInfo<BackendCase>& p) {
+  return std::string(state::backendTypeName(p.param.backend)) + "_p" + std::to_string(p.param.parallelism);
+}
+
+class EventTimeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    static std::atomic<int> runs{0};
+    root_ = fs::temp_directory_path() / ("jobhost-event-time-test-" + std::to_string(::getpid()) + "-" +
+                                         std::to_string(++runs));
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+    auto s = state::openStorage((root_ / "checkpoints").string());
+    ASSERT_TRUE(s.ok()) << s.status();
+    storage_ = std::move(*s);
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(root_, ec);
+  }
+  ExecutionConfig config(int parallelism, state::BackendType backend, int64_t watermarkIntervalMs = 10) {
+    ExecutionConfig c;
+    c.parallelism = parallelism;
+    c.backend = backend;
+    c.localStateDir = (root_ / ("local-" + std::to_string(++attempts_))).string();
+    c.autoWatermarkIntervalMs = watermarkIntervalMs;
+    return c;
+  }
+  /// Runs `plan` to its end.
+  void runToEnd(Plan plan, ExecutionConfig c, const state::CheckpointMetadata* restore = nullptr) {
+    JobExecution exec(std::move(plan), c, &listener_);
+    RestoreSource rs{restore, storage_.get(), false};
+    state::Status s = exec.prepare(restore ? &rs : nullptr);
+    ASSERT_TRUE(s.ok()) << s;
+    exec.start();
+    ExecutionResult r = exec.wait();
+    ASSERT_EQ(r.kind, ExecutionResult::kFinished) << r.message << " in " << r.operatorName;
+  }
+  CheckpointTarget target(uint64_t id, state::SnapshotFormat format = state::SnapshotFormat::kNative) {
+    CheckpointTarget t;
+    t.checkpointId = id;
+    t.storage = storage_;
+    t.format = format;
+    t.exclusiveDir = "chk-" + std::to_string(id);
+    t.sharedDir = format == state::SnapshotFormat::kCanonical ? "" : "shared";
+    return t;
+  }
+  /// The checkpoint's metadata as the coordinator writes it.
+  state::CheckpointMetadata metadataOf(const JobExecution& exec, const std::vector<TaskSnapshot>& acks, uint64_t id,
+                                       const ExecutionConfig& c) {
+    state::CheckpointMetadata m;
+    m.checkpointId = id;
+    m.parallelism = c.parallelism;
+    m.maxParallelism = c.maxParallelism;
+    m.backend = state::backendTypeName(c.backend);
+    for (const auto& info : exec.operators()) {
+      state::OperatorSnapshot op;
+      op.uid = info.uid;
+      op.name = info.name;
+      op.parallelism = info.parallelism;
+      op.keyed = info.keyed;
+      op.states = info.states;
+      m.operators.push_back(op);
+    }
+    for (const auto& ack : acks) {
+      for (const auto& [uid, sub] : ack.operators)
+        for (auto& op : m.operators)
+          if (op.uid == uid) op.subtasks.push_back(sub);
+      for (const auto& [uid, states] : ack.states)
+        for (auto& op : m.operators)
+          if (op.uid == uid)
+            for (const auto& d : states)
+              if (std::none_of(op.states.begin(), op.states.end(), [&](const auto& h) { return h.name == d.name; }))
+                op.states.push_back(d);
+    }
+    return m;
+  }
+  /// Runs `plan` until `ready()`, takes checkpoint `id`, cancels; returns its metadata.
+  state::CheckpointMetadata runAndCheckpoint(Plan plan, ExecutionConfig c, const std::function<bool()>& ready,
+                                             uint64_t id, state::SnapshotFormat format = state::SnapshotFormat::kNative,
+                                             const state::CheckpointMetadata* restore = nullptr) {
+    JobExecution exec(std::move(plan), c, &listener_);
+    RestoreSource rs{restore, storage_.get(), false};
+    state::Status s = exec.prepare(restore ? &rs : nullptr);
+    EXPECT_TRUE(s.ok()) << s;
+    exec.start();
+    EXPECT_TRUE(waitUntil(ready));
+    EXPECT_TRUE(exec.triggerCheckpoint(target(id, format)));
+    EXPECT_TRUE(listener_.waitAcks(id, static_cast<size_t>(exec.taskCount()))) << listener_.declines(id);
+    auto m = metadataOf(exec, listener_.acks(id), id, c);
+    exec.cancel();
+    exec.wait();
+    return m;
+  }
+
+  fs::path root_;
+  std::shared_ptr<state::CheckpointStorage> storage_;
+  RecordingListener listener_;
+  int attempts_ = 0;
+};
+
+class WindowCases : public EventTimeTest, public ::testing::WithParamInterface<BackendCase> {};
+
+// ---------------------------------------------------------------------------------------
+// The input watermark of a task
+
+TEST(WatermarkValveTest, TheInputWatermarkIsTheMinimumOverLiveChannelsAndNeverGoesBack) {
+  WatermarkValve v(3);
+  EXPECT_EQ(v.onWatermark(0, 100), std::nullopt);  // channels 1 and 2 know nothing yet
+  EXPECT_EQ(v.onWatermark(1, 50), std::nullopt);
+  EXPECT_EQ(v.onWatermark(2, 70), std::optional<int64_t>(50));
+  EXPECT_EQ(v.onWatermark(1, 40), std::nullopt) << "a channel's watermark only advances";
+  EXPECT_EQ(v.onWatermark(1, 90), std::optional<int64_t>(70));
+  EXPECT_EQ(v.onEnd(2), std::optional<int64_t>(90)) << "an ended channel counts as the end of time";
+  EXPECT_EQ(v.onEnd(0), std::nullopt);
+  EXPECT_EQ(v.onEnd(1), std::optional<int64_t>(kMaxWatermark));
+}
+
+TEST(WatermarkValveTest, IdleChannelsAreLeftOutUntilTheyDeliverAgainAndAllIdleMeansIdle) {
+  WatermarkValve v(2);
+  v.onWatermark(0, 10);
+  EXPECT_EQ(v.onStatus(1, true), std::optional<int64_t>(10)) << "only channel 0 counts";
+  EXPECT_FALSE(v.idle());
+  EXPECT_EQ(v.onWatermark(0, 20), std::optional<int64_t>(20));
+  EXPECT_EQ(v.onWatermark(1, 5), std::nullopt) << "active again, behind: the input watermark stays";
+  EXPECT_EQ(v.onWatermark(0, 30), std::nullopt) << "channel 1 holds it at 20 now";
+  EXPECT_EQ(v.onWatermark(1, 25), std::optional<int64_t>(25));
+  v.onStatus(0, true);
+  v.onStatus(1, true);
+  EXPECT_TRUE(v.idle());
+  EXPECT_EQ(v.onEnd(0), std::nullopt) << "an ended channel does not make an idle input active";
+  EXPECT_TRUE(v.idle());
+  EXPECT_EQ(v.onEnd(1), std::optional<int64_t>(kMaxWatermark));
+  EXPECT_FALSE(v.idle());
+}
+
+// ---------------------------------------------------------------------------------------
+// Windows against references
+
+TEST_P(WindowCases, TumblingWindowsOverShuffledInputEqualAReference) {
+  auto events = std::make_shared<const std::vector<Event>>(shuffledEvents(4000, 13, 7, 400, 1));
+  auto out = std::make_shared<Collected>();
+  StreamEnvironment env;
+  auto w = eventSource(env, events, events->size())
+               .keyBy(keyOf)
+               .window(TumblingEventTimeWindows::of(1000ms))
+               .aggregate(CountAndSum{}, WithWindow{});
+  w.uid("windows");
+  collectInto(w, out);
+  runToEnd(env.takePlan(), config(GetParam().parallelism, GetParam().backend));
+  EXPECT_EQ(out->get(), referenceWindows(*events, 1000, 1000));
+}
+
+TEST_P(WindowCases, SlidingWindowsEqualAReference) {
+  auto events = std::make_shared<const std::vector<Event>>(shuffledEvents(3000, 7, 5, 300, 2));
+  auto out = std::make_shared<Collected>();
+  StreamEnvironment env;
+  auto w = eventSource(env, events, events->size())
+               .keyBy(keyOf)
+               .window(SlidingEventTimeWindows::of(900ms, 300ms))
+               .aggregate(CountAndSum{}, WithWindow{});
+  w.uid("sliding");
+  collectInto(w, out);
+  runToEnd(env.takePlan(), config(GetParam().parallelism, GetParam().backend));
+  EXPECT_EQ(out->get(), referenceWindows(*events, 900, 300));
+}
+
+TEST_P(WindowCases, SessionWindowsMergeOutOfOrderRecordsIntoTheReferenceSessions) {
+  // Bursts per key with pauses: records of one session arrive out of order, so windows
+  // created apart merge later.
+  std::vector<Event> es;
+  std::mt19937 rng(3);
+  for (int k = 0; k < 6; ++k) {
+    int64_t t = 1'000'000 + k * 37;
+    for (int burst = 0; burst < 8; ++burst) {
+      for (int i = 0; i < 12; ++i) es.emplace_back(t + static_cast<int64_t>(rng() % 400), "s" + std::to_string(k), i + 1);
+      t += 400 + 150 + static_cast<int64_t>(rng() % 900);  // sometimes closer than the gap, sometimes not
+    }
+  }
+  std::sort(es.begin(), es.end());
+  for (size_t i = 0; i + 1 < es.size(); i += 2)
+    if (rng() % 3 == 0) std::swap(es[i], es[i + 1]);  // out of order by up to a few records
+  auto events = std::make_shared<const std::vector<Event>>(es);
+  auto out = std::make_shared<Collected>();
+  StreamEnvironment env;
+  auto w = eventSource(env, events, events->size(), std::make_shared<Flags>(), {}, {}, "events", 2000)
+               .keyBy(keyOf)
+               .window(EventTimeSessionWindows::withGap(300ms))
+               .aggregate(CountAndSum{}, WithWindow{});
+  w.uid("sessions");
+  collectInto(w, out);
+  runToEnd(env.takePlan(), config(GetParam().parallelism, GetParam().backend));
+  EXPECT_EQ(out->get(), referenceSessions(*events, 300));
+}
+
+TEST_P(WindowCases, AProcessWindowFunctionSeesEveryElementOfItsWindow) {
+  auto events = std::make_shared<const std::vector<Event>>(shuffledEvents(2000, 5, 9, 200, 4));
+  auto out = std::make_shared<Collected>();
+  struct AllValues : ProcessWindowFunction<Event, std::string, std::string> {
+    void process(const std::string& key, Context& ctx, const std::vector<Event>& es, Collector<std::string>& out) override {
+      std::vector<int64_t> ts;
+      for (const auto& e : es) ts.push_back(std::get<0>(e));
+      std::sort(ts.begin(), ts.end());
+      std::string s = key + "@" + std::to_string(ctx.window().start) + ":";
+      for (int64_t t : ts) s += " " + std::to_string(t);
+      out.collect(s);
+    }
+  };
+  StreamEnvironment env;
+  auto w = eventSource(env, events, events->size()).keyBy(keyOf).window(TumblingEventTimeWindows::of(500ms)).process(AllValues{});
+  w.uid("all-values");
+  collectInto(w, out);
+  runToEnd(env.takePlan(), config(GetParam().parallelism, GetParam().backend));
+  std::map<std::pair<std::string, int64_t>, std::vector<int64_t>> ref;
+  for (const auto& [ts, key, v] : *events) ref[{key, ts - ts % 500}].push_back(ts);
+  std::multiset<std::string> expected;
+  for (auto& [k, ts] : ref) {
+    std::sort(ts.begin(), ts.end());
+    std::string s = k.first + "@" + std::to_string(k.second) + ":";
+    for (int64_t t : ts) s += " " + std::to_string(t);
+    expected.insert(s);
+  }
+  EXPECT_EQ(out->get(), expected);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, WindowCases,
+                         ::testing::Values(BackendCase{state::BackendType::kHashMap, 1},
+                                           BackendCase{state::BackendType::kHashMap, 2},
+                                           BackendCase{state::BackendType::kRocksDb, 1},
+                                           BackendCase{state::BackendType::kRocksDb, 2}),
+                         caseName);
+
+// ---------------------------------------------------------------------------------------
+// Late data
+
+TEST_F(EventTimeTest, ARecordBehindTheWatermarkGoesToTheLateSideOutputNotIntoItsWindow) {
+  // 10 records in [0, 1000), then one at 5000 (the watermark passes 1000 with no
+  // out-of-orderness), then — once window [0, 1000) has fired — a record at 500.
+  std::vector<Event> es;
+  for (int i = 0; i < 10; ++i) es.emplace_back(1'000'000 + i * 10, "a", 1);
+  es.emplace_back(1'005'000, "a", 1);
+  es.emplace_back(1'000'500, "a", 100);  // late
+  auto events = std::make_shared<const std::vector<Event>>(es);
+  auto flags = std::make_shared<Flags>();
+  auto out = std::make_shared<Collected>();
+  auto late = std::make_shared<Collected>();
+  const OutputTag<Event> lateTag("late");
+  StreamEnvironment env;
+  // Two sources in sequence would not be ordered; one source with a pause instead.
+  class PausingSource : public SourceFunction<Event> {
+   public:
+    PausingSource(std::shared_ptr<const std::vector<Event>> e, std::shared_ptr<Flags> f) : e_(std::move(e)), f_(std::move(f)) {}
+    PollStatus poll(SourceOutput<Event>& out) override {
+      if (next_ < 11) {
+        out.emit((*e_)[next_++]);
+        return PollStatus::kMore;
+      }
+      if (next_ == 11) {
+        if (!f_->up("fired")) {
+          std::this_thread::sleep_for(1ms);
+          return PollStatus::kIdle;
+        }
+        out.emit((*e_)[next_++]);
+        return PollStatus::kMore;
+      }
+      return PollStatus::kEnd;
+    }
+
+   private:
+    std::shared_ptr<const std::vector<Event>> e_;
+    std::shared_ptr<Flags> f_;
+    size_t next_ = 0;
+  };
+  auto src = env.addSource<Event>([=] { return std::make_unique<PausingSource>(events, flags); }, "Pausing");
+  src.uid("src");
+  auto windowed = src.assignTimestampsAndWatermarks(WatermarkStrategy<Event>::forMonotonousTimestamps().withTimestampAssigner(
+                                                        [](const Event& e) { return std::get<0>(e); }))
+                      .keyBy(keyOf)
+                      .window(TumblingEventTimeWindows::of(1000ms))
+                      .sideOutputLateData(lateTag)
+                      .aggregate(CountAndSum{}, WithWindow{});
+  windowed.uid("w");
+  collectInto(windowed.getSideOutput(lateTag).map([](const Event& e) { return std::get<0>(e); }), late);
+  windowed.addSink([out, flags](const WindowResult& r) {
+    out->add(text(r));
+    flags->raise("fired");
+  });
+  runToEnd(env.takePlan(), config(2, state::BackendType::kHashMap));
+  EXPECT_EQ(out->get(), (std::multiset<std::string>{text({1'000'000, 1'001'000, "a", 10, 10}),
+                                                     text({1'005'000, 1'006'000, "a", 1, 1})}));
+  EXPECT_EQ(late->get(), (std::multiset<std::string>{"1000500"}));
+}
+
+TEST_F(EventTimeTest, WithAllowedLatenessALateRecordFiresItsWindowAgainWithTheUpdatedResult) {
+  std::vector<Event> es;
+  for (int i = 0; i < 3; ++i) es.emplace_back(1'000'000 + i, "a", 1);
+  es.emplace_back(1'001'500, "a", 1);  // watermark 1001499: [1000000, 1001000) fires
+  es.emplace_back(1'000'100, "a", 5);  // late, but within 1 s of lateness: fires again
+  es.emplace_back(1'003'000, "a", 1);  // watermark passes end + lateness: cleaned up
+  es.emplace_back(1'000'200, "a", 7);  // too late: side output
+  auto events = std::make_shared<const std::vector<Event>>(es);
+  auto out = std::make_shared<Collected>();
+  auto late = std::make_shared<Collected>();
+  const OutputTag<Event> lateTag("too-late");
+  // One record per poll and a watermark after each: the test controls the order exactly
+  // with a source that emits a record only after the previous one's watermark went out.
+  class OnePerWatermark : public SourceFunction<Event> {
+   public:
+    explicit OnePerWatermark(std::shared_ptr<const std::vector<Event>> e) : e_(std::move(e)) {}
+    PollStatus poll(SourceOutput<Event>& out) override {
+      if (next_ >= e_->size()) return PollStatus::kEnd;
+      auto now = std::chrono::steady_clock::now();
+      if (now < nextAt_) {
+        std::this_thread::sleep_for(1ms);
+        return PollStatus::kIdle;
+      }
+      out.emit((*e_)[next_++]);
+      nextAt_ = now + 60ms;  // several watermark intervals (10 ms) between records
+      return PollStatus::kMore;
+    }
+
+   private:
+    std::shared_ptr<const std::vector<Event>> e_;
+    size_t next_ = 0;
+    std::chrono::steady_clock::time_point nextAt_{};
+  };
+  StreamEnvironment env;
+  auto src = env.addSource<Event>([=] { return std::make_unique<OnePerWatermark>(events); }, "Paced");
+  src.uid("src");
+  auto w = src.assignTimestampsAndWatermarks(WatermarkStrategy<Event>::forMonotonousTimestamps().withTimestampAssigner(
+                                                 [](const Event& e) { return std::get<0>(e); }))
+               .keyBy(keyOf)
+               .window(TumblingEventTimeWindows::of(1000ms))
+               .allowedLateness(1000ms)
+               .sideOutputLateData(lateTag)
+               .aggregate(CountAndSum{}, WithWindow{});
+  w.uid("w");
+  collectInto(w, out);
+  collectInto(w.getSideOutput(lateTag).map([](const Event& e) { return std::get<0>(e); }), late);
+  runToEnd(env.takePlan(), config(1, state::BackendType::kRocksDb));
+  EXPECT_EQ(out->get(), (std::multiset<std::string>{text({1'000'000, 1'001'000, "a", 3, 3}),
+                                                     text({1'000'000, 1'001'000, "a", 4, 8}),
+                                                     text({1'001'000, 1'002'000, "a", 1, 1}),
+                                                     text({1'003'000, 1'004'000, "a", 1, 1})}));
+  EXPECT_EQ(late->get(), (std::multiset<std::string>{"1000200"}));
+}
+
+// ---------------------------------------------------------------------------------------
+// Timers
+
+/// Counts each key's records per second in state and registers an event-time timer at
+/// the end of the second; the timer emits "key@time:count" and drops that second's count.
+struct TimerCounter : KeyedProcessFunction<std::string, Event, std::string> {
+  MapState<int64_t, int64_t> perSecond{*this, "per-second"};
+  void processElement(const Event& e, Context& ctx, Collector<std::string>&) override {
+    const int64_t end = std::get<0>(e) - std::get<0>(e) % 1000 + 999;
+    perSecond.put(end, perSecond.get(end).value_or(0) + 1);
+    ctx.timerService().registerEventTimeTimer(end);
+  }
+  void onTimer(int64_t ts, OnTimerContext& ctx, Collector<std::string>& out) override {
+    EXPECT_EQ(ctx.timeDomain(), TimeDomain::kEventTime);
+    EXPECT_EQ(ctx.timestamp(), ts);
+    out.collect(ctx.currentKey() + "@" + std::to_string(ts) + ":" + std::to_string(perSecond.get(ts).value_or(-1)));
+    perSecond.remove(ts);
+  }
+};
+
+TEST_P(WindowCases, EventTimeTimersFireOncePerKeyAndTimeWithTheStateOfTheirKey) {
+  // Timers at the end of each second per key: as a tumbling window count (one timer per
+  // (key, time) however many records register it).
+  auto events = std::make_shared<const std::vector<Event>>(shuffledEvents(3000, 9, 3, 300, 5));
+  auto out = std::make_shared<Collected>();
+  StreamEnvironment env;
+  auto t = eventSource(env, events, events->size()).keyBy(keyOf).process<TimerCounter>();
+  t.uid("timers");
+  collectInto(t, out);
+  runToEnd(env.takePlan(), config(GetParam().parallelism, GetParam().backend));
+  std::map<std::pair<std::string, int64_t>, int64_t> ref;
+  for (const auto& [ts, key, v] : *events) ++ref[{key, ts - ts % 1000 + 999}];
+  std::multiset<std::string> expected;
+  for (const auto& [k, n] : ref) expected.insert(k.first + "@" + std::to_string(k.second) + ":" + std::to_string(n));
+  EXPECT_EQ(out->get(), expected);
+}
+
+/// A processing-time timer 2 s after each key's first record; the timer emits the key.
+struct ProcessingTimeTimer : KeyedProcessFunction<std::string, Event, std::string> {
+  ValueState<bool> armed{*this, "armed"};
+  void processElement(const Event&, Context& ctx, Collector<std::string>&) override {
+    if (armed.value()) return;
+    armed.update(true);
+    ctx.timerService().registerProcessingTimeTimer(ctx.timerService().currentProcessingTime() + 2000);
+  }
+  void onTimer(int64_t, OnTimerContext& ctx, Collector<std::string>& out) override {
+    EXPECT_EQ(ctx.timeDomain(), TimeDomain::kProcessingTime);
+    EXPECT_FALSE(ctx.timestamp().has_value());
+    out.collect("fired " + ctx.currentKey());
+  }
+};
+
+TEST_P(WindowCases, ProcessingTimeTimersDueWhileTheJobWasDownFireRightAfterTheRestore) {
+  auto events = std::make_shared<const std::vector<Event>>(shuffledEvents(200, 11, 1, 0, 6));
+  std::set<std::string> keys;
+  for (const auto& e : *events) keys.insert(std::get<1>(e));
+  auto flags = std::make_shared<Flags>();
+  auto first = std::make_shared<Collected>(), out = std::make_shared<Collected>();
+  auto plan = [&](bool restore) {
+    StreamEnvironment env;
+    auto t = eventSource(env, events, events->size(), flags, restore ? "done" : "never", restore ? "" : "emitted")
+                 .keyBy(keyOf)
+                 .process<ProcessingTimeTimer>();
+    t.uid("proc-timers");
+    collectInto(t, restore ? out : first);
+    return env.takePlan();
+  };
+  // Checkpoint at once after the records, long before the timers are due; cancel; down
+  // until they are.
+  auto m = runAndCheckpoint(plan(false), config(GetParam().parallelism, GetParam().backend),
+                            [&] { return flags->up("emitted"); }, 1);
+  std::this_thread::sleep_for(2100ms);
+  // Restored at another parallelism: every key's timer fires (its due time has passed).
+  JobExecution exec(plan(true), config(GetParam().parallelism == 1 ? 3 : 1, GetParam().backend), &listener_);
+  RestoreSource rs{&m, storage_.get(), false};
+  ASSERT_TRUE(exec.prepare(&rs).ok());
+  auto started = std::chrono::steady_clock::now();
+  exec.start();
+  EXPECT_TRUE(waitUntil([&] { return out->size() >= keys.size(); })) << out->size() << " of " << keys.size();
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 5s) << "fired right after the restore";
+  flags->raise("done");
+  EXPECT_EQ(exec.wait().kind, ExecutionResult::kFinished);
+  std::multiset<std::string> expected;
+  for (const auto& k : keys) expected.insert("fired " + k);
+  EXPECT_EQ(out->get(), expected);
+}
+
+// ---------------------------------------------------------------------------------------
+// Checkpoints, restores, rescaling
+
+struct RescaleCase {
+  state::BackendType before, after;
+  int from, to;
+  state::SnapshotFormat format;
+};
+
+void PrintTo(const RescaleCase& c, std::ostream* os) {
+  *os << state::backendTypeName(c.before) << " p=" << c.from << " -> " << state::backendTypeName(c.after)
+      << " p=" << c.to << (c.format == state::SnapshotFormat::kCanonical ? " (canonical)" : "");
+}
+
+class RescaleCases : public EventTimeTest, public ::testing::WithParamInterface<RescaleCase> {};
+
+std::string rescaleName(const ::testing::TestParamInfo<RescaleCase>& p) {
+  return std::string(state::backendTypeName(p.param.before)) + "_to_" + state::backendTypeName(p.param.after) + "_p" +
+         std::to_string(p.param.from) + "_to_p" + std::to_string(p.param.to) +
+         (p.param.format == state::SnapshotFormat::kCanonical ? "_canonical" : "");
+}
+
+TEST_P(RescaleCases, WindowsAndTimersPendingAtACheckpointFireAfterTheRestoreWithTheirFullContents) {
+  // Half the input, a checkpoint with every window and timer pending (no watermark yet),
+  // then the rest after a restore at another parallelism (and maybe backend): every
+  // window's result is the reference's, once.
+  const RescaleCase& c = GetParam();
+  auto events = std::make_shared<const std::vector<Event>>(shuffledEvents(3000, 17, 5, 300, 7));
+  const size_t half = events->size() / 2;
+  auto flags = std::make_shared<Flags>();
+  auto out = std::make_shared<Collected>();
+  auto plan = [&](bool second) {
+    StreamEnvironment env;
+    auto keyed = eventSource(env, events, second ? events->size() : half, flags, second ? "" : "never",
+                             second ? "" : "half")
+                     .keyBy(keyOf);
+    auto w = keyed.window(SlidingEventTimeWindows::of(600ms, 200ms)).aggregate(CountAndSum{}, WithWindow{});
+    w.uid("sliding");
+    collectInto(w, out);
+    return env.takePlan();
+  };
+  // No periodic watermark in the first part: nothing fires before the checkpoint.
+  auto m = runAndCheckpoint(plan(false), config(c.from, c.before, 0), [&] { return flags->up("half"); }, 1, c.format);
+  EXPECT_EQ(out->size(), 0u);
+  runToEnd(plan(true), config(c.to, c.after), &m);
+  EXPECT_EQ(out->get(), referenceWindows(*events, 600, 200));
+}
+
+TEST_P(RescaleCases, AFailureAfterACheckpointReplaysRecordsWithoutReopeningWindowsThatFired) {
+  // The source runs on after the checkpoint (windows fire, records flow) until the job is
+  // cancelled, as a crash would stop it; the restore replays every record after the
+  // checkpoint. The watermark generator's state is in the checkpoint, so replayed records
+  // are judged late or not as before and fired windows are not reopened with a part of
+  // their records: every result is the reference's (a window may be emitted twice, never
+  // with another value).
+  const RescaleCase& c = GetParam();
+  auto events = std::make_shared<const std::vector<Event>>(shuffledEvents(4000, 5, 5, 50, 8));
+  auto flags = std::make_shared<Flags>();
+  auto out = std::make_shared<Collected>();
+  auto plan = [&](bool second) {
+    StreamEnvironment env;
+    auto w = eventSource(env, events, events->size(), flags, second ? "" : "never", {}, "events", 100, 0,
+                         /*paced=*/!second)
+                 .keyBy(keyOf)
+                 .window(TumblingEventTimeWindows::of(500ms))
+                 .aggregate(CountAndSum{}, WithWindow{});
+    w.uid("tumbling");
+    collectInto(w, out);
+    return env.takePlan();
+  };
+  state::CheckpointMetadata m;
+  {
+    JobExecution exec(plan(false), config(c.from, c.before), &listener_);
+    ASSERT_TRUE(exec.prepare(nullptr).ok());
+    exec.start();
+    ASSERT_TRUE(waitUntil([&] { return out->size() > 3; }));
+    ASSERT_TRUE(exec.triggerCheckpoint(target(1, c.format)));
+    ASSERT_TRUE(listener_.waitAcks(1, static_cast<size_t>(exec.taskCount()))) << listener_.declines(1);
+    m = metadataOf(exec, listener_.acks(1), 1, config(c.from, c.before));
+    // Let it go on for a while (windows after the checkpoint fire), then "crash".
+    const size_t atCheckpoint = out->size();
+    for (int i = 0; i < 500 && out->size() < atCheckpoint + 3; ++i) std::this_thread::sleep_for(2ms);
+    exec.cancel();
+    exec.wait();
+  }
+  runToEnd(plan(true), config(c.to, c.after), &m);
+  auto got = out->get();
+  auto expected = referenceWindows(*events, 500, 500);
+  std::set<std::string> distinct(got.begin(), got.end());
+  EXPECT_EQ(distinct, std::set<std::string>(expected.begin(), expected.end()));
+}
+
+/// Emits events in order; before index `pauseAt` raises "paused" and idles until "go".
+class PausingEventSource : public SourceFunction<Event> {
+ public:
+  PausingEventSource(std::shared_ptr<const std::vector<Event>> e, size_t pauseAt, std::shared_ptr<Flags> f)
+      : e_(std::move(e)), pauseAt_(pauseAt), f_(std::move(f)) {}
+  PollStatus poll(SourceOutput<Event>& out) override {
+    if (next_ >= e_->size()) return PollStatus::kEnd;
+    if (next_ == pauseAt_ && !f_->up("go")) {
+      f_->raise("paused");
+      std::this_thread::sleep_for(1ms);
+      return PollStatus::kIdle;
+    }
+    out.emit((*e_)[next_++]);
+    return PollStatus::kMore;
+  }
+  std::string snapshotPosition() override { return std::to_string(next_); }
+  void restorePosition(std::string_view p) override { next_ = std::stoull(std::string(p)); }
+
+ private:
+  std::shared_ptr<const std::vector<Event>> e_;
+  size_t pauseAt_, next_ = 0;
+  std::shared_ptr<Flags> f_;
+};
+
+TEST_P(RescaleCases, ARecordLateBeforeTheFailureIsLateAfterTheRestoreToo) {
+  // Window [1000000, 1001000) fires, the checkpoint is taken, then a record of that window
+  // arrives: late, dropped. A restore replays it. Were the watermark not restored with
+  // the generator's state, the record would reopen the window and emit it again with a
+  // count of 1.
+  const RescaleCase& c = GetParam();
+  std::vector<Event> es;
+  for (int i = 0; i < 100; ++i) es.emplace_back(1'000'000 + i * 10, "a", 1);
+  es.emplace_back(1'001'500, "a", 1);  // watermark 1001499: the first window fires
+  const size_t pauseAt = es.size();
+  es.emplace_back(1'000'500, "a", 1);  // late
+  for (int i = 0; i < 50; ++i) es.emplace_back(1'002'000 + i * 10, "a", 1);
+  auto events = std::make_shared<const std::vector<Event>>(es);
+  auto plan = [&](std::shared_ptr<Flags> flags, std::shared_ptr<Collected> out) {
+    StreamEnvironment env;
+    auto src = env.addSource<Event>([=] { return std::make_unique<PausingEventSource>(events, pauseAt, flags); },
+                                    "Pausing Events");
+    src.uid("events");
+    auto stamped = src.assignTimestampsAndWatermarks(WatermarkStrategy<Event>::forMonotonousTimestamps().withTimestampAssigner(
+        [](const Event& e) { return std::get<0>(e); }));
+    stamped.uid("events-timestamps");
+    auto w = stamped.keyBy(keyOf).window(TumblingEventTimeWindows::of(1000ms)).aggregate(CountAndSum{}, WithWindow{});
+    w.uid("tumbling");
+    collectInto(w, out);
+    return env.takePlan();
+  };
+  auto flags = std::make_shared<Flags>();
+  auto first = std::make_shared<Collected>();
+  state::CheckpointMetadata m;
+  {
+    JobExecution exec(plan(flags, first), config(c.from, c.before), &listener_);
+    ASSERT_TRUE(exec.prepare(nullptr).ok());
+    exec.start();
+    ASSERT_TRUE(waitUntil([&] { return first->size() == 1 && flags->up("paused"); }));
+    ASSERT_TRUE(exec.triggerCheckpoint(target(1, c.format)));
+    ASSERT_TRUE(listener_.waitAcks(1, static_cast<size_t>(exec.taskCount()))) << listener_.declines(1);
+    m = metadataOf(exec, listener_.acks(1), 1, config(c.from, c.before));
+    flags->raise("go");
+    std::this_thread::sleep_for(50ms);  // the late record and a few more go through, then the "crash"
+    exec.cancel();
+    exec.wait();
+  }
+  auto again = std::make_shared<Flags>();
+  again->raise("go");
+  auto second = std::make_shared<Collected>();
+  runToEnd(plan(again, second), config(c.to, c.after), &m);
+  const std::string firstWindow = text({1'000'000, 1'001'000, "a", 100, 100});
+  EXPECT_EQ(first->get().count(firstWindow), 1u);
+  EXPECT_EQ(second->get(), (std::multiset<std::string>{text({1'001'000, 1'002'000, "a", 1, 1}),
+                                                        text({1'002'000, 1'003'000, "a", 50, 50})}))
+      << "the restored job reopened a window that had fired (the late record was not late)";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Restores, RescaleCases,
+    ::testing::Values(RescaleCase{state::BackendType::kHashMap, state::BackendType::kHashMap, 2, 3,
+                                  state::SnapshotFormat::kNative},
+                      RescaleCase{state::BackendType::kRocksDb, state::BackendType::kRocksDb, 3, 1,
+                                  state::SnapshotFormat::kNative},
+                      RescaleCase{state::BackendType::kRocksDb, state::BackendType::kHashMap, 2, 2,
+                                  state::SnapshotFormat::kCanonical},
+                      RescaleCase{state::BackendType::kHashMap, state::BackendType::kRocksDb, 1, 2,
+                                  state::SnapshotFormat::kCanonical}),
+    rescaleName);
+
+// ---------------------------------------------------------------------------------------
+// Two inputs
+
+TEST_F(EventTimeTest, AUnionsWatermarkIsTheMinimumOfItsInputsSoEveryWindowHoldsRecordsOfBoth) {
+  auto a = std::make_shared<const std::vector<Event>>(shuffledEvents(1500, 4, 4, 100, 9));
+  auto b = std::make_shared<const std::vector<Event>>(shuffledEvents(1500, 4, 4, 100, 10));
+  auto out = std::make_shared<Collected>();
+  StreamEnvironment env;
+  auto u = eventSource(env, a, a->size(), std::make_shared<Flags>(), {}, {}, "a")
+               .unionWith(eventSource(env, b, b->size(), std::make_shared<Flags>(), {}, {}, "b"))
+               .keyBy(keyOf)
+               .window(TumblingEventTimeWindows::of(700ms))
+               .aggregate(CountAndSum{}, WithWindow{});
+  u.uid("union-windows");
+  collectInto(u, out);
+  runToEnd(env.takePlan(), config(2, state::BackendType::kHashMap));
+  std::vector<Event> both(*a);
+  both.insert(both.end(), b->begin(), b->end());
+  EXPECT_EQ(out->get(), referenceWindows(both, 700, 700));
+}
+
+TEST_F(EventTimeTest, AnIdleInputDoesNotHoldBackTheWatermarkWithIdlenessAndDoesWithout) {
+  // Input "busy" runs through event time; input "quiet" emits one early record and then
+  // nothing while it stays open. With withIdleness on "quiet", windows fire while it is
+  // still open; without, none fires until it ends.
+  auto busy = std::make_shared<const std::vector<Event>>(shuffledEvents(2000, 3, 5, 0, 11));
+  auto quiet = std::make_shared<const std::vector<Event>>(std::vector<Event>{{1'000'000, "q", 1}});
+  for (int64_t idleness : {int64_t{100}, int64_t{0}}) {
+    SCOPED_TRACE("idleness " + std::to_string(idleness));
+    auto flags = std::make_shared<Flags>();
+    auto out = std::make_shared<Collected>();
+    StreamEnvironment env;
+    auto w = eventSource(env, busy, busy->size(), flags, "end", "busy-done", "busy")
+                 .unionWith(eventSource(env, quiet, 1, flags, "end", {}, "quiet", 1000, idleness))
+                 .keyBy(keyOf)
+                 .window(TumblingEventTimeWindows::of(1000ms))
+                 .aggregate(CountAndSum{}, WithWindow{});
+    w.uid("w");
+    collectInto(w, out);
+    JobExecution exec(env.takePlan(), config(1, state::BackendType::kHashMap), &listener_);
+    ASSERT_TRUE(exec.prepare(nullptr).ok());
+    exec.start();
+    ASSERT_TRUE(waitUntil([&] { return flags->up("busy-done"); }));
+    if (idleness > 0) {
+      EXPECT_TRUE(waitUntil([&] { return out->size() > 0; })) << "no window fired while 'quiet' was idle";
+    } else {
+      std::this_thread::sleep_for(500ms);  // many watermark intervals
+      EXPECT_EQ(out->size(), 0u) << "a window fired although 'quiet' held the watermark back";
+    }
+    flags->raise("end");
+    EXPECT_EQ(exec.wait().kind, ExecutionResult::kFinished);
+    std::vector<Event> both(*busy);
+    both.push_back(quiet->front());
+    EXPECT_EQ(out->get(), referenceWindows(both, 1000, 1000));
+  }
+}
+
+/// Orders (input 1) wait in keyed state for their payment (input 2); a timer 500 ms after
+/// an order reports it unpaid. Both inputs see one state and one timer service per key.
+struct PaymentMatcher : KeyedCoProcessFunction<std::string, Event, Event, std::string> {
+  ValueState<int64_t> order{*this, "order"};
+  ValueState<bool> paid{*this, "paid"};
+  void processElement1(const Event& o, Context& ctx, Collector<std::string>& out) override {
+    order.update(std::get<0>(o));
+    if (paid.value().value_or(false)) {
+      out.collect(ctx.currentKey() + " paid");
+      return;
+    }
+    ctx.timerService().registerEventTimeTimer(std::get<0>(o) + 500);
+  }
+  void processElement2(const Event&, Context& ctx, Collector<std::string>& out) override {
+    paid.update(true);
+    if (auto t = order.value()) {
+      ctx.timerService().deleteEventTimeTimer(*t + 500);
+      out.collect(ctx.currentKey() + " paid");
+    }
+  }
+  void onTimer(int64_t, OnTimerContext& ctx, Collector<std::string>& out) override {
+    out.collect(ctx.currentKey() + " unpaid");
+  }
+};
+
+TEST_P(WindowCases, AKeyedCoProcessFunctionSharesStateAndTimersBetweenItsInputs) {
+  std::vector<Event> orders, payments;
+  std::multiset<std::string> expected;
+  for (int i = 0; i < 300; ++i) {
+    std::string id = "o" + std::to_string(i);
+    orders.emplace_back(1'000'000 + i * 20, id, 1);
+    if (i % 3 == 0) {
+      expected.insert(id + " unpaid");
+    } else {
+      payments.emplace_back(1'000'000 + i * 20 + (i % 3 == 1 ? 100 : -5), id, 1);  // some before the order
+      expected.insert(id + " paid");
+    }
+  }
+  std::sort(payments.begin(), payments.end());
+  auto o = std::make_shared<const std::vector<Event>>(orders);
+  auto p = std::make_shared<const std::vector<Event>>(payments);
+  auto out = std::make_shared<Collected>();
+  StreamEnvironment env;
+  auto matched = eventSource(env, o, o->size(), std::make_shared<Flags>(), {}, {}, "orders", 200)
+                     .keyBy(keyOf)
+                     .connect(eventSource(env, p, p->size(), std::make_shared<Flags>(), {}, {}, "payments", 200).keyBy(keyOf))
+                     .process<PaymentMatcher>();
+  matched.uid("matcher");
+  collectInto(matched, out);
+  runToEnd(env.takePlan(), config(GetParam().parallelism, GetParam().backend));
+  EXPECT_EQ(out->get(), expected);
+}
+
+struct JoinPair : ProcessJoinFunction<Event, Event, std::string> {
+  void processElement(const Event& l, const Event& r, Context& ctx, Collector<std::string>& out) override {
+    EXPECT_EQ(ctx.timestamp(), std::max(std::get<0>(l), std::get<0>(r)));
+    out.collect(std::get<1>(l) + ":" + std::to_string(std::get<0>(l)) + "-" + std::to_string(std::get<0>(r)));
+  }
+};
+
+TEST_P(WindowCases, AnIntervalJoinEqualsAnIndependentlyComputedJoin) {
+  auto left = std::make_shared<const std::vector<Event>>(shuffledEvents(800, 10, 10, 50, 12));
+  auto right = std::make_shared<const std::vector<Event>>(shuffledEvents(800, 10, 10, 50, 13));
+  auto out = std::make_shared<Collected>();
+  StreamEnvironment env;
+  auto joined = eventSource(env, left, left->size(), std::make_shared<Flags>(), {}, {}, "left", 100)
+                    .keyBy(keyOf)
+                    .intervalJoin(eventSource(env, right, right->size(), std::make_shared<Flags>(), {}, {}, "right", 100)
+                                      .keyBy(keyOf))
+                    .between(-30ms, 70ms)
+                    .process<JoinPair>();
+  joined.uid("join");
+  collectInto(joined, out);
+  runToEnd(env.takePlan(), config(GetParam().parallelism, GetParam().backend));
+  // Reference: every pair with right.ts in [left.ts - 30, left.ts + 70]. The join drops
+  // records behind the watermark; with 100 ms out-of-orderness for 50 ms of jitter none is.
+  std::multiset<std::string> expected;
+  for (const auto& l : *left)
+    for (const auto& r : *right)
+      if (std::get<1>(l) == std::get<1>(r) && std::get<0>(r) >= std::get<0>(l) - 30 && std::get<0>(r) <= std::get<0>(l) + 70)
+        expected.insert(std::get<1>(l) + ":" + std::to_string(std::get<0>(l)) + "-" + std::to_string(std::get<0>(r)));
+  EXPECT_EQ(out->get(), expected);
+}
+
+TEST_F(EventTimeTest, ConnectedUnkeyedStreamsReachTheirOwnProcessElement) {
+  struct Tag : CoProcessFunction<Event, std::string, std::string> {
+    void processElement1(const Event& e, Context&, Collector<std::string>& out) override { out.collect("1:" + std::get<1>(e)); }
+    void processElement2(const std::string& s, Context&, Collector<std::string>& out) override { out.collect("2:" + s); }
+  };
+  auto a = std::make_shared<const std::vector<Event>>(shuffledEvents(100, 3, 1, 0, 14));
+  auto out = std::make_shared<Collected>();
+  StreamEnvironment env;
+  auto b = env.fromGenerator<std::string>(50, [](uint64_t i) { return "s" + std::to_string(i); });
+  b.uid("strings");
+  auto c = eventSource(env, a, a->size()).connect(b).process<Tag>();
+  collectInto(c, out);
+  runToEnd(env.takePlan(), config(2, state::BackendType::kHashMap));
+  std::multiset<std::string> expected;
+  for (const auto& e : *a) expected.insert("1:" + std::get<1>(e));
+  for (int i = 0; i < 50; ++i) expected.insert("2:s" + std::to_string(i));
+  EXPECT_EQ(out->get(), expected);
+}
+
+TEST_F(EventTimeTest, SideOutputsOfAProcessFunctionReachTheirOwnStreams) {
+  const OutputTag<int64_t> odd("odd");
+  struct Split : ProcessFunction<Event, std::string> {
+    explicit Split(OutputTag<int64_t> t) : tag(std::move(t)) {}
+    OutputTag<int64_t> tag;
+    void processElement(const Event& e, Context& ctx, Collector<std::string>& out) override {
+      EXPECT_EQ(ctx.timestamp(), std::get<0>(e));
+      if (std::get<2>(e) % 2) ctx.output(tag, std::get<2>(e));
+      else out.collect(std::get<1>(e));
+    }
+  };
+  auto events = std::make_shared<const std::vector<Event>>(shuffledEvents(500, 4, 2, 0, 15));
+  auto evens = std::make_shared<Collected>();
+  auto odds = std::make_shared<Collected>();
+  StreamEnvironment env;
+  auto split = eventSource(env, events, events->size()).process<Split>([odd] { return std::make_unique<Split>(odd); });
+  collectInto(split, evens);
+  collectInto(split.getSideOutput(odd).keyBy([](int64_t v) { return v; }).reduce([](int64_t a, int64_t b) { return a + b; }), odds);
+  runToEnd(env.takePlan(), config(2, state::BackendType::kHashMap));
+  std::multiset<std::string> e, o;
+  std::map<int64_t, int64_t> running;
+  for (const auto& [ts, k, v] : *events) {
+    if (v % 2) o.insert(std::to_string(running[v] += v));
+    else e.insert(k);
+  }
+  EXPECT_EQ(evens->get(), e);
+  EXPECT_EQ(odds->get(), o);
+}
+
+// ---------------------------------------------------------------------------------------
+// Stop with drain
+
+TEST_F(EventTimeTest, ADrainingStopCheckpointFiresEveryWindowBeforeItsBarrierAndAPlainOneNone) {
+  auto events = std::make_shared<const std::vector<Event>>(shuffledEvents(1000, 6, 5, 0, 16));
+  for (bool drain : {true, false}) {
+    SCOPED_TRACE(drain ? "drain" : "no drain");
+    auto flags = std::make_shared<Flags>();
+    auto out = std::make_shared<Collected>();
+    StreamEnvironment env;
+    auto w = eventSource(env, events, events->size(), flags, "never", "emitted")
+                 .keyBy(keyOf)
+                 .window(TumblingEventTimeWindows::of(1000ms))
+                 .aggregate(CountAndSum{}, WithWindow{});
+    w.uid("w");
+    collectInto(w, out);
+    // No periodic watermarks: only the drain can fire windows.
+    JobExecution exec(env.takePlan(), config(2, state::BackendType::kHashMap, 0), &listener_);
+    ASSERT_TRUE(exec.prepare(nullptr).ok());
+    exec.start();
+    ASSERT_TRUE(waitUntil([&] { return flags->up("emitted"); }));
+    const uint64_t id = drain ? 1 : 2;
+    CheckpointTarget t = target(id, state::SnapshotFormat::kCanonical);
+    t.stopSources = true;
+    t.drain = drain;
+    ASSERT_TRUE(exec.triggerCheckpoint(t));
+    ASSERT_TRUE(listener_.waitAcks(id, static_cast<size_t>(exec.taskCount())));
+    // Every task acknowledged: whatever it emitted before its barrier is out.
+    if (drain) EXPECT_EQ(out->get(), referenceWindows(*events, 1000, 1000));
+    else EXPECT_EQ(out->size(), 0u);
+    exec.cancel();
+    exec.wait();
+  }
+}
+
+}  // namespace
+}  // namespace jobhost::host

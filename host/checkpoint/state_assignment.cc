@@ -40,6 +40,15 @@ std::string roleText(const OperatorInfo& p) {
   return std::string(p.source ? "the source '" : p.keyed ? "the keyed operator '" : "the operator '") + p.name + "'";
 }
 
+/// The window assigner a window operator's state is namespaced by ("TumblingEventTime
+/// Windows(size=10000ms offset=0ms)" in "TimeWindow<…>" or "Timer<TimeWindow<…>>"), or "".
+std::string windowAssignerOf(const StateDescriptorInfo& d) {
+  std::string id = d.userKeySerializer;
+  if (id.rfind("Timer<", 0) == 0 && id.size() > 7) id = id.substr(6, id.size() - 7);
+  if (id.rfind("TimeWindow<", 0) != 0 || id.back() != '>') return "";
+  return id.substr(11, id.size() - 12);
+}
+
 bool sameSerializers(const StateDescriptorInfo& a, const StateDescriptorInfo& b) {
   return a.valueSerializer == b.valueSerializer && a.valueSerializerVersion == b.valueSerializerVersion &&
          a.keySerializer == b.keySerializer && a.keySerializerVersion == b.keySerializerVersion &&
@@ -133,14 +142,31 @@ StateAssignment assignState(const state::CheckpointMetadata& metadata, const std
       }
     } else if (keyed) {
       out.action = Action::kRestoreKeyedState;
+      bool assignerReported = false;
       for (const auto& saved : op.states) {
         StateAssignment::State st;
         st.descriptor = &saved;
         const StateDescriptorInfo* now = nullptr;
         for (const auto& d : target->states)
           if (d.name == saved.name) now = &d;
+        const std::string savedAssigner = now ? windowAssignerOf(saved) : "";
+        const std::string nowAssigner = now ? windowAssignerOf(*now) : "";
         if (now == nullptr) {
           st.fate = StateFate::kKeptNotRead;
+        } else if (!savedAssigner.empty() && !nowAssigner.empty() && savedAssigner != nowAssigner) {
+          // Window contents and timers are namespaced by their windows: one error for the
+          // operator, not one per state.
+          if (assignerReported) {
+            st.fate = StateFate::kRestored;
+          } else {
+            assignerReported = true;
+            st.fate = StateFate::kError;
+            st.reason = "operator '" + op.uid + "': its windows were written by " + savedAssigner + ", " + job +
+                        " now assigns " + nowAssigner +
+                        "; window contents and timers do not carry over to other windows: restore with the window "
+                        "assigner the snapshot was written with, or give the window operator a new uid and add "
+                        "--allow-non-restored-state (-n) to drop its windows";
+          }
         } else if (now->kind != saved.kind) {
           st.fate = StateFate::kError;
           st.reason = "operator '" + op.uid + "': state '" + saved.name + "' is a " + stateKindName(saved.kind) +

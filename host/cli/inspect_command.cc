@@ -110,9 +110,13 @@ int inspectCommand(const std::string& path, bool json) {
             << "\n\n";
   for (const auto& op : m.operators) {
     std::cout << "Operator '" << op.uid << "' (" << op.name << "), parallelism " << op.parallelism << "\n";
-    for (const auto& d : op.states)
+    for (const auto& d : op.states) {
       std::cout << "  state " << d.name << ": " << stateKindName(d.kind) << ", key " << d.keySerializer << " v"
-                << d.keySerializerVersion << ", value " << d.valueSerializer << " v" << d.valueSerializerVersion << "\n";
+                << d.keySerializerVersion;
+      if (d.kind == StateKind::kMap)
+        std::cout << ", map key " << d.userKeySerializer << " v" << d.userKeySerializerVersion;
+      std::cout << ", value " << d.valueSerializer << " v" << d.valueSerializerVersion << "\n";
+    }
     Table t({"  SUBTASK", "HANDLE", "KEY GROUPS", "FILES", "BYTES"});
     for (const auto& sub : op.subtasks) {
       state::KeyGroupRange range;

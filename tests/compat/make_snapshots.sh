@@ -3,11 +3,17 @@
 # metadata format version into a NEW directory (see tests/compat/README.md).
 #
 #   tests/compat/make_snapshots.sh build tests/compat/v2      # only for a new format version
+#   tests/compat/make_snapshots.sh build tests/compat/v1 --only-new   # add snapshots of new state
 #
-# It refuses to write into an existing directory: committed snapshots are never
-# regenerated. Each snapshot is a real run of the example plugin over the bundled
-# plugins/wordcount/data/words.txt, throttled (--rate 10: 14 lines in 1.4 s) so that checkpoints
-# (every 500 ms) complete while the input is still being read.
+# It refuses to overwrite a snapshot: committed snapshots are never regenerated. With
+# --only-new it writes the snapshots missing from an existing directory (new kinds of
+# state written by the same metadata format version) and leaves the others alone.
+# Each snapshot is a real run of the example plugin over the bundled inputs in
+# plugins/wordcount/data/: word counts over words.txt, throttled (--rate 10: 14 lines in
+# 1.4 s) so that checkpoints (every 500 ms) complete while the input is still being read;
+# event-time jobs over events.txt, orders.txt and payments.txt (--rate 40), killed with
+# SIGKILL half-way, so their last checkpoint holds open windows, pending timers and
+# interval-join buffers.
 set -euo pipefail
 BUILD=${1:?usage: make_snapshots.sh BUILD_DIR OUT_DIR}
 OUT=${2:?usage: make_snapshots.sh BUILD_DIR OUT_DIR}
@@ -15,10 +21,14 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 JOBHOST=$BUILD/host/jobhost
 PLUGIN=$BUILD/plugins/libwordcount_jobs.so
 WORDS=$ROOT/plugins/wordcount/data/words.txt
-if [ -e "$OUT" ]; then
+ONLY_NEW=${3:-}
+if [ -e "$OUT" ] && [ "$ONLY_NEW" != --only-new ]; then
   echo "$OUT exists: committed snapshots are never regenerated; add a new version directory" >&2
   exit 1
 fi
+DATA=$ROOT/plugins/wordcount/data
+# wanted NAME: true if snapshot NAME is to be written (never over an existing one).
+wanted() { [ ! -e "$OUT/$1" ]; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -37,19 +47,74 @@ run() {
 
 mkdir -p "$OUT"
 # 1. hashmap backend: KeyGroupsStateHandle. The chk-<n> directory alone is the snapshot.
-j=$(run hashmap WordCount)
-cp -r "$(ls -d "$j"/chk-* | tail -1)" "$OUT/hashmap-keygroups"
+if wanted hashmap-keygroups; then
+  j=$(run hashmap WordCount)
+  cp -r "$(ls -d "$j"/chk-* | tail -1)" "$OUT/hashmap-keygroups"
+fi
 # 2. rocksdb full snapshots: KeyGroupsStateHandle written by the rocksdb backend.
-j=$(run rocksdb-full WordCountIncremental -D state.backend.incremental=false)
-cp -r "$(ls -d "$j"/chk-* | tail -1)" "$OUT/rocksdb-full"
+if wanted rocksdb-full; then
+  j=$(run rocksdb-full WordCountIncremental -D state.backend.incremental=false)
+  cp -r "$(ls -d "$j"/chk-* | tail -1)" "$OUT/rocksdb-full"
+fi
 # 3. rocksdb incremental: IncrementalRemoteKeyedStateHandle; the whole job directory, so
 #    shared/ (SSTs of earlier checkpoints) comes along. Paths in _metadata are relative
 #    to the chk directory ("../shared/..."), so the copy restores where it lies.
-j=$(run rocksdb-incremental WordCountIncremental)
-mkdir "$OUT/rocksdb-incremental"
-cp -r "$j" "$OUT/rocksdb-incremental/"
-rmdir "$OUT/rocksdb-incremental/$(basename "$j")/taskowned" 2>/dev/null || true
 # 4. a canonical savepoint converted from the incremental checkpoint.
-"$JOBHOST" convert "$(ls -d "$j"/chk-* | tail -1)" "$OUT/savepoint-canonical" >/dev/null 2>&1
+if wanted rocksdb-incremental || wanted savepoint-canonical; then
+  j=$(run rocksdb-incremental WordCountIncremental)
+  if wanted rocksdb-incremental; then
+    mkdir "$OUT/rocksdb-incremental"
+    cp -r "$j" "$OUT/rocksdb-incremental/"
+    rmdir "$OUT/rocksdb-incremental/$(basename "$j")/taskowned" 2>/dev/null || true
+  fi
+  if wanted savepoint-canonical; then
+    "$JOBHOST" convert "$(ls -d "$j"/chk-* | tail -1)" "$OUT/savepoint-canonical" >/dev/null 2>&1
+  fi
+fi
+
+# Event time (issue 14): window contents, window and join timers, the watermark
+# generator's state, interval-join buffers; p=1 and p=2, both backends.
+# half NAME CLASS SECONDS [flags...] -- [job args...]: runs CLASS with checkpoints every
+# 500 ms and kills it with SIGKILL after SECONDS; prints the job directory.
+half() {
+  local name=$1 cls=$2 secs=$3
+  shift 3
+  local flags=()
+  while [ "$1" != -- ]; do flags+=("$1"); shift; done
+  shift
+  timeout -s KILL "$secs" "$JOBHOST" run -c "$cls" "${flags[@]}" -D "state.checkpoints.dir=$work/$name" \
+    -D execution.checkpointing.interval=500ms "$PLUGIN" "$@" --rate 40 >"$work/$name.out" 2>"$work/$name.err" || true
+  local jobdir
+  jobdir=$(ls -d "$work/$name"/*/)
+  ls -d "$jobdir"chk-* >/dev/null
+  echo "${jobdir%/}"
+}
+events=(--input "$DATA/events.txt")
+orders=(--orders "$DATA/orders.txt" --payments "$DATA/payments.txt")
+if wanted windowed-hashmap-p1; then
+  j=$(half windowed-hashmap WindowedWordCount 5 -- "${events[@]}")
+  cp -r "$(ls -d "$j"/chk-* | tail -1)" "$OUT/windowed-hashmap-p1"
+fi
+if wanted windowed-rocksdb-incremental-p2 || wanted windowed-savepoint-canonical-p2; then
+  j=$(half windowed-rocksdb WindowedWordCount 5 -p 2 -D state.backend.type=rocksdb -D state.backend.incremental=true \
+    -- "${events[@]}")
+  if wanted windowed-rocksdb-incremental-p2; then
+    mkdir "$OUT/windowed-rocksdb-incremental-p2"
+    cp -r "$j" "$OUT/windowed-rocksdb-incremental-p2/"
+    rmdir "$OUT/windowed-rocksdb-incremental-p2/$(basename "$j")/taskowned" 2>/dev/null || true
+    rm -f "$OUT/windowed-rocksdb-incremental-p2/$(basename "$j")/.lock"  # of the killed job
+  fi
+  if wanted windowed-savepoint-canonical-p2; then
+    "$JOBHOST" convert "$(ls -d "$j"/chk-* | tail -1)" "$OUT/windowed-savepoint-canonical-p2" >/dev/null 2>&1
+  fi
+fi
+if wanted join-hashmap-p2; then
+  j=$(half join-hashmap OrderPaymentJoin 4 -p 2 -- "${orders[@]}")
+  cp -r "$(ls -d "$j"/chk-* | tail -1)" "$OUT/join-hashmap-p2"
+fi
+if wanted join-rocksdb-full-p1; then
+  j=$(half join-rocksdb OrderPaymentJoin 4 -D state.backend.type=rocksdb -- "${orders[@]}")
+  cp -r "$(ls -d "$j"/chk-* | tail -1)" "$OUT/join-rocksdb-full-p1"
+fi
 find "$OUT" -type f | sort | xargs ls -l
 du -sh "$OUT"

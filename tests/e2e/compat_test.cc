@@ -13,7 +13,9 @@
 //
 // The committed files are never modified: each test restores from a copy in a temp dir.
 #include <cctype>
+#include <map>
 #include <set>
+#include <sstream>
 
 #include "cli_fixture.h"
 
@@ -28,7 +30,7 @@ struct Snapshot {
   std::string writer;     // the class that wrote it
   std::string handle;     // what `inspect` must show
   std::vector<std::string> restoreAs;  // extra ways to restore it: "-c Class [-D ...]"
-  std::vector<std::string> flags;      // flags for the writer's restore
+  std::vector<std::string> flags;      // flags for the writer's restore (and the other ways)
 };
 
 void PrintTo(const Snapshot& s, std::ostream* os) { *os << s.dir; }
@@ -38,7 +40,66 @@ const std::vector<Snapshot> kSnapshots = {
     {"v1/rocksdb-full", "WordCountIncremental", "KeyGroupsStateHandle", {"WordCount"}, {"-D", "state.backend.incremental=false"}},
     {"v1/rocksdb-incremental", "WordCountIncremental", "IncrementalRemoteKeyedStateHandle", {}, {}},
     {"v1/savepoint-canonical", "WordCountIncremental", "KeyGroupsStateHandle", {"WordCount"}, {}},
+    // Event time (issue 14; written 2026-12-01): open windows, window timers, the watermark
+    // generator's state, interval-join buffers and timers, at p=1 and p=2.
+    {"v1/windowed-hashmap-p1", "WindowedWordCount", "KeyGroupsStateHandle",
+     {"WindowedWordCount -p 3 -D state.backend.type=rocksdb"}, {}},
+    {"v1/windowed-rocksdb-incremental-p2", "WindowedWordCount", "IncrementalRemoteKeyedStateHandle", {},
+     {"-p", "2", "-D", "state.backend.type=rocksdb", "-D", "state.backend.incremental=true"}},
+    {"v1/windowed-savepoint-canonical-p2", "WindowedWordCount", "KeyGroupsStateHandle",
+     {"WindowedWordCount -p 1 -D state.backend.type=hashmap"}, {"-p", "2", "-D", "state.backend.type=rocksdb"}},
+    {"v1/join-hashmap-p2", "OrderPaymentJoin", "KeyGroupsStateHandle",
+     {"OrderPaymentJoin -p 1 -D state.backend.type=rocksdb"}, {"-p", "2"}},
+    {"v1/join-rocksdb-full-p1", "OrderPaymentJoin", "KeyGroupsStateHandle", {"OrderPaymentJoin -p 2"},
+     {"-D", "state.backend.type=rocksdb"}},
 };
+
+const fs::path kData = fs::path(JOBHOST_WORDS).parent_path();  // plugins/wordcount/data
+
+std::vector<std::string> splitWords(const std::string& s) {
+  std::istringstream in(s);
+  std::vector<std::string> out;
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
+
+/// Without a "N> " subtask prefix.
+std::string unprefixed(const std::string& line) {
+  size_t p = line.find("> ");
+  if (p != std::string::npos && p > 0 && line.find_first_not_of("0123456789") == p) return line.substr(p + 2);
+  return line;
+}
+
+/// What WindowedWordCount prints for events.txt: "(<end>,<word>,<count>)" per 10 s window.
+std::set<std::string> windowedReference() {
+  std::map<std::pair<long long, std::string>, int> c;
+  std::istringstream in(readFile(kData / "events.txt"));
+  for (std::string line; std::getline(in, line);) {
+    auto f = splitWords(line);
+    long long ts = std::stoll(f.at(0));
+    for (size_t i = 1; i < f.size(); ++i) ++c[{ts - ts % 10000 + 10000, f[i]}];
+  }
+  std::set<std::string> out;
+  for (const auto& [k, n] : c) out.insert("(" + std::to_string(k.first) + "," + k.second + "," + std::to_string(n) + ")");
+  return out;
+}
+
+/// What OrderPaymentJoin prints for orders.txt and payments.txt, with multiplicity.
+std::multiset<std::string> joinReference() {
+  auto rows = [](const fs::path& p) {
+    std::vector<std::vector<std::string>> out;
+    std::istringstream in(readFile(p));
+    for (std::string line; std::getline(in, line);) out.push_back(splitWords(line));
+    return out;
+  };
+  std::multiset<std::string> out;
+  for (const auto& o : rows(kData / "orders.txt"))
+    for (const auto& p : rows(kData / "payments.txt")) {
+      long long d = std::stoll(p[0]) - std::stoll(o[0]);
+      if (o[1] == p[1] && d >= 0 && d <= 5000) out.insert("(" + o[1] + "," + o[2] + "," + p[2] + ")");
+    }
+  return out;
+}
 
 class Compat : public Cli, public ::testing::WithParamInterface<Snapshot> {
  protected:
@@ -62,6 +123,38 @@ class Compat : public Cli, public ::testing::WithParamInterface<Snapshot> {
     fs::path p = tmp / "restore-input.txt";
     writeFile(p, words + extra);
     return p;
+  }
+  /// An event-time snapshot restored into `classAndFlags` over the bundled inputs: every
+  /// line it prints is one of the uninterrupted run's (a window whose records were partly
+  /// in the snapshot has its full count, a join finds the buffered side), it prints
+  /// something, and less than the whole (what fired before the snapshot is not redone).
+  void restoresEventTime(const fs::path& snapshot, const std::vector<std::string>& classAndFlags, bool join,
+                         const std::string& what) {
+    std::vector<std::string> args = {"run", "-s", snapshot.string()};
+    args.insert(args.end(), classAndFlags.begin(), classAndFlags.end());
+    for (auto& f : ckFlags("100ms")) args.push_back(f);
+    args.push_back(kPlugin);
+    if (join) {
+      args.insert(args.end(), {"--orders", (kData / "orders.txt").string(), "--payments", (kData / "payments.txt").string()});
+    } else {
+      args.insert(args.end(), {"--input", (kData / "events.txt").string()});
+    }
+    Result r = cli(args, std::chrono::seconds(60));
+    ASSERT_EQ(r.exitCode, 0) << what << ":\n" << r.err;
+    std::multiset<std::string> got;
+    std::istringstream in(r.out);
+    for (std::string line; std::getline(in, line);) got.insert(unprefixed(line));
+    ASSERT_FALSE(got.empty()) << what << ": nothing printed\n" << r.err;
+    if (join) {
+      auto all = joinReference();
+      for (const auto& l : std::set<std::string>(got.begin(), got.end()))
+        EXPECT_LE(got.count(l), all.count(l)) << what << ": " << l << " is not (that often) in the join";
+      EXPECT_LT(got.size(), all.size()) << what << ": everything was joined again; the snapshot was not used";
+    } else {
+      auto all = windowedReference();
+      for (const auto& l : got) EXPECT_TRUE(all.count(l)) << what << ": " << l << " is not an uninterrupted run's result";
+      EXPECT_LT(got.size(), all.size()) << what << ": every window was computed again; the snapshot was not used";
+    }
   }
   void restoresExactly(const fs::path& snapshot, const std::vector<std::string>& classAndFlags, const std::string& what) {
     fs::path in = restoreInput();
@@ -97,10 +190,25 @@ TEST_P(Compat, PassesTheCheckAndRestoresIntoItsWriterWithEveryCount) {
   std::vector<std::string> check = {"check", "-s", snap.string()};
   check.insert(check.end(), writer.begin(), writer.end());
   check.push_back(kPlugin);
+  const bool eventTime = s.writer == "WindowedWordCount" || s.writer == "OrderPaymentJoin";
+  if (eventTime) {
+    if (s.writer == "WindowedWordCount") check.insert(check.end(), {"--input", "x"});
+    else check.insert(check.end(), {"--orders", "x", "--payments", "y"});
+  }
   Result c = cli(check);
   EXPECT_EQ(c.exitCode, 0) << c.err;
-  restoresExactly(snap, writer, s.dir + " into " + s.writer);
-  for (const auto& cls : s.restoreAs) restoresExactly(snap, {"-c", cls}, s.dir + " into " + cls);
+  if (eventTime) {
+    const bool join = s.writer == "OrderPaymentJoin";
+    restoresEventTime(snap, writer, join, s.dir + " into " + s.writer);
+    for (const auto& other : s.restoreAs) {
+      std::vector<std::string> cf = {"-c"};
+      for (const auto& w : splitWords(other)) cf.push_back(w);
+      restoresEventTime(snap, cf, join, s.dir + " into " + other);
+    }
+  } else {
+    restoresExactly(snap, writer, s.dir + " into " + s.writer);
+    for (const auto& cls : s.restoreAs) restoresExactly(snap, {"-c", cls}, s.dir + " into " + cls);
+  }
   EXPECT_EQ(treeChecksums(tmp / "snapshot"), before) << "a restore must not modify its snapshot";
 }
 

@@ -58,4 +58,13 @@ expect HottestReading "s1 hottest 20.500000 at 1" "s1 hottest 22.250000 at 3" "s
 run EventsPerAccount --events 50 --accounts 5
 expect EventsPerAccount "(0,10)" "(1,10)" "(2,10)" "(3,10)" "(4,10)"
 
+printf 'alice 1000\nbob 2000\nalice 20000\nbob 40000\nalice 100000\n' >"$work/clicks.txt"
+run Sessions --input "$work/clicks.txt"
+expect Sessions "alice session 1000..50000: 2 clicks" "bob session 2000..32000: 1 clicks" \
+  "bob session 40000..70000: 1 clicks" "alice session 100000..130000: 1 clicks"
+[[ $(wc -l <"$work/Sessions.out") -eq 4 ]] || fail "Sessions printed more than the four sessions"
+run InactiveUsers --input "$work/clicks.txt"
+expect InactiveUsers "bob inactive since 40000" "alice inactive since 100000"
+[[ $(wc -l <"$work/InactiveUsers.out") -eq 2 ]] || fail "InactiveUsers reported a user whose timer was deleted"
+
 echo "PASS: the SDK guide's example classes run"

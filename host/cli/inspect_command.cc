@@ -172,8 +172,12 @@ int checkpointsCommand(const std::string& jobDir) {
     std::tm tm{};
     localtime_r(&secs, &tm);
     std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
-    char aligned[32];
-    std::snprintf(aligned, sizeof aligned, "%.1f ms", static_cast<double>(m.stats.alignmentMicros) / 1000.0);
+    // "-": no task aligned barriers (every task has one input channel, or an older writer).
+    char aligned[32] = "-";
+    if (m.stats.alignmentMicros >= 1000)
+      std::snprintf(aligned, sizeof aligned, "%.1f ms", static_cast<double>(m.stats.alignmentMicros) / 1000.0);
+    else if (m.stats.alignmentMicros > 0)
+      std::snprintf(aligned, sizeof aligned, "%llu us", static_cast<unsigned long long>(m.stats.alignmentMicros));
     t.add({std::to_string(id), "COMPLETED", kindText(m), when, formatBytes(m.stats.newBytes),
            formatBytes(m.stats.totalBytes), aligned, joinIds(dependencies(m)), abs.string()});
   }

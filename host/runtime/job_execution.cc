@@ -235,13 +235,15 @@ class ExchangeWriterImpl : public ExchangeWriter {
     idle_ = true;
     for (auto* g : gates_) g->push(channel_, ChannelEvent{ChannelEvent::kStatus, 0, {}, 0, 1});
   }
-
- private:
+  /// The receivers wait for this producer's watermark again (also done by any record or
+  /// watermark it sends).
   void activate() {
     if (!idle_) return;
     idle_ = false;
     for (auto* g : gates_) g->push(channel_, ChannelEvent{ChannelEvent::kStatus, 0, {}, 0, 0});
   }
+
+ private:
   void append(size_t target, uint16_t kg, std::string_view key, std::string_view record) {
     activate();
     std::string& b = buffers_[target];
@@ -404,6 +406,7 @@ struct JobExecution::Impl {
     std::atomic<bool> hasMail{false};        // mail or triggers may be waiting
     // Task thread only.
     uint64_t suspendedBy = 0;  // source: the stop checkpoint whose barrier it emitted (0: polling)
+    bool inputIdle = false;    // the valve was idle when last looked at (onInputTime)
     std::chrono::steady_clock::time_point nextPeriodicEmit{};
   };
 
@@ -604,10 +607,18 @@ struct JobExecution::Impl {
     return deadline;
   }
 
-  /// The input watermark changed (nullopt: it did not); the idle status may have.
+  /// The input watermark changed (nullopt: it did not); the idle status may have. An idle
+  /// input makes the task's outputs idle, and an input active again makes them active at
+  /// once (not only at the next record): downstream tasks must wait for this task's
+  /// watermark again before theirs passes it.
   void onInputTime(Task& t, std::optional<int64_t> w) {
-    if (t.valve->idle())
-      for (auto& wr : t.writers) wr->markIdle();
+    if (t.valve->idle() != t.inputIdle) {
+      t.inputIdle = t.valve->idle();
+      for (auto& wr : t.writers) {
+        if (t.inputIdle) wr->markIdle();
+        else wr->activate();
+      }
+    }
     if (!w) return;
     for (int h : t.heads) advance(t, h, *w);
   }

@@ -29,14 +29,19 @@ void TaskTimerService::requireKey(const char* what) const {
 
 void TaskTimerService::add(Queue& q, std::string_view ns, int64_t time) {
   requireKey("a timer registered");
-  if (!q.timers.insert(Timer{time, record_.keyGroup, record_.key, std::string(ns)}).second) return;
+  TimerRef ref{time, record_.keyGroup, record_.key, ns};
+  auto it = q.timers.lower_bound(ref);
+  if (it != q.timers.end() && !Order()(ref, *it)) return;  // registered already
+  q.timers.emplace_hint(it, Timer{time, record_.keyGroup, record_.key, std::string(ns)});
   detail::encodeTimer(scratch_, time, ns);
   backend_.mapPut(q.state, scratch_, {});
 }
 
 void TaskTimerService::remove(Queue& q, std::string_view ns, int64_t time) {
   requireKey("a timer deleted");
-  if (q.timers.erase(Timer{time, record_.keyGroup, record_.key, std::string(ns)}) == 0) return;
+  auto it = q.timers.find(TimerRef{time, record_.keyGroup, record_.key, ns});
+  if (it == q.timers.end()) return;
+  q.timers.erase(it);
   detail::encodeTimer(scratch_, time, ns);
   backend_.mapRemove(q.state, scratch_);
 }

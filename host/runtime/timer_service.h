@@ -72,11 +72,29 @@ class TaskTimerService : public InternalTimerService {
     int keyGroup;
     std::string key;
     std::string ns;
-    auto operator<=>(const Timer&) const = default;
+  };
+  /// A timer to look up without copying its key and namespace.
+  struct TimerRef {
+    int64_t time;
+    int keyGroup;
+    std::string_view key;
+    std::string_view ns;
+  };
+  /// Time order, then key group, key, namespace (as Flink's); transparent, so a window
+  /// re-registering its timer for every element costs one lookup and no allocation.
+  struct Order {
+    using is_transparent = void;
+    template <class A, class B>
+    bool operator()(const A& a, const B& b) const {
+      if (a.time != b.time) return a.time < b.time;
+      if (a.keyGroup != b.keyGroup) return a.keyGroup < b.keyGroup;
+      if (int c = std::string_view(a.key).compare(b.key); c != 0) return c < 0;
+      return std::string_view(a.ns) < std::string_view(b.ns);
+    }
   };
   struct Queue {
     int state;
-    std::set<Timer> timers;
+    std::set<Timer, Order> timers;
   };
   void add(Queue& q, std::string_view ns, int64_t time);
   void remove(Queue& q, std::string_view ns, int64_t time);

@@ -270,7 +270,8 @@ int main(int argc, char** argv) {
   bool stopDrain = false;
   stop->add_flag("-d,--drain", stopDrain,
                  "Send the maximum watermark before the savepoint, so every event-time window and timer fires "
-                 "(do not drain a job you mean to resume: it restores at the end of time)");
+                 "(a job restored from a drained savepoint goes on from the watermark before the drain; windows "
+                 "the drain fired early fire again with the records still to come)");
   stop->add_option("job-id", stopJob, "Job id (or a unique prefix)")->required();
   stop->footer(
       "Example:\n  jobhost stop --savepoint-path /savepoints 3f2a\n\n"

@@ -143,6 +143,12 @@ std::vector<std::vector<Use>> usesOf(const Plan& plan) {
   for (const auto& n : plan.nodes) {
     if (n.kind == NodeKind::kSink) continue;
     const auto& u = uses[static_cast<size_t>(n.id)];
+    if (u.empty() && n.kind == NodeKind::kExchange) {
+      std::string from = n.input >= 0 ? plan.nodes[static_cast<size_t>(n.input)].name : "?";
+      throw JobArgumentError("the " + n.name + " after '" + from +
+                             "' leads nowhere: follow it with an operator (sum, reduce, window(...)..., process); "
+                             "after connect() or intervalJoin(...).between(...), call process()");
+    }
     if (u.empty())
       throw JobArgumentError("the stream produced by '" + n.name +
                              "' is never consumed: end it with print(), writeAsText() or addSink()");
@@ -201,11 +207,16 @@ std::vector<Stage> buildStages(const Plan& plan, int parallelism) {
 /// their key groups and timestamps, and the barriers, watermarks and status in between.
 class ExchangeWriterImpl : public ExchangeWriter {
  public:
+  /// `recordsActivate`: a record sent while idle makes the output active again (a source
+  /// task: its watermark assigner went idle and now sees records). In an input task the
+  /// input's idle status is the output's (onInputTime): a record a timer emits there
+  /// leaves the output idle, as in Flink.
   ExchangeWriterImpl(std::vector<InputGate*> gates, int channel, int subtask, int producerParallelism,
-                     int maxParallelism, const TaskRecordContext* record, std::atomic<uint64_t>* out)
+                     int maxParallelism, const TaskRecordContext* record, std::atomic<uint64_t>* out,
+                     bool recordsActivate)
       : gates_(std::move(gates)), channel_(channel), subtask_(static_cast<size_t>(subtask)),
         forward_(static_cast<size_t>(producerParallelism) == gates_.size()), maxParallelism_(maxParallelism),
-        buffers_(gates_.size()), record_(record), recordsOut_(out) {}
+        buffers_(gates_.size()), record_(record), recordsOut_(out), recordsActivate_(recordsActivate) {}
   void emit(std::string_view key, std::string_view record) override {
     int kg = keyGroupFor(key, maxParallelism_);
     append(static_cast<size_t>(kg) * gates_.size() / static_cast<size_t>(maxParallelism_), static_cast<uint16_t>(kg),
@@ -245,7 +256,7 @@ class ExchangeWriterImpl : public ExchangeWriter {
 
  private:
   void append(size_t target, uint16_t kg, std::string_view key, std::string_view record) {
-    activate();
+    if (recordsActivate_) activate();
     std::string& b = buffers_[target];
     ByteWriter w(b);
     w.writeFixed<uint16_t>(kg);
@@ -271,6 +282,7 @@ class ExchangeWriterImpl : public ExchangeWriter {
   std::vector<std::string> buffers_;
   const TaskRecordContext* record_;
   std::atomic<uint64_t>* recordsOut_;
+  bool recordsActivate_;
   bool idle_ = false;
 };
 
@@ -993,7 +1005,8 @@ Status JobExecution::prepare(const RestoreSource* source) {
       std::vector<InputGate*> gates;
       for (auto* c : byStage[consumerStage]) gates.push_back(c->gate.get());
       t.writers.push_back(std::make_unique<ExchangeWriterImpl>(std::move(gates), channel, t.subtask, st.parallelism,
-                                                               x.config.maxParallelism, &t.record, &x.recordsOut));
+                                                               x.config.maxParallelism, &t.record, &x.recordsOut,
+                                                               /*recordsActivate=*/!t.gate));
       s.writer = t.writers.back().get();
       t.slots.push_back(std::move(s));
     }
@@ -1063,8 +1076,19 @@ Status JobExecution::prepare(const RestoreSource* source) {
           a.emitted = w;
           x.forwardToChildren(*tp, idx);
         };
-        ctx->markIdleFn = [tp] {
-          for (auto& wr : tp->writers) wr->markIdle();
+        // Idle: the outputs this assigner feeds (not a branch of the task it does not).
+        std::vector<ExchangeWriterImpl*> fed;
+        std::vector<int> todo{idx};
+        std::set<int> seen;
+        while (!todo.empty()) {
+          int j = todo.back();
+          todo.pop_back();
+          if (!seen.insert(j).second) continue;
+          if (t.slots[static_cast<size_t>(j)].writer) fed.push_back(t.slots[static_cast<size_t>(j)].writer);
+          for (int c : t.slots[static_cast<size_t>(j)].children) todo.push_back(c);
+        }
+        ctx->markIdleFn = [fed] {
+          for (auto* wr : fed) wr->markIdle();
         };
         t.assigners.push_back(idx);
       }
@@ -1110,7 +1134,9 @@ Status JobExecution::prepare(const RestoreSource* source) {
               if (d.name == detail::kProcessingTimersState) processingState = (*b)->registerState(d);
             }
             if (eventState < 0 || processingState < 0)
-              return Status::InvalidArgument("operator '" + n.name + "' uses timers but declares no timer states");
+              return Status::InvalidArgument("operator '" + n.name +
+                                             "' uses timers but its plan declares no timer states: the plugin was "
+                                             "built against other SDK headers than this jobhost's; rebuild it");
             s.timers = std::make_unique<TaskTimerService>(**b, eventState, processingState, t.record, t.backends,
                                                           s.watermark);
             s.timers->load();
@@ -1222,6 +1248,7 @@ void JobExecution::notifyCheckpointComplete(uint64_t id) {
 
 void JobExecution::notifyCheckpointAborted(uint64_t id) {
   Impl& x = *impl_;
+  bool drained = false;
   {
     // Withdraw the target at once: tasks that have not snapshotted only forward its
     // barrier, queued asynchronous parts do not run, running ones stop early.
@@ -1229,8 +1256,19 @@ void JobExecution::notifyCheckpointAborted(uint64_t id) {
     auto it = x.targets.find(id);
     if (it != x.targets.end()) {
       it->second.aborted->store(true, std::memory_order_release);
+      drained = it->second.target.drain;
       x.targets.erase(it);
     }
+  }
+  if (drained) {
+    // The sources may have sent the maximum watermark already: every window fired and
+    // every later record would be late. Resuming is wrong; restart from the latest
+    // checkpoint instead (the restart strategy decides), as a Flink failover would.
+    x.fail("the savepoint of `jobhost stop --drain` (" + std::to_string(id) +
+               ") failed after the maximum watermark may have been sent, so the job cannot resume; it restarts from "
+               "its latest checkpoint (as the restart strategy allows)",
+           "", "");
+    return;
   }
   for (auto& tp : x.tasks) {
     if (tp->gate) continue;

@@ -24,7 +24,9 @@ int64_t TaskTimerService::currentProcessingTime() const { return wallClockMillis
 
 void TaskTimerService::requireKey(const char* what) const {
   if (record_.keyGroup < 0)
-    throw StateError(std::string(what) + " outside a keyed context: timers belong to the key of a record or timer");
+    throw StateError(std::string(what) +
+                     " outside a keyed context: a timer belongs to the key of the record or timer being processed; "
+                     "register and delete timers in processElement or onTimer, not in open() or close()");
 }
 
 void TaskTimerService::add(Queue& q, std::string_view ns, int64_t time) {

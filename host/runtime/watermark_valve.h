@@ -1,14 +1,18 @@
 // host/runtime/watermark_valve.h — a task's input watermark from its channels' watermarks
-// and idle status (Flink's StatusWatermarkValve).
+// and idle status, as Flink's StatusWatermarkValve.
 //
 // Rules:
-//  - Each channel's watermark only advances; an older one is ignored.
-//  - The input watermark is the minimum over the channels that are neither idle nor
-//    ended, and never goes back. A channel that delivers a watermark is active again.
-//  - An ended channel delivers nothing more and counts as kMaxWatermark; once every
-//    channel has ended the input watermark is kMaxWatermark.
-//  - When every channel that has not ended is idle, the input is idle: its watermark
-//    stays where it was (downstream tasks then stop waiting for this task).
+//  - Each channel's watermark only advances; an older one is ignored, and so is a
+//    watermark that arrives on an idle channel (a producer announces that it is active
+//    again before it sends anything).
+//  - The input watermark is the minimum over the channels that are active and aligned,
+//    and never goes back. A channel that turns active again with a watermark behind the
+//    input watermark is not aligned — it does not hold the input back — until its
+//    watermark catches up.
+//  - When the last active channel goes idle, the input is idle, and its watermark jumps
+//    to the maximum over all channels (nothing waits for an input that produces nothing).
+//  - An ended channel delivers nothing more and counts as active, aligned, at
+//    kMaxWatermark; once every channel has ended the input watermark is kMaxWatermark.
 //
 // Thread-safety: not thread-safe; owned and used by one task thread.
 #pragma once
@@ -33,10 +37,14 @@ class WatermarkValve {
   bool idle() const { return idle_; }
 
  private:
-  std::optional<int64_t> recompute();
+  /// The minimum over active aligned channels, if it is above the input watermark.
+  std::optional<int64_t> advanceToMinOfAligned();
+  /// The maximum over all channels, if it is above the input watermark.
+  std::optional<int64_t> advanceToMaxOfAll();
   struct Channel {
     int64_t watermark;
     bool idle = false;
+    bool aligned = true;
     bool ended = false;
   };
   std::vector<Channel> channels_;

@@ -18,9 +18,17 @@
 namespace jobhost::state {
 namespace {
 
+/// Hashes std::string and std::string_view alike, so a MapState lookup by a user key view
+/// (a 16-byte window, say: beyond the small-string buffer) allocates nothing.
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>()(s); }
+};
+using UserKeyMap = std::unordered_map<std::string, std::string, StringHash, std::equal_to<>>;
+
 struct KgTable {
-  std::unordered_map<std::string, std::string> values;                                     // Value/List
-  std::unordered_map<std::string, std::unordered_map<std::string, std::string>> maps;   // MapState
+  std::unordered_map<std::string, std::string> values;  // Value/List
+  std::unordered_map<std::string, UserKeyMap> maps;     // MapState
   bool empty() const { return values.empty() && maps.empty(); }
 };
 using TablePtr = std::shared_ptr<KgTable>;
@@ -133,22 +141,24 @@ class HeapBackend : public KeyedStateBackend {
     if (!t) return false;
     auto it = t->maps.find(key_);
     if (it == t->maps.end()) return false;
-    auto jt = it->second.find(std::string(userKey));
+    auto jt = it->second.find(userKey);
     if (jt == it->second.end()) return false;
     out = jt->second;
     return true;
   }
   void mapPut(int state, std::string_view userKey, std::string_view value) override {
-    writeTable(state).maps[key_][std::string(userKey)].assign(value);
+    UserKeyMap& m = writeTable(state).maps[key_];
+    if (auto it = m.find(userKey); it != m.end()) it->second.assign(value);
+    else m.emplace(userKey, value);
   }
   void mapRemove(int state, std::string_view userKey) override {
     const KgTable* r = readTable(state);
     if (!r) return;
     auto it = r->maps.find(key_);
-    if (it == r->maps.end() || !it->second.count(std::string(userKey))) return;
+    if (it == r->maps.end() || it->second.find(userKey) == it->second.end()) return;
     KgTable& t = writeTable(state);
     auto& m = t.maps[key_];
-    m.erase(std::string(userKey));
+    m.erase(m.find(userKey));
     if (m.empty()) t.maps.erase(key_);
   }
   void mapForEach(int state, const std::function<bool(std::string_view, std::string_view)>& fn) override {
@@ -161,7 +171,9 @@ class HeapBackend : public KeyedStateBackend {
   }
 
   void mapAppend(int state, std::string_view userKey, std::string_view element) override {
-    writeTable(state).maps[key_][std::string(userKey)].append(element);
+    UserKeyMap& m = writeTable(state).maps[key_];
+    if (auto it = m.find(userKey); it != m.end()) it->second.append(element);
+    else m.emplace(userKey, element);
   }
 
   void forEachEntry(int state, const std::function<void(int, std::string_view, std::string_view, std::string_view)>&

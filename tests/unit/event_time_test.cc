@@ -373,21 +373,39 @@ TEST(WatermarkValveTest, TheInputWatermarkIsTheMinimumOverLiveChannelsAndNeverGo
   EXPECT_EQ(v.onEnd(1), std::optional<int64_t>(kMaxWatermark));
 }
 
-TEST(WatermarkValveTest, IdleChannelsAreLeftOutUntilTheyDeliverAgainAndAllIdleMeansIdle) {
+TEST(WatermarkValveTest, IdleChannelsAreLeftOutAndARejoiningChannelCountsOnceItCatchesUp) {
   WatermarkValve v(2);
-  v.onWatermark(0, 10);
+  EXPECT_EQ(v.onWatermark(0, 10), std::nullopt) << "channel 1 knows nothing yet";
   EXPECT_EQ(v.onStatus(1, true), std::optional<int64_t>(10)) << "only channel 0 counts";
   EXPECT_FALSE(v.idle());
   EXPECT_EQ(v.onWatermark(0, 20), std::optional<int64_t>(20));
-  EXPECT_EQ(v.onWatermark(1, 5), std::nullopt) << "active again, behind: the input watermark stays";
-  EXPECT_EQ(v.onWatermark(0, 30), std::nullopt) << "channel 1 holds it at 20 now";
-  EXPECT_EQ(v.onWatermark(1, 25), std::optional<int64_t>(25));
-  v.onStatus(0, true);
-  v.onStatus(1, true);
+  EXPECT_EQ(v.onWatermark(1, 5), std::nullopt) << "a watermark on an idle channel is ignored";
+  EXPECT_EQ(v.onStatus(1, false), std::nullopt);
+  EXPECT_EQ(v.onWatermark(0, 30), std::optional<int64_t>(30)) << "channel 1 is behind: not aligned, not waited for";
+  EXPECT_EQ(v.onWatermark(1, 25), std::nullopt);
+  EXPECT_EQ(v.onWatermark(1, 35), std::nullopt) << "aligned again at 35; channel 0 is at 30";
+  EXPECT_EQ(v.onWatermark(0, 40), std::optional<int64_t>(35)) << "now channel 1 holds it back";
+}
+
+TEST(WatermarkValveTest, WhenTheLastActiveChannelGoesIdleTheWatermarkJumpsToTheHighest) {
+  WatermarkValve v(2);
+  v.onWatermark(0, 100);
+  EXPECT_EQ(v.onWatermark(1, 50), std::optional<int64_t>(50));
+  EXPECT_EQ(v.onStatus(0, true), std::nullopt);
+  EXPECT_EQ(v.onStatus(1, true), std::optional<int64_t>(100)) << "as Flink: the maximum over all channels";
   EXPECT_TRUE(v.idle());
-  EXPECT_EQ(v.onEnd(0), std::nullopt) << "an ended channel does not make an idle input active";
+  EXPECT_EQ(v.onStatus(1, false), std::nullopt);
+  EXPECT_FALSE(v.idle());
+}
+
+TEST(WatermarkValveTest, EndedChannelsCountAsTheEndOfTimeButDoNotWakeAnIdleInput) {
+  WatermarkValve v(2);
+  v.onWatermark(0, 10);
+  v.onWatermark(1, 20);
+  EXPECT_EQ(v.onStatus(0, true), std::optional<int64_t>(20));
+  EXPECT_EQ(v.onEnd(1), std::nullopt) << "channel 0 is idle: the input is idle at what it had";
   EXPECT_TRUE(v.idle());
-  EXPECT_EQ(v.onEnd(1), std::optional<int64_t>(kMaxWatermark));
+  EXPECT_EQ(v.onEnd(0), std::optional<int64_t>(kMaxWatermark));
   EXPECT_FALSE(v.idle());
 }
 
@@ -649,7 +667,7 @@ struct ProcessingTimeTimer : KeyedProcessFunction<std::string, Event, std::strin
   }
   void onTimer(int64_t, OnTimerContext& ctx, Collector<std::string>& out) override {
     EXPECT_EQ(ctx.timeDomain(), TimeDomain::kProcessingTime);
-    EXPECT_FALSE(ctx.timestamp().has_value());
+    EXPECT_TRUE(ctx.timestamp().has_value()) << "the timer's time, as in Flink";
     out.collect("fired " + ctx.currentKey());
   }
 };
@@ -1092,6 +1110,124 @@ TEST_F(EventTimeTest, ADrainingStopCheckpointFiresEveryWindowBeforeItsBarrierAnd
     exec.cancel();
     exec.wait();
   }
+}
+
+/// Emits its phases in turn: phase 0 at once, phase i once flag "<name>go<i>" is up
+/// (raising "<name>emitted<i>" after each); ends when "end" is up.
+class PhasedSource : public SourceFunction<Event> {
+ public:
+  PhasedSource(std::vector<std::vector<Event>> phases, std::shared_ptr<Flags> f, std::string name)
+      : phases_(std::move(phases)), f_(std::move(f)), name_(std::move(name)) {}
+  PollStatus poll(SourceOutput<Event>& out) override {
+    while (phase_ < phases_.size() && (phase_ == 0 || f_->up(name_ + "go" + std::to_string(phase_)))) {
+      for (auto& e : phases_[phase_]) out.emit(e);
+      f_->raise(name_ + "emitted" + std::to_string(phase_));
+      ++phase_;
+    }
+    if (f_->up("end")) return PollStatus::kEnd;
+    std::this_thread::sleep_for(1ms);
+    return PollStatus::kIdle;
+  }
+  std::string snapshotPosition() override { return std::to_string(phase_); }
+  void restorePosition(std::string_view p) override { phase_ = std::stoul(std::string(p)); }
+
+ private:
+  std::vector<std::vector<Event>> phases_;
+  std::shared_ptr<Flags> f_;
+  std::string name_;
+  size_t phase_ = 0;
+};
+
+DataStream<Event> phased(StreamEnvironment& env, std::vector<std::vector<Event>> phases, std::shared_ptr<Flags> f,
+                         const std::string& name, int64_t idleness = 0) {
+  auto s = env.addSource<Event>([=] { return std::make_unique<PhasedSource>(phases, f, name); }, "Phased " + name);
+  s.uid(name);
+  auto st = WatermarkStrategy<Event>::forMonotonousTimestamps().withTimestampAssigner(
+      [](const Event& e) { return std::get<0>(e); });
+  if (idleness) st = st.withIdleness(std::chrono::milliseconds(idleness));
+  auto t = s.assignTimestampsAndWatermarks(st);
+  t.uid(name + "-timestamps");
+  return t;
+}
+
+TEST_F(EventTimeTest, AnAbortedDrainFailsTheExecutionInsteadOfResumingAtTheEndOfTime) {
+  // Regression (review of issue 14): the sources resumed after an aborted drain, with every
+  // window fired and every later record late. Now the attempt fails, so the restart
+  // strategy restores the latest checkpoint.
+  auto flags = std::make_shared<Flags>();
+  std::vector<Event> p0, p1;
+  for (int i = 0; i < 20; ++i) p0.emplace_back(1'000'000 + i * 100, "k", 1);
+  for (int i = 0; i < 20; ++i) p1.emplace_back(1'010'000 + i * 100, "k", 1);
+  auto out = std::make_shared<Collected>();
+  StreamEnvironment env;
+  auto w = phased(env, {p0, p1}, flags, "a").keyBy(keyOf).window(TumblingEventTimeWindows::of(1000ms)).aggregate(
+      CountAndSum{}, WithWindow{});
+  w.uid("w");
+  collectInto(w, out);
+  JobExecution exec(env.takePlan(), config(1, state::BackendType::kHashMap, 0), &listener_);
+  ASSERT_TRUE(exec.prepare(nullptr).ok());
+  exec.start();
+  ASSERT_TRUE(waitUntil([&] { return flags->up("aemitted0"); }));
+  CheckpointTarget t = target(1, state::SnapshotFormat::kCanonical);
+  t.stopSources = true;
+  t.drain = true;
+  ASSERT_TRUE(exec.triggerCheckpoint(t));
+  ASSERT_TRUE(listener_.waitAcks(1, static_cast<size_t>(exec.taskCount())));
+  EXPECT_EQ(out->size(), 2u) << "the drain fired the two windows";
+  exec.notifyCheckpointAborted(1);  // e.g. the savepoint's metadata could not be written
+  ExecutionResult r = exec.wait();
+  EXPECT_EQ(r.kind, ExecutionResult::kFailed);
+  EXPECT_NE(r.message.find("stop --drain"), std::string::npos) << r.message;
+}
+
+/// On each record, a processing-time timer `delay` ms later that emits a record.
+struct EchoLater : KeyedProcessFunction<std::string, Event, Event> {
+  explicit EchoLater(int64_t delay) : delay_(delay) {}
+  void processElement(const Event&, Context& ctx, Collector<Event>&) override {
+    ctx.timerService().registerProcessingTimeTimer(ctx.timerService().currentProcessingTime() + delay_);
+  }
+  void onTimer(int64_t, OnTimerContext& ctx, Collector<Event>& out) override { out.collect({0, "echo-" + ctx.currentKey(), 0}); }
+  int64_t delay_;
+};
+/// An event-time timer at each record's time, except for echoes; reports both.
+struct FireAtEventTime : KeyedProcessFunction<std::string, Event, std::string> {
+  void processElement(const Event& e, Context& ctx, Collector<std::string>& out) override {
+    if (std::get<1>(e).rfind("echo-", 0) == 0) {
+      out.collect("echo");
+      return;
+    }
+    ctx.timerService().registerEventTimeTimer(std::get<0>(e));
+  }
+  void onTimer(int64_t ts, OnTimerContext&, Collector<std::string>& out) override { out.collect("fired " + std::to_string(ts)); }
+};
+
+TEST_F(EventTimeTest, ARecordATimerOfAnIdleTaskEmitsLeavesItsOutputIdle) {
+  // Regression (review of issue 14): input "a" is idle, so the keyed task behind it is
+  // idle; a processing-time timer there emits a record downstream. That record made the
+  // task's output active for good, with its watermark frozen at 1000005, and the
+  // downstream watermark stopped there. As in Flink, the task's input decides its status.
+  auto flags = std::make_shared<Flags>();
+  std::vector<Event> a0{{1'000'005, "x", 1}};
+  std::vector<Event> b0{{1'001'000, "b", 1}, {1'002'000, "c", 1}}, b1{{1'050'000, "b", 1}, {1'060'000, "d", 1}};
+  auto out = std::make_shared<Collected>();
+  StreamEnvironment env;
+  auto echoed = phased(env, {a0}, flags, "a", 50).keyBy(keyOf).process<EchoLater>([] {
+    return std::make_unique<EchoLater>(300);
+  });
+  echoed.uid("echo");
+  auto fired = phased(env, {b0, b1}, flags, "b").unionWith(echoed).keyBy(keyOf).process<FireAtEventTime>();
+  fired.uid("fire");
+  collectInto(fired, out);
+  JobExecution exec(env.takePlan(), config(1, state::BackendType::kHashMap), &listener_);
+  ASSERT_TRUE(exec.prepare(nullptr).ok());
+  exec.start();
+  ASSERT_TRUE(waitUntil([&] { return out->get().count("fired 1001000") == 1; })) << "'a' idle: 'b' moves time";
+  ASSERT_TRUE(waitUntil([&] { return out->get().count("echo") == 1; }));
+  flags->raise("bgo1");
+  EXPECT_TRUE(waitUntil([&] { return out->get().count("fired 1050000") == 1; }))
+      << "the idle task's timer record made it active with an old watermark that held 'b' back";
+  flags->raise("end");
+  EXPECT_EQ(exec.wait().kind, ExecutionResult::kFinished);
 }
 
 }  // namespace

@@ -98,7 +98,7 @@ class ProcessJoinFunction {
   using OutputType = Out;
   class Context {
    public:
-    Context(OperatorContext& ctx, int64_t left, int64_t right) : side_(ctx), left_(left), right_(right) {}
+    Context(detail::SideOutputs& side, int64_t left, int64_t right) : side_(side), left_(left), right_(right) {}
     int64_t leftTimestamp() const { return left_; }
     int64_t rightTimestamp() const { return right_; }
     /// The timestamp of the joined record: the later of the two.
@@ -109,7 +109,7 @@ class ProcessJoinFunction {
     }
 
    private:
-    detail::SideOutputs side_;
+    detail::SideOutputs& side_;  // the operator's: looked up once
     int64_t left_, right_;
   };
   virtual ~ProcessJoinFunction() = default;
@@ -140,7 +140,7 @@ class ProcessWindowFunction {
   using KeyType = K;
   class Context {
    public:
-    Context(OperatorContext& ctx, const TimeWindow& w) : ctx_(ctx), side_(ctx), window_(w) {}
+    Context(OperatorContext& ctx, detail::SideOutputs& side, const TimeWindow& w) : ctx_(ctx), side_(side), window_(w) {}
     const TimeWindow& window() const { return window_; }
     int64_t currentWatermark() const { return ctx_.currentWatermark(); }
     int64_t currentProcessingTime() const { return ctx_.timerService().currentProcessingTime(); }
@@ -151,7 +151,7 @@ class ProcessWindowFunction {
 
    private:
     OperatorContext& ctx_;
-    detail::SideOutputs side_;
+    detail::SideOutputs& side_;  // the operator's: looked up once
     TimeWindow window_;
   };
   virtual ~ProcessWindowFunction() = default;

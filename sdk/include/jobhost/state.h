@@ -240,10 +240,17 @@ class OnTimerContext : public KeyedContext<K> {
  public:
   using KeyedContext<K>::KeyedContext;
   TimeDomain timeDomain() const { return domain_; }
-  void setTimeDomain(TimeDomain d) { domain_ = d; }  // the SDK, before each onTimer
+  /// The time of the timer that fired, in either domain (as Flink's). Records emitted
+  /// from a processing-time timer still carry no event timestamp.
+  std::optional<int64_t> timestamp() const { return time_; }
+  void setTimer(TimeDomain d, int64_t time) {  // the SDK, before each onTimer
+    domain_ = d;
+    time_ = time;
+  }
 
  private:
   TimeDomain domain_ = TimeDomain::kEventTime;
+  int64_t time_ = 0;
 };
 
 /// A function over a keyed stream with keyed state and timers. Subclasses declare their

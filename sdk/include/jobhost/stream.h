@@ -211,7 +211,7 @@ class StreamEnvironment {
   JobArgs args_;
   Plan plan_;
   std::set<std::pair<int, std::string>> consumed_;
-  bool planOnly_ = false;  // last: plugins built against earlier headers see the same layout before it
+  bool planOnly_ = false;
 };
 
 namespace detail {
@@ -335,7 +335,7 @@ class ProcessOp : public NamedOp, public Collector<typename Fn::InputType> {
 
  private:
   void fire(int64_t time, TimeDomain d) {
-    timerCtx_->setTimeDomain(d);
+    timerCtx_->setTimer(d, time);
     invoke([&] { fn_->onTimer(time, *timerCtx_, *down_); });
   }
   std::unique_ptr<Fn> fn_;
@@ -722,9 +722,8 @@ class WindowedStream {
   /// Incremental: f(const T& acc, const T& v) -> T; emits the window's result.
   template <class F>
   DataStream<T> reduce(F f) {
-    return reduceImpl<T>(f, [](const K&, const TimeWindow&, T&& v, OperatorContext&, Collector<T>& out) {
-      out.collect(v);
-    });
+    return reduceImpl<T>(f, [](const K&, const TimeWindow&, T&& v, OperatorContext&, detail::SideOutputs&,
+                               Collector<T>& out) { out.collect(v); });
   }
   /// Incremental reduce, then `windowFn` (a ProcessWindowFunction<T, Out, K>) sees the
   /// window and its one result.
@@ -740,7 +739,7 @@ class WindowedStream {
   DataStream<typename Agg::OutputType> aggregate(Agg agg) {
     using Acc = typename Agg::AccumulatorType;
     using Out = typename Agg::OutputType;
-    return aggregateImpl<Out>(agg, [agg](const K&, const TimeWindow&, Acc&& acc, OperatorContext&,
+    return aggregateImpl<Out>(agg, [agg](const K&, const TimeWindow&, Acc&& acc, OperatorContext&, detail::SideOutputs&,
                                          Collector<Out>& out) { out.collect(agg.getResult(acc)); });
   }
   /// Aggregate, then `windowFn` (a ProcessWindowFunction<Agg's Out, Out2, K>) sees the
@@ -752,7 +751,9 @@ class WindowedStream {
     using Out = typename WF::OutputType;
     auto then = processWith<typename Agg::OutputType>(std::move(windowFn));
     return aggregateImpl<Out>(agg, [agg, then](const K& k, const TimeWindow& w, Acc&& acc, OperatorContext& ctx,
-                                               Collector<Out>& out) mutable { then(k, w, agg.getResult(acc), ctx, out); });
+                                               detail::SideOutputs& side, Collector<Out>& out) mutable {
+      then(k, w, agg.getResult(acc), ctx, side, out);
+    });
   }
   /// All elements of a fired window at once: `fn` (a ProcessWindowFunction<T, Out, K>,
   /// copied per subtask). The window keeps every element in state until it fires.
@@ -763,8 +764,8 @@ class WindowedStream {
     using Op = detail::WindowOp<K, T, T, Out, true>;
     typename Op::Functions f;
     f.fire = [fn](const K& k, const TimeWindow& w, std::vector<T>&& elements, OperatorContext& ctx,
-                  Collector<Out>& out) mutable {
-      typename WF::Context c(ctx, w);
+                  detail::SideOutputs& side, Collector<Out>& out) mutable {
+      typename WF::Context c(ctx, side, w);
       fn.process(k, c, elements, out);
     };
     return finish<Op, Out>("Window(process)", std::move(f));
@@ -774,9 +775,9 @@ class WindowedStream {
   /// A fire function calling `fn` with the window and one result.
   template <class R, class WF>
   static auto processWith(WF fn) {
-    return [fn](const K& k, const TimeWindow& w, R&& r, OperatorContext& ctx,
+    return [fn](const K& k, const TimeWindow& w, R&& r, OperatorContext& ctx, detail::SideOutputs& side,
                 Collector<typename WF::OutputType>& out) mutable {
-      typename WF::Context c(ctx, w);
+      typename WF::Context c(ctx, side, w);
       std::vector<R> one;
       one.push_back(std::move(r));
       fn.process(k, c, one, out);

@@ -84,15 +84,16 @@ template <class T>
 class OutputTag {
  public:
   using Type = T;
-  explicit OutputTag(std::string id) : id_(std::move(id)) {
+  explicit OutputTag(std::string id) : id_(std::move(id)), key_(id_ + "#" + typeid(T).name()) {
     if (id_.empty()) throw JobArgumentError("an OutputTag needs a non-empty id");
   }
   const std::string& id() const { return id_; }
   /// What the host matches producers and consumers by: the id and the C++ type.
-  std::string key() const { return id_ + "#" + typeid(T).name(); }
+  const std::string& key() const { return key_; }
 
  private:
   std::string id_;
+  std::string key_;
 };
 
 /// Timers of the current key (KeyedProcessFunction, KeyedCoProcessFunction). One timer
@@ -250,7 +251,9 @@ inline void encodeTimestampKey(std::string& out, int64_t ts) {
   for (int i = 7; i >= 0; --i) out.push_back(static_cast<char>((u >> (8 * i)) & 0xff));
 }
 inline int64_t decodeTimestampKey(std::string_view k) {
-  if (k.size() != 8) throw SerializationError("a timestamp key is 8 bytes, got " + std::to_string(k.size()));
+  if (k.size() != 8)
+    throw SerializationError("a timestamp key in state (an interval join's buffer) is 8 bytes, this one " +
+                             std::to_string(k.size()) + ": the state is damaged or was written by other code");
   uint64_t u = 0;
   for (size_t i = 0; i < 8; ++i) u = (u << 8) | static_cast<uint8_t>(k[i]);
   return static_cast<int64_t>(u ^ (uint64_t{1} << 63));

@@ -65,9 +65,10 @@ class WindowAssigner {
     return {};
   }
 
-  /// E.g. "TumblingEventTimeWindows(size=10000ms offset=0ms)": recorded in the window
-  /// state's serializer id, so a changed assigner is reported before a restore.
-  std::string describe() const {
+  /// The assigner as recorded in the window state's serializer id (so a changed assigner
+  /// is reported before a restore), e.g. "TumblingEventTimeWindows(size=10000ms
+  /// offset=0ms)". Snapshots hold this text: never change its format (describe() may).
+  std::string stateId() const {
     std::string domain = eventTime_ ? "EventTime" : "ProcessingTime";
     switch (kind_) {
       case Kind::kTumbling:
@@ -80,6 +81,9 @@ class WindowAssigner {
     }
     return "?";
   }
+
+  /// For people (messages); today the same text as stateId().
+  std::string describe() const { return stateId(); }
 
   /// The start of the window of `size` (aligned to `offset`) that holds `timestamp`.
   static int64_t windowStart(int64_t timestamp, int64_t offset, int64_t size) {

@@ -70,6 +70,7 @@ class IntervalJoinOp : public NamedOp {
     ctx_ = &ctx;
     state_ = &ctx.keyedState();
     timers_ = &ctx.timerService();
+    side_.emplace(ctx);
     auto d = states();
     left_ = state_->registerState(d[0]);
     right_ = state_->registerState(d[1]);
@@ -131,7 +132,7 @@ class IntervalJoinOp : public NamedOp {
   }
 
   void emit(const A& a, const B& b, int64_t leftTs, int64_t rightTs) {
-    typename Fn::Context c(*ctx_, leftTs, rightTs);
+    typename Fn::Context c(*side_, leftTs, rightTs);
     const int64_t before = ctx_->currentTimestamp();
     ctx_->setCurrentTimestamp(c.timestamp());
     invoke([&] { fn_->processElement(a, b, c, *down_); });
@@ -144,6 +145,7 @@ class IntervalJoinOp : public NamedOp {
   OperatorContext* ctx_ = nullptr;
   KeyedStateAccess* state_ = nullptr;
   InternalTimerService* timers_ = nullptr;
+  std::optional<SideOutputs> side_;
   int left_ = -1, right_ = -1;
   std::string tsKey_, scratch_, element_;
   TwoInputs<IntervalJoinOp, A, B> inputs_{this};

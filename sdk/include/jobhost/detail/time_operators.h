@@ -21,10 +21,13 @@ namespace jobhost::detail {
 /// Sets each record's timestamp from the strategy and emits watermarks periodically
 /// (onPeriodicEmit, every pipeline.auto-watermark-interval): the highest timestamp seen
 /// minus the out-of-orderness minus 1. Its state — that highest timestamp and the last
-/// watermark it emitted — is in every checkpoint; a restored assigner emits that
+/// watermark it derived — is in every checkpoint; a restored assigner emits that
 /// watermark before the first record it passes on, so downstream operators judge
 /// replayed records as before the failure. After rescaling it starts from the smallest
-/// of the restored states (a watermark never runs ahead of any input it merged).
+/// of the restored states (a watermark never runs ahead of any input it merged). The
+/// maximum watermark it passes on from upstream (the end of the input, or stop --drain)
+/// is not its own and is not in its state: a job restored from a drained savepoint goes
+/// on from the watermark before the drain.
 template <class T>
 class TimestampsAndWatermarksOp : public NamedOp, public Collector<T> {
  public:
@@ -63,44 +66,53 @@ class TimestampsAndWatermarksOp : public NamedOp, public Collector<T> {
     emit(saturatingAdd(maxTimestamp_, -strategy_.outOfOrdernessMs() - 1));
   }
   void onWatermark(int64_t watermark) override {
-    if (watermark == kMaxWatermark) emit(kMaxWatermark);  // the end of the input passes through
+    if (watermark != kMaxWatermark || emitted_ == kMaxWatermark) return;
+    emitted_ = kMaxWatermark;  // the end of the input (or a drain) passes through, not into own_
+    ctx_->emitWatermark(kMaxWatermark);
   }
   std::string snapshotState() override {
     std::string out;
     ByteWriter w(out);
-    w.writeU8(1);  // format
+    w.writeU8(kStateFormat);
     w.writeI64(maxTimestamp_);
-    w.writeI64(emitted_);
+    w.writeI64(own_);
     return out;
   }
   void restoreState(std::string_view s) override {
     ByteReader r(s);
-    if (r.readU8() != 1) throw SerializationError("unknown watermark generator state format");
-    int64_t maxTs = r.readI64(), emitted = r.readI64();
+    if (uint8_t f = r.readU8(); f != kStateFormat)
+      throw SerializationError("the watermark generator's state has format " + std::to_string(f) +
+                               ", this SDK reads format " + std::to_string(kStateFormat) +
+                               "; to start it afresh, give assignTimestampsAndWatermarks a new uid and restore with "
+                               "--allow-non-restored-state (-n)");
+    int64_t maxTs = r.readI64(), own = r.readI64();
     // Several states after rescaling: the smallest, so no restored input is overtaken.
     maxTimestamp_ = restored_ ? std::min(maxTimestamp_, maxTs) : maxTs;
-    emitted_ = restored_ ? std::min(emitted_, emitted) : emitted;
+    own_ = restored_ ? std::min(own_, own) : own;
+    emitted_ = own_;
     restored_ = true;
-    restoredPending_ = emitted_ != kMinWatermark;
+    restoredPending_ = own_ != kMinWatermark;
   }
 
  private:
+  static constexpr uint8_t kStateFormat = 1;
   void emit(int64_t wm) {
     if (wm <= emitted_) return;
-    emitted_ = wm;
+    emitted_ = own_ = wm;
     ctx_->emitWatermark(wm);
   }
   void emitRestoredWatermark() {
     if (!restoredPending_) return;
     restoredPending_ = false;
-    ctx_->emitWatermark(emitted_);
+    ctx_->emitWatermark(own_);
   }
 
   WatermarkStrategy<T> strategy_;
   Collector<T>* down_;
   OperatorContext* ctx_ = nullptr;
   int64_t maxTimestamp_ = kNoTimestamp;
-  int64_t emitted_ = kMinWatermark;
+  int64_t emitted_ = kMinWatermark;  // the last watermark sent downstream
+  int64_t own_ = kMinWatermark;      // the last one it derived itself (its state)
   uint64_t records_ = 0, recordsAtLastEmit_ = 0;
   std::chrono::steady_clock::time_point lastActivity_{};
   bool idle_ = false;
@@ -205,7 +217,7 @@ class KeyedCoProcessOp : public NamedOp {
 
  private:
   void fire(int64_t time, TimeDomain d) {
-    timerCtx_->setTimeDomain(d);
+    timerCtx_->setTimer(d, time);
     invoke([&] { fn_->onTimer(time, *timerCtx_, *down_); });
   }
   std::unique_ptr<Fn> fn_;

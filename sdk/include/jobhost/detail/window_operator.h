@@ -11,6 +11,7 @@
 
 #include "jobhost/version.h"  // first: stops a pre-C++20 build with one clear line
 
+#include <algorithm>
 #include <functional>
 #include <optional>
 #include <string>
@@ -28,10 +29,13 @@
 namespace jobhost::detail {
 
 inline constexpr char kWindowContentsState[] = "window-contents";
+/// Merging (session) windows: the key's open windows, so a new element finds the ones it
+/// merges with without reading their contents (Flink's MergingWindowSet state).
+inline constexpr char kMergingWindowsState[] = "merging-window-set";
 
 /// Serializer id of a window as the namespace of state and timers: the assigner is part
 /// of it, "TimeWindow<TumblingEventTimeWindows(size=10000ms offset=0ms)>".
-inline std::string windowNamespaceId(const WindowAssigner& a) { return "TimeWindow<" + a.describe() + ">"; }
+inline std::string windowNamespaceId(const WindowAssigner& a) { return "TimeWindow<" + a.stateId() + ">"; }
 
 /// `Stored` is what window-contents holds per window: Acc, or (kList) the elements.
 template <class K, class T, class Acc, class Out, bool kList>
@@ -45,7 +49,9 @@ class WindowOp : public NamedOp, public Collector<T> {
     /// Not kList: two windows' accumulators into one (session windows).
     std::function<Acc(Acc a, const Acc& b)> merge;
     /// Emits the result of a fired window.
-    std::function<void(const K& key, const TimeWindow& w, Contents&& c, OperatorContext& ctx, Collector<Out>& out)> fire;
+    std::function<void(const K& key, const TimeWindow& w, Contents&& c, OperatorContext& ctx, SideOutputs& side,
+                       Collector<Out>& out)>
+        fire;
   };
   struct Options {
     WindowAssigner assigner;
@@ -69,6 +75,9 @@ class WindowOp : public NamedOp, public Collector<T> {
       d.valueSerializerVersion = Serializer<Acc>::version();
     }
     out.push_back(d);
+    if (a.isMerging())
+      out.push_back({kMergingWindowsState, StateKind::kValue, Serializer<K>::id(), Serializer<K>::version(), "", 0,
+                     "vector<" + windowNamespaceId(a) + ">", Serializer<TimeWindow>::version()});
     for (auto& t : timerStates<K>(windowNamespaceId(a))) out.push_back(t);
     return out;
   }
@@ -94,8 +103,11 @@ class WindowOp : public NamedOp, public Collector<T> {
     ctx_ = &ctx;
     state_ = &ctx.keyedState();
     timers_ = &ctx.timerService();
-    for (const auto& d : states(o_.assigner))
+    side_.emplace(ctx);
+    for (const auto& d : states(o_.assigner)) {
       if (d.name == kWindowContentsState) contents_ = state_->registerState(d);
+      if (d.name == kMergingWindowsState) sessions_ = state_->registerState(d);
+    }
   }
 
   void collect(const T& v) override {
@@ -188,11 +200,8 @@ class WindowOp : public NamedOp, public Collector<T> {
   /// merged window may overlap more), moves their contents and timers to the result, and
   /// adds `v`. False if the resulting window is late (then nothing changes).
   bool addToSession(TimeWindow w, const T& v) {
-    std::vector<TimeWindow> open;
-    state_->mapForEach(contents_, [&](std::string_view k, std::string_view) {
-      open.push_back(deserialize<TimeWindow>(k));
-      return true;
-    });
+    std::vector<TimeWindow> open = openSessions();
+    const std::vector<TimeWindow> before = open;
     TimeWindow merged = w;
     std::vector<TimeWindow> absorbed;
     for (bool grew = true; grew;) {
@@ -230,10 +239,22 @@ class WindowOp : public NamedOp, public Collector<T> {
       encodeWindow(merged);
       if (combined) state_->mapPut(contents_, windowKey_, *combined);
     }
+    // `open` holds the windows not absorbed; the merged one joins them.
+    if (open.size() + 1 != before.size() || std::find(before.begin(), before.end(), merged) == before.end()) {
+      open.push_back(merged);
+      std::sort(open.begin(), open.end());
+      serializeInto(scratch_, open);
+      state_->put(sessions_, scratch_);
+    }
     encodeWindow(merged);
     add(v);
     onElementTrigger(merged);
     return true;
+  }
+
+  std::vector<TimeWindow> openSessions() {
+    if (!state_->get(sessions_, scratch_)) return {};
+    return deserialize<std::vector<TimeWindow>>(scratch_);
   }
 
   void onTimer(int64_t time, std::string_view ns) {
@@ -243,6 +264,16 @@ class WindowOp : public NamedOp, public Collector<T> {
     if (time == cleanupTime(w)) {
       encodeWindow(w);
       state_->mapRemove(contents_, windowKey_);
+      if (o_.assigner.isMerging()) {
+        std::vector<TimeWindow> open = openSessions();
+        std::erase(open, w);
+        if (open.empty()) {
+          state_->clear(sessions_);
+        } else {
+          serializeInto(scratch_, open);
+          state_->put(sessions_, scratch_);
+        }
+      }
     }
   }
 
@@ -259,7 +290,7 @@ class WindowOp : public NamedOp, public Collector<T> {
     K key = deserialize<K>(ctx_->currentKey());
     const int64_t before = ctx_->currentTimestamp();
     ctx_->setCurrentTimestamp(w.maxTimestamp());
-    invoke([&] { f_.fire(key, w, std::move(c), *ctx_, *down_); });
+    invoke([&] { f_.fire(key, w, std::move(c), *ctx_, *side_, *down_); });
     ctx_->setCurrentTimestamp(before);
   }
 
@@ -277,7 +308,9 @@ class WindowOp : public NamedOp, public Collector<T> {
   OperatorContext* ctx_ = nullptr;
   KeyedStateAccess* state_ = nullptr;
   InternalTimerService* timers_ = nullptr;
+  std::optional<SideOutputs> side_;
   int contents_ = -1;
+  int sessions_ = -1;  // merging assigners only
   std::string windowKey_, scratch_, element_;
   void* late_ = nullptr;
   bool lateLooked_ = false;

@@ -179,6 +179,7 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
   ec.incremental = setup.incremental;
   ec.localStateDir = attemptLocalDir(setup, w.jobId, w.attempt);
   ec.autoWatermarkIntervalMs = setup.autoWatermarkInterval.count();
+  ec.checkpointing = coordinator != nullptr;
 
   Plan plan;
   try {

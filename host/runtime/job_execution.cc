@@ -398,6 +398,7 @@ struct JobExecution::Impl {
     std::vector<int> channelHead;   // gate channel -> slot of the receiver it feeds
     std::vector<int> assigners;     // slots of watermark assigners
     std::vector<int> timerSlots;    // slots with timers
+    std::vector<int> committers;    // slots of transactional sinks (PlanNode::twoPhaseCommit)
     std::vector<std::unique_ptr<ExchangeWriterImpl>> writers;
     std::vector<std::unique_ptr<state::KeyedStateBackend>> backendsOwned;
     std::vector<state::KeyedStateBackend*> backends;
@@ -419,6 +420,7 @@ struct JobExecution::Impl {
     // Task thread only.
     uint64_t suspendedBy = 0;  // source: the stop checkpoint whose barrier it emitted (0: polling)
     bool inputIdle = false;    // the valve was idle when last looked at (onInputTime)
+    bool finalCheckpointDone = false;  // source: a checkpoint after every source ended is complete
     std::chrono::steady_clock::time_point nextPeriodicEmit{};
   };
 
@@ -446,6 +448,11 @@ struct JobExecution::Impl {
   std::mutex targetsMu;
   std::map<uint64_t, ActiveCheckpoint> targets;  // guarded by targetsMu
   std::atomic<int> finishedTasks{0};
+  // The final checkpoint (see the header): sources wait for one after their input ended.
+  bool finalCheckpoint = false;       // set in prepare(): checkpointing and a transactional sink
+  int sourceTasks = 0;                // set in prepare()
+  std::atomic<int> endedSources{0};   // sources whose input ended (waiting for the final checkpoint)
+  std::set<uint64_t> afterAllEnded;   // guarded by targetsMu: checkpoints triggered once every source ended
 
   Impl(Plan p, ExecutionConfig c, CheckpointListener* l) : plan(std::move(p)), config(std::move(c)), listener(l) {}
 
@@ -508,16 +515,37 @@ struct JobExecution::Impl {
     if (t.gate) t.gate->wakeUp();
   }
 
-  /// On the uploader (so after every asynchronous part queued before), hands each task
-  /// with backends `fn(backend)` for each of its backends, to run on the task's thread.
-  void notifyBackends(std::function<void(state::KeyedStateBackend&)> fn) {
-    enqueueUpload([this, fn = std::move(fn)] {
+  /// On the uploader (so after every asynchronous part queued before), tells each task
+  /// with backends or transactional sinks that checkpoint `id` completed (or was aborted),
+  /// on the task's thread. A completed checkpoint that was triggered after every source
+  /// had ended then releases the waiting sources (the final checkpoint): their end markers
+  /// follow this mail into every task.
+  void notifyTasks(uint64_t id, bool complete) {
+    enqueueUpload([this, id, complete] {
       for (auto& tp : tasks) {
-        if (tp->backends.empty()) continue;
+        if (tp->backends.empty() && tp->committers.empty()) continue;
         Task* t = tp.get();
-        post(*t, [t, fn] {
-          for (auto* b : t->backends) fn(*b);
+        post(*t, [t, id, complete] {
+          for (auto* b : t->backends) {
+            if (complete) b->notifyCheckpointComplete(id);
+            else b->notifyCheckpointAborted(id);
+          }
+          for (int i : t->committers) {
+            Operator& op = *t->slots[static_cast<size_t>(i)].op;
+            if (complete) op.notifyCheckpointComplete(id);
+            else op.notifyCheckpointAborted(id);
+          }
         });
+      }
+      if (!complete || !finalCheckpoint) return;
+      {
+        std::lock_guard lock(targetsMu);
+        if (!afterAllEnded.count(id)) return;
+      }
+      for (auto& tp : tasks) {
+        if (tp->gate) continue;
+        Task* t = tp.get();
+        post(*t, [t] { t->finalCheckpointDone = true; });
       }
     });
   }
@@ -663,6 +691,7 @@ struct JobExecution::Impl {
     std::vector<std::pair<size_t, std::unique_ptr<state::AsyncSnapshot>>> asyncParts;
     Status failure;
     std::map<const Slot*, size_t> snapSlot;
+    for (int i : t.committers) t.slots[static_cast<size_t>(i)].op->beforeSnapshot(id);
     for (auto& s : t.slots) {
       const PlanNode* n = s.node;
       if (s.sender || (n->kind != NodeKind::kSource && !n->keyed && !n->operatorState)) continue;
@@ -761,7 +790,16 @@ struct JobExecution::Impl {
     }
     if (!cancelled.load()) {
       advance(t, head, kMaxWatermark);  // the end of a bounded input: every event-time timer fires
-      finishTask(t);
+      if (finalCheckpoint) {
+        // Serve checkpoints until one triggered after every source ended is complete.
+        flushOutputs(t);
+        endedSources.fetch_add(1);
+        while (!cancelled.load() && !t.finalCheckpointDone) {
+          waitForMail(t);
+          drainMail(t);
+        }
+      }
+      if (!cancelled.load()) finishTask(t);
     }
     // Triggers that arrived after the last poll can no longer be served.
     std::deque<uint64_t> left;
@@ -945,6 +983,8 @@ Status JobExecution::prepare(const RestoreSource* source) {
   Impl& x = *impl_;
   const Plan& plan = x.plan;
   using Slot = Impl::Slot;
+  x.finalCheckpoint = x.config.checkpointing &&
+                      std::any_of(plan.nodes.begin(), plan.nodes.end(), [](const PlanNode& n) { return n.twoPhaseCommit; });
   // Tasks and gates.
   std::vector<std::vector<Impl::Task*>> byStage(x.stages.size());
   for (size_t s = 0; s < x.stages.size(); ++s) {
@@ -957,6 +997,7 @@ Status JobExecution::prepare(const RestoreSource* source) {
         t->gate = std::make_unique<InputGate>(x.stages[s].channelCount(), kChannelCapacity);
         t->valve = std::make_unique<WatermarkValve>(x.stages[s].channelCount());
       }
+      if (!t->gate) ++x.sourceTasks;
       byStage[s].push_back(t.get());
       x.tasks.push_back(std::move(t));
     }
@@ -1151,6 +1192,7 @@ Status JobExecution::prepare(const RestoreSource* source) {
         t.backendSlot.push_back(static_cast<int>(i));
         t.backendsOwned.push_back(std::move(*b));
       }
+      if (n.twoPhaseCommit && !s.sender) t.committers.push_back(static_cast<int>(i));
       if ((n.kind == NodeKind::kSource || n.operatorState) && !s.sender) {
         auto it = restoredOperatorState.find(n.uid);
         if (it != restoredOperatorState.end()) {
@@ -1227,6 +1269,7 @@ bool JobExecution::triggerCheckpoint(const CheckpointTarget& target) {
     std::lock_guard lock(x.targetsMu);
     x.targets[target.checkpointId] = {target, std::make_shared<std::atomic<bool>>(false)};
     while (x.targets.size() > 8) x.targets.erase(x.targets.begin());
+    if (x.finalCheckpoint && x.endedSources.load() == x.sourceTasks) x.afterAllEnded.insert(target.checkpointId);
   }
   for (auto& t : x.tasks) {
     if (t->gate) continue;
@@ -1243,7 +1286,7 @@ bool JobExecution::triggerCheckpoint(const CheckpointTarget& target) {
 void JobExecution::notifyCheckpointComplete(uint64_t id) {
   // Through the uploader, so after every asynchronous part queued before (those of this
   // checkpoint have all reported, or it would not be complete), then on each task thread.
-  impl_->notifyBackends([id](state::KeyedStateBackend& b) { b.notifyCheckpointComplete(id); });
+  impl_->notifyTasks(id, /*complete=*/true);
 }
 
 void JobExecution::notifyCheckpointAborted(uint64_t id) {
@@ -1282,7 +1325,7 @@ void JobExecution::notifyCheckpointAborted(uint64_t id) {
       if (t->suspendedBy == id) t->suspendedBy = 0;
     });
   }
-  x.notifyBackends([id](state::KeyedStateBackend& b) { b.notifyCheckpointAborted(id); });
+  x.notifyTasks(id, /*complete=*/false);
 }
 
 int JobExecution::taskCount() const { return static_cast<int>(impl_->tasks.size()); }

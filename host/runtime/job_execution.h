@@ -20,6 +20,15 @@
 // are called every `autoWatermarkIntervalMs`. A source that ends sends kMaxWatermark
 // before its end marker, so every window fires.
 //
+// Transactional sinks (PlanNode::twoPhaseCommit) pre-commit in the synchronous part of
+// each checkpoint (Operator::beforeSnapshot) and commit when it is complete (the
+// notifications reach them on their task threads, as the backends'). A bounded job with
+// one ends with a final checkpoint, as Flink's (FLIP-147): a source whose input ended
+// sends kMaxWatermark, then keeps serving checkpoint triggers without emitting records,
+// and sends its end marker only once a checkpoint triggered after every source had ended
+// is complete — whose notification every task has received before it sees the end
+// markers. So everything a sink wrote is committed, exactly once, before the job ends.
+//
 // Checkpoints: triggerCheckpoint() asks the source tasks to emit a barrier; each task
 // snapshots when the barrier has arrived on all its inputs (alignment, see
 // barrier_aligner.h), flushes the line sinks it writes to, forwards the barrier, and
@@ -65,6 +74,9 @@ struct ExecutionConfig {
   /// pipeline.auto-watermark-interval: how often watermark assigners emit. 0: never
   /// periodically (only the end of input's kMaxWatermark).
   int64_t autoWatermarkIntervalMs = 200;
+  /// Checkpoints are taken (a coordinator triggers them). With a transactional sink in the
+  /// plan, sources that end then wait for a final checkpoint (see the file comment).
+  bool checkpointing = false;
 };
 
 /// A stateful or source operator of the plan, as recorded in metadata.

@@ -9,8 +9,10 @@
 //    FILE "<epoch millis> <orderId> <method>"; prints "(<orderId>,<amount>,<method>)" for
 //    a payment 0 to 5 s after the order with the same id.
 // Both take --out-of-orderness (default 2s), --rate R (lines per second per file) and
-// --output FILE (instead of stdout).
+// --output PATH (instead of stdout; a directory: the exactly-once file sink, see output.h).
 #include <jobhost/jobhost.h>
+
+#include "output.h"
 
 #include <cctype>
 #include <chrono>
@@ -57,8 +59,7 @@ std::vector<std::string> fieldsAfterFirst(const std::string& line) {
 
 template <class T>
 void sink(jobhost::StreamEnvironment& env, jobhost::DataStream<T> stream) {
-  if (auto out = env.args().get("--output")) stream.writeAsText(*out);
-  else stream.print();
+  examples::writeOutput(env, stream);
 }
 
 jobhost::DataStream<std::string> timestampedLines(jobhost::StreamEnvironment& env, const std::string& flag,
@@ -136,7 +137,7 @@ class WindowedWordCount : public jobhost::Job {
                       .aggregate(CountWords{}, WithWindowEnd{});
     counts.uid("window-counts");
     sink(env, counts);
-    sink(env, late);
+    examples::writeOutput(env, late, "late-output", "late");  // a --output directory: late lines in late/
   }
 };
 

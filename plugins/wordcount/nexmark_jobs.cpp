@@ -12,7 +12,8 @@
 //   --throttle      emit at R events per second of wall time, as nexmark's generator with
 //                   maxEmitSpeed=false; without it the source runs flat out (nexmark's
 //                   default), event times are unaffected either way
-//   --output FILE   write the results to FILE instead of stdout
+//   --output PATH   write the results to PATH instead of stdout (a directory: the
+//                   exactly-once file sink, see output.h)
 // Event time is the events' dateTime, with watermarks 4 s behind it (the suite's
 // `WATERMARK FOR dateTime AS dateTime - INTERVAL '4' SECOND`); the generated events are
 // in time order, so no event is late. The source's position (events emitted) is in every
@@ -29,6 +30,8 @@
 //  - NexmarkQ8, new people who opened an auction in the 10 s tumbling window in which
 //    they registered: "(<person id>,<name>,<window start millis>)", once per person.
 #include <jobhost/jobhost.h>
+
+#include "output.h"
 
 #include <algorithm>
 #include <chrono>
@@ -160,8 +163,7 @@ jobhost::DataStream<nexmark::Event> nexmarkEvents(jobhost::StreamEnvironment& en
 
 template <class T>
 void sink(jobhost::StreamEnvironment& env, jobhost::DataStream<T> stream) {
-  if (auto out = env.args().get("--output")) stream.writeAsText(*out);
-  else stream.print();
+  examples::writeOutput(env, stream);
 }
 
 void configureNexmark(jobhost::JobConfig& c) {

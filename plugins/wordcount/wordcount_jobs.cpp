@@ -4,10 +4,12 @@
 //
 // Word-count jobs read lines from localhost:9999 by default (`nc -lk 9999`), or from the
 // file given with `--input FILE`; `--host H --port N` choose another socket, `--rate N`
-// throttles a file to N lines per second, `--output FILE` writes to a file instead of
-// stdout. The word `error` makes them throw (a task failure, handled by the restart
+// throttles a file to N lines per second, `--output PATH` writes to PATH instead of
+// stdout (a directory: exactly once, through the file sink; see output.h). The word `error` makes them throw (a task failure, handled by the restart
 // strategy); the word `crash` aborts the process.
 #include <jobhost/jobhost.h>
+
+#include "output.h"
 
 #include <cctype>
 #include <chrono>
@@ -52,8 +54,7 @@ void tokenize(const std::string& line, Collector<WordCountRecord>& out) {
 
 template <class T>
 void sink(jobhost::StreamEnvironment& env, jobhost::DataStream<T> stream) {
-  if (auto out = env.args().get("--output")) stream.writeAsText(*out);
-  else stream.print();
+  examples::writeOutput(env, stream);
 }
 
 void buildWordCount(jobhost::StreamEnvironment& env) {

@@ -11,6 +11,7 @@
 #include "jobhost/job.h"
 #include "jobhost/operator.h"
 #include "jobhost/serializer.h"
+#include "jobhost/sinks.h"
 #include "jobhost/sources.h"
 #include "jobhost/state.h"
 #include "jobhost/stream.h"

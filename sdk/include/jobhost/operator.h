@@ -225,6 +225,14 @@ class Operator {
   virtual void onWatermark(int64_t watermark) {}
   /// Called every pipeline.auto-watermark-interval on watermark assigners.
   virtual void onPeriodicEmit() {}
+
+  // --- Checkpoints (issue 15): for operators whose node has twoPhaseCommit set.
+  /// Right before snapshotState() for checkpoint `checkpointId`, on the task thread.
+  virtual void beforeSnapshot(uint64_t checkpointId) {}
+  /// Checkpoint `checkpointId` is complete (its `_metadata` is durable), or was aborted.
+  /// On the task thread, between records, after every checkpoint before it was notified.
+  virtual void notifyCheckpointComplete(uint64_t checkpointId) {}
+  virtual void notifyCheckpointAborted(uint64_t checkpointId) {}
 };
 
 enum class PollStatus { kMore, kIdle, kEnd };
@@ -286,6 +294,10 @@ struct PlanNode {
   bool watermarkAssigner = false;
   /// Has non-keyed operator state besides a source position (snapshotState()).
   bool operatorState = false;
+  /// A transactional sink (issue 15): gets beforeSnapshot() and the checkpoint
+  /// notifications, and a bounded job that has one ends with a final checkpoint after its
+  /// sources ended, so everything it wrote is committed at the end exactly once.
+  bool twoPhaseCommit = false;
 };
 
 /// The dataflow a job's build() defined.

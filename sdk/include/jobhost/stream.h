@@ -48,6 +48,7 @@
 #include "jobhost/functions.h"
 #include "jobhost/operator.h"
 #include "jobhost/serializer.h"
+#include "jobhost/sinks.h"
 #include "jobhost/sources.h"
 #include "jobhost/state.h"
 #include "jobhost/time.h"
@@ -116,6 +117,7 @@ template <class T>
 class DataStream;
 template <class K, class T>
 class KeyedStream;
+class SinkNode;
 template <class A, class B>
 class ConnectedStreams;
 
@@ -212,6 +214,24 @@ class StreamEnvironment {
   Plan plan_;
   std::set<std::pair<int, std::string>> consumed_;
   bool planOnly_ = false;
+};
+
+/// The sink a DataStream::sinkTo() added, to give it a uid or a name.
+class SinkNode {
+ public:
+  SinkNode(StreamEnvironment& env, int node) : env_(&env), node_(node) {}
+  SinkNode& uid(std::string id) {
+    env_->setUid(node_, std::move(id));
+    return *this;
+  }
+  SinkNode& name(std::string n) {
+    env_->node(node_).name = std::move(n);
+    return *this;
+  }
+
+ private:
+  StreamEnvironment* env_;
+  int node_;
 };
 
 namespace detail {
@@ -525,6 +545,23 @@ class DataStream {
   void print() { sink("Print to Std. Out", std::nullopt); }
   /// Appends each record as a line to a text file (same format as print()).
   void writeAsText(std::string path) { sink("Text File Sink", std::move(path)); }
+  /// Writes the records exactly once through a two-phase-commit sink (sinks.h), e.g. a
+  /// FileSink<T>: `sink` is copied once per subtask. Give it a stable uid: its pending
+  /// transactions are state, restored by uid.
+  template <class S>
+    requires std::is_base_of_v<TwoPhaseCommitSink<T, typename S::TransactionType>, S>
+  SinkNode sinkTo(S sink, std::string name = "Transactional Sink") {
+    PlanNode n;
+    n.kind = NodeKind::kSink;
+    n.name = std::move(name);
+    n.operatorState = true;
+    n.twoPhaseCommit = true;
+    n.create = [sink](void*) -> std::unique_ptr<Operator> {
+      return std::make_unique<detail::TwoPhaseCommitSinkOp<S>>(std::make_unique<S>(sink));
+    };
+    env_->attach(n, node_, tag_);
+    return SinkNode(*env_, env_->addNode(std::move(n)));
+  }
   /// Calls f(const T&) for each record.
   template <class F>
   void addSink(F f, std::string name = "Custom Sink") {

@@ -72,11 +72,13 @@ class TwoPhaseCommitSink {
   virtual void commit(const Txn& txn) = 0;
   /// Discards a transaction that will never be committed. Idempotent.
   virtual void abort(const Txn& txn) = 0;
-  /// After a restore, before the restored transactions are committed: discards whatever
-  /// the subtasks `formerSubtasks` of the job that wrote the snapshot (this subtask's own
-  /// index unless the parallelism changed) had begun that is not in `keep` — the
-  /// transactions written after the restored checkpoint.
-  virtual void abortStrays(const std::vector<int>& formerSubtasks, const std::vector<Txn>& keep) {}
+  /// After a restore, before the restored transactions are committed: discards every
+  /// transaction that any subtask index s with s % parallelism == subtask began — in the
+  /// job that wrote the snapshot or in a later run that failed before its own checkpoint,
+  /// whatever their parallelism — except those in `keep` (the restored checkpoint's, to
+  /// be committed next). What is discarded was written after the restored checkpoint; a
+  /// restore replays its records. (One job writes to a sink's destination.)
+  virtual void abortStrays(int subtask, int parallelism, const std::vector<Txn>& keep) {}
   virtual void close() {}
 };
 
@@ -99,17 +101,14 @@ class TwoPhaseCommitSinkOp : public NamedOp, public Collector<typename S::InputT
     ctx_ = &ctx;
     invoke([&] { sink_->open(ctx); });
     if (!restored_.empty()) {
-      // The former subtasks this one recovers: s % parallelism == this index.
-      std::vector<int> former;
+      // This subtask recovers the former subtasks s with s % parallelism == its index.
       std::vector<std::pair<uint64_t, Txn>> recovered;
       for (const auto& r : restored_)
-        if (r.subtask % ctx.parallelism() == ctx.subtaskIndex()) {
-          former.push_back(r.subtask);
+        if (r.subtask % ctx.parallelism() == ctx.subtaskIndex())
           recovered.insert(recovered.end(), r.pending.begin(), r.pending.end());
-        }
       std::vector<Txn> keep;
       for (const auto& p : recovered) keep.push_back(p.second);
-      invoke([&] { sink_->abortStrays(former, keep); });
+      invoke([&] { sink_->abortStrays(ctx.subtaskIndex(), ctx.parallelism(), keep); });
       for (const auto& p : recovered) invoke([&] { sink_->commit(p.second); });
       restored_.clear();
     }
@@ -318,12 +317,12 @@ class FileSink : public TwoPhaseCommitSink<T, FileTransaction> {
     }
     for (const auto& p : txn.parts) ::unlink(absolute(p).c_str());
   }
-  void abortStrays(const std::vector<int>& formerSubtasks, const std::vector<FileTransaction>& keep) override {
+  void abortStrays(int subtask, int parallelism, const std::vector<FileTransaction>& keep) override {
     std::set<std::string> kept;
     for (const auto& t : keep) kept.insert(t.parts.begin(), t.parts.end());
-    std::set<int> former(formerSubtasks.begin(), formerSubtasks.end());
     for (const auto& f : listParts())
-      if (f.hidden && former.count(f.subtask) && !kept.count(f.relative)) ::unlink(absolute(f.relative).c_str());
+      if (f.hidden && f.subtask % parallelism == subtask && !kept.count(f.relative))
+        ::unlink(absolute(f.relative).c_str());
   }
   void close() override {
     if (open_) {

@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "jobhost/stream.h"
+#include "config/rocksdb_settings.h"
 #include "job_work_directory.h"
 #include "plugin/user_code.h"
 #include "runtime/restart_strategy.h"
@@ -137,6 +138,7 @@ int setupJob(const RunOptions& o, JobSetup* s, const PluginOpenOptions& pluginOp
                         ") is unknown; use hashmap or rocksdb");
     s->backend = b == "rocksdb" ? state::BackendType::kRocksDb : state::BackendType::kHashMap;
     s->incremental = s->backend == state::BackendType::kRocksDb && config.getBool("state.backend.incremental");
+    s->rocksdb = rocksDbOptionsFrom(config);  // checked whatever the backend, like every key
     s->parallelism = static_cast<int>(config.getInt("parallelism.default", 1, 32768));
     s->maxParallelism = static_cast<int>(config.getInt("pipeline.max-parallelism", 1, 32768));
     if (s->parallelism > s->maxParallelism)

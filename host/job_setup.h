@@ -29,6 +29,7 @@ struct JobSetup {
   std::vector<OperatorInfo> operators;
   state::BackendType backend = state::BackendType::kHashMap;
   bool incremental = false;
+  state::RocksDbOptions rocksdb;  // state.backend.rocksdb.* (config/rocksdb_settings.h)
   int parallelism = 1;
   int maxParallelism = 128;
   int numRetained = 1;

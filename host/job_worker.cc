@@ -177,6 +177,7 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
   ec.maxParallelism = setup.maxParallelism;
   ec.backend = setup.backend;
   ec.incremental = setup.incremental;
+  ec.rocksdb = setup.rocksdb;
   ec.localStateDir = attemptLocalDir(setup, w.jobId, w.attempt);
   ec.autoWatermarkIntervalMs = setup.autoWatermarkInterval.count();
   ec.checkpointing = coordinator != nullptr;

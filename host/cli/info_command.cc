@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 #include "cli/table.h"
 #include "config/configuration.h"
+#include "config/rocksdb_settings.h"
 #include "jobhost/job.h"
 #include "config/units.h"
 #include "job_runner.h"
@@ -37,6 +38,9 @@ int infoCommand(const std::string& pluginPath, const std::vector<std::string>& d
     if (!lib) std::cout << "warning: " << err.message << " (showing declared settings only)\n";
   }
   Table t({"CLASS", "DECLARED", "EFFECTIVE BACKEND", "CHECKPOINTS", "DESCRIPTION"});
+  // state.backend.rocksdb.* of the classes that run on rocksdb (config/rocksdb_settings.h).
+  Table rocks({"CLASS", "WRITE BUFFER", "WRITE BUFFERS", "BLOCK CACHE", "COMPACTION", "TRANSFER THREADS"});
+  bool anyRocks = false;
   for (const auto& c : meta.classes) {
     std::string declared = c.backend + (c.incremental ? " (incremental)" : "");
     std::string effective = "-", checkpoints = "-";
@@ -50,7 +54,14 @@ int infoCommand(const std::string& pluginPath, const std::vector<std::string>& d
         applyJobConfiguration(*info, *job, &config);
         loadUserConfiguration(configFile, defines, std::nullopt, &config);
         effective = config.getString("state.backend.type");
-        if (effective == "rocksdb") effective += config.getBool("state.backend.incremental") ? " (incremental)" : " (full)";
+        if (effective == "rocksdb") {
+          effective += config.getBool("state.backend.incremental") ? " (incremental)" : " (full)";
+          const state::RocksDbOptions ro = rocksDbOptionsFrom(config);
+          rocks.add({c.name, formatBytes(ro.writeBufferSize), std::to_string(ro.writeBufferCount),
+                     formatBytes(ro.blockCacheSize), state::compactionStyleName(ro.compactionStyle),
+                     std::to_string(ro.transferThreads)});
+          anyRocks = true;
+        }
         auto interval = config.getDuration("execution.checkpointing.interval");
         checkpoints = interval.count() > 0 ? "every " + formatDuration(interval) : "off";
       } catch (const std::exception& e) {
@@ -60,6 +71,7 @@ int infoCommand(const std::string& pluginPath, const std::vector<std::string>& d
     t.add({c.name, declared, effective, checkpoints, c.description});
   }
   std::cout << t.render();
+  if (anyRocks) std::cout << "\nRocksDB options (state.backend.rocksdb.*):\n" << rocks.render();
   std::cout << "\nRun one with: jobhost run -c " << meta.classes.front().name << " " << pluginPath << "\n";
   return kExitOk;
 }

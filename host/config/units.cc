@@ -47,4 +47,27 @@ std::optional<std::chrono::milliseconds> parseDuration(const std::string& text) 
   return std::chrono::milliseconds(static_cast<int64_t>(ms));
 }
 
+std::optional<uint64_t> parseBytes(const std::string& text) {
+  std::string t;
+  for (char c : text)
+    if (!std::isspace(static_cast<unsigned char>(c))) t.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+  size_t i = 0;
+  uint64_t n = 0;
+  for (; i < t.size() && std::isdigit(static_cast<unsigned char>(t[i])); ++i) {
+    if (n > (uint64_t{1} << 63) / 10) return std::nullopt;
+    n = n * 10 + static_cast<uint64_t>(t[i] - '0');
+  }
+  if (i == 0) return std::nullopt;
+  const std::string unit = t.substr(i);
+  int shift;
+  if (unit.empty() || unit == "b" || unit == "bytes") shift = 0;
+  else if (unit == "k" || unit == "kb" || unit == "kib") shift = 10;
+  else if (unit == "m" || unit == "mb" || unit == "mib") shift = 20;
+  else if (unit == "g" || unit == "gb" || unit == "gib") shift = 30;
+  else if (unit == "t" || unit == "tb" || unit == "tib") shift = 40;
+  else return std::nullopt;
+  if (n > ((uint64_t{1} << 63) >> shift)) return std::nullopt;
+  return n << shift;
+}
+
 }  // namespace jobhost::host

@@ -27,4 +27,10 @@ std::string formatDuration(std::chrono::milliseconds d);
 /// millisecond are cut. nullopt if malformed, negative or beyond ~285,000 years.
 std::optional<std::chrono::milliseconds> parseDuration(const std::string& text);
 
+/// Parses a byte count as Flink's memory sizes write it: a non-negative integer followed
+/// by an optional binary unit — "b"/"bytes", "k"/"kb"/"kib", "m"/"mb"/"mib", "g"/"gb"/"gib",
+/// "t"/"tb"/"tib" — case-insensitive, spaces ignored: "64mb", "8 MiB", "1g", "4096".
+/// nullopt if malformed or beyond 2^63 bytes.
+std::optional<uint64_t> parseBytes(const std::string& text);
+
 }  // namespace jobhost::host

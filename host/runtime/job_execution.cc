@@ -1140,6 +1140,7 @@ Status JobExecution::prepare(const RestoreSource* source) {
         bo.maxParallelism = x.config.maxParallelism;
         bo.range = range;
         bo.incremental = x.config.incremental;
+        bo.rocksdb = x.config.rocksdb;
         bo.localDir = (fs::path(x.config.localStateDir) / (n.uid + "-" + std::to_string(t.subtask))).string();
         auto b = x.config.backend == state::BackendType::kRocksDb ? state::createRocksDbBackend(bo)
                                                                   : state::createHeapBackend(bo);

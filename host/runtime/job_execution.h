@@ -70,6 +70,7 @@ struct ExecutionConfig {
   int maxParallelism = 128;
   state::BackendType backend = state::BackendType::kHashMap;
   bool incremental = false;
+  state::RocksDbOptions rocksdb;  // state.backend.rocksdb.* (rocksdb only)
   std::string localStateDir;  // rocksdb working directories go below it
   /// pipeline.auto-watermark-interval: how often watermark assigners emit. 0: never
   /// periodically (only the end of input's kMaxWatermark).

@@ -363,11 +363,27 @@ class LocalFileStorage final : public CheckpointStorage {
   }
 
   Status getToLocalFile(const std::string& path, const std::string& localDest) override {
+    return fetchToLocal(path, localDest, FetchOptions{}, nullptr);
+  }
+
+  Status fetchToLocal(const std::string& path, const std::string& localDest, const FetchOptions& options,
+                      bool* linked) override {
+    if (linked != nullptr) *linked = false;
     Status s = validateStoragePath(path);
     if (!s.ok()) return s;
     const std::string full = fullPath(path);
     auto src = openPublished(full);
     if (!src.ok()) return src.status();
+    if (options.allowHardLink) {
+      // Same file system: a second name for the same immutable bytes, no copy. Anything
+      // else (EXDEV, no link support) falls back to copying.
+      int err = fs_->link(full, localDest);
+      if (err == 0) {
+        if (linked != nullptr) *linked = true;
+        return Status::OK();
+      }
+      if (err == EEXIST) return fromErrno("cannot create local file " + localDest, err);
+    }
     std::unique_ptr<FsWritableFile> dst;
     if (int err = fs_->newWritableFile(localDest, FileSystem::CreateMode::kTruncate, &dst);
         err != 0) {
@@ -386,7 +402,7 @@ class LocalFileStorage final : public CheckpointStorage {
                              std::to_string(expected) + " bytes, copied " +
                              std::to_string(copied));
     }
-    if (s.ok()) {
+    if (s.ok() && options.sync) {
       if (int err = dst->sync(); err != 0) s = fromErrno("cannot sync local file " + localDest, err);
     }
     if (int err = dst->close(); err != 0 && s.ok()) {

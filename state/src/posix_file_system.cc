@@ -186,6 +186,10 @@ class PosixFileSystem final : public FileSystem {
     return ::rename(from.c_str(), to.c_str()) == 0 ? 0 : errno;
   }
 
+  int link(const std::string& from, const std::string& to) override {
+    return ::link(from.c_str(), to.c_str()) == 0 ? 0 : errno;
+  }
+
   int syncDir(const std::string& dir) override {
     int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) return errno;

@@ -13,12 +13,21 @@
 //    hard-links a native RocksDB checkpoint into <localDir>/chk-*; the async phase
 //    uploads the SSTs not already uploaded by a *completed* checkpoint to the shared
 //    directory (never overwriting: a name taken by an aborted upload gets a unique
-//    suffix) and the MANIFEST/CURRENT/OPTIONS files to the exclusive directory
-//    (IncrementalStateHandle).
+//    suffix) and then, once every SST is up, the MANIFEST/CURRENT/OPTIONS files to the
+//    exclusive directory (IncrementalStateHandle), on options.transferThreads threads.
+//    An aborted or failed upload removes the exclusive files it wrote.
 //
 // Restore reads both handle types; a single incremental handle covering the whole range
 // becomes the live instance (keys outside the range are removed with DeleteRange),
 // anything else is copied key group by key group into the live instance.
+//
+// The live instance opens lazily, at the first state access, snapshot or restore that
+// needs it, with every registered state's column family in the one DB::Open: a restore
+// never creates a throw-away empty DB nor column families one by one before the real
+// open. Restore downloads on options.transferThreads threads; SSTs (immutable) become
+// hard links to the checkpoint's files where the checkpoint is on the same file system,
+// MANIFEST/CURRENT/OPTIONS (which RocksDB rewrites) are always copied; nothing is
+// fsynced, since the local directory is scratch that every open() wipes.
 //
 // Thread-safety: as KeyedStateBackend (keyed_backend.h): every backend method runs on
 // the task thread; AsyncSnapshot::run() may run on another thread concurrently with
@@ -40,6 +49,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -56,6 +66,7 @@
 #include "jobhost/state/key_group_format.h"
 #include "jobhost/state/keyed_backend.h"
 #include "restore_status.h"
+#include "parallel_transfer.h"
 #include "rocksdb_checkpoint_copy.h"
 
 namespace jobhost::state {
@@ -65,8 +76,6 @@ namespace layout = rocksdb_layout;
 
 namespace {
 
-constexpr size_t kWriteBufferSize = 16u << 20;   // per column family
-constexpr size_t kBlockCacheSize = 128u << 20;   // process-wide, shared
 constexpr size_t kRestoreBatchBytes = 4u << 20;  // WriteBatch size during restore
 
 // ----------------------------------------------------------------------------------
@@ -151,11 +160,6 @@ class ConcatMergeOperator : public rocksdb::AssociativeMergeOperator {
   const char* Name() const override { return "jobhost.ConcatMergeOperator"; }
 };
 
-std::shared_ptr<rocksdb::Cache> sharedBlockCache() {
-  static std::shared_ptr<rocksdb::Cache> cache = rocksdb::NewLRUCache(kBlockCacheSize);
-  return cache;
-}
-
 /// RocksDB's POSIX file system creates files 0644 minus the umask, and 7.8 does not
 /// implement Env::SetAllowNonOwnerAccess(false) (the base class answers NotSupported).
 /// So every file RocksDB creates goes through this wrapper, which chmods it to 0600 right
@@ -221,15 +225,29 @@ rocksdb::DBOptions makeDbOptions() {
   return o;
 }
 
-rocksdb::ColumnFamilyOptions makeCfOptions() {
+/// Column family options from the user's settings; `cache` is the instance's block cache
+/// (null: a private one of the configured size, for a short-lived read-only instance).
+rocksdb::ColumnFamilyOptions makeCfOptions(const RocksDbOptions& ro, std::shared_ptr<rocksdb::Cache> cache) {
   static std::shared_ptr<rocksdb::MergeOperator> merge = std::make_shared<ConcatMergeOperator>();
   static std::shared_ptr<const rocksdb::FilterPolicy> bloom(
       rocksdb::NewBloomFilterPolicy(10, false));
   rocksdb::ColumnFamilyOptions o;
-  o.write_buffer_size = kWriteBufferSize;
+  o.write_buffer_size = ro.writeBufferSize;
+  o.max_write_buffer_number = ro.writeBufferCount;
+  switch (ro.compactionStyle) {
+    case RocksDbOptions::CompactionStyle::kLevel:
+      o.compaction_style = rocksdb::kCompactionStyleLevel;
+      break;
+    case RocksDbOptions::CompactionStyle::kUniversal:
+      o.compaction_style = rocksdb::kCompactionStyleUniversal;
+      break;
+    case RocksDbOptions::CompactionStyle::kFifo:
+      o.compaction_style = rocksdb::kCompactionStyleFIFO;
+      break;
+  }
   o.merge_operator = merge;
   rocksdb::BlockBasedTableOptions t;
-  t.block_cache = sharedBlockCache();
+  t.block_cache = cache ? std::move(cache) : rocksdb::NewLRUCache(ro.blockCacheSize);
   t.filter_policy = bloom;
   o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
   return o;
@@ -238,8 +256,8 @@ rocksdb::ColumnFamilyOptions makeCfOptions() {
 /// Opens the DB in `dir` with the default column family plus `cfNames` (column family
 /// names, not state names). handles->at(0) is the default column family.
 Status openDb(const std::string& dir, const std::vector<std::string>& cfNames, bool readOnly,
-              rocksdb::DB** db, std::vector<rocksdb::ColumnFamilyHandle*>* handles) {
-  rocksdb::ColumnFamilyOptions cfo = makeCfOptions();
+              const rocksdb::ColumnFamilyOptions& cfo, rocksdb::DB** db,
+              std::vector<rocksdb::ColumnFamilyHandle*>* handles) {
   std::vector<rocksdb::ColumnFamilyDescriptor> descs;
   descs.emplace_back(rocksdb::kDefaultColumnFamilyName, cfo);
   for (const auto& n : cfNames) descs.emplace_back(n, cfo);
@@ -274,6 +292,7 @@ void closeDb(rocksdb::DB* db, std::vector<rocksdb::ColumnFamilyHandle*>* handles
 // DbInstance: the live RocksDB and its column families, shared with AsyncSnapshots.
 
 struct DbInstance {
+  rocksdb::ColumnFamilyOptions cfOptions;  // every column family's (the user's settings)
   std::string localDir;
   std::string dbDir;
   rocksdb::DB* db = nullptr;
@@ -425,14 +444,15 @@ class IncrementalAsyncSnapshot : public AsyncSnapshot {
   IncrementalAsyncSnapshot(std::shared_ptr<DbInstance> inst, std::string localCheckpointDir,
                            std::map<std::string, SharedFileRef> base, std::string backendId,
                            std::vector<std::string> columnFamilies, KeyGroupRange range,
-                           SnapshotRequest request)
+                           SnapshotRequest request, int threads)
       : inst_(std::move(inst)),
         dir_(std::move(localCheckpointDir)),
         base_(std::move(base)),
         backendId_(std::move(backendId)),
         columnFamilies_(std::move(columnFamilies)),
         range_(range),
-        request_(std::move(request)) {}
+        request_(std::move(request)),
+        threads_(threads) {}
 
   ~IncrementalAsyncSnapshot() override { removeLocal(); }
 
@@ -494,35 +514,59 @@ class IncrementalAsyncSnapshot : public AsyncSnapshot {
     h.checkpointId = request_.checkpointId;
     h.range = range_;
     h.columnFamilies = columnFamilies_;
-    std::map<std::string, SharedFileRef> all;
-    size_t uploaded = 0;
-    for (const auto& [name, size] : files) {
-      if (request_.isAborted())
-        return request_.abortedError("the RocksDB files of " + request_.filePrefix + " to " +
-                                     st.describe(request_.exclusiveDir) + " (" + std::to_string(uploaded) + " of " +
-                                     std::to_string(files.size()) + " done)");
-      ++uploaded;
+    // Uploads run on threads_ threads, in two rounds: the SSTs, then — only if every SST
+    // is up and the checkpoint is not aborted — MANIFEST/CURRENT/OPTIONS. An abort seen
+    // or a failure in either round removes the exclusive files this run wrote before
+    // run() reports (SSTs in the shared directory are the registry's to collect), so an
+    // aborted upload leaves nothing of its own in the exclusive directory. Every putFile
+    // is durable when it returns, and run() returns (so the caller can publish
+    // _metadata) only after all of them did.
+    std::vector<SharedFileRef> refs(files.size());
+    std::vector<size_t> ssts, others;  // indices into files
+    for (size_t i = 0; i < files.size(); ++i) (isSst(files[i].first) ? ssts : others).push_back(i);
+    std::atomic<size_t> started{0};
+    std::vector<char> written(files.size(), 0);  // an exclusive file this run created (written[i] by job i only)
+    auto abortedError = [&] {
+      return request_.abortedError("the RocksDB files of " + request_.filePrefix + " to " +
+                                   st.describe(request_.exclusiveDir) + " (" + std::to_string(started.load()) +
+                                   " of " + std::to_string(files.size()) + " started)");
+    };
+    auto transfer = [&](size_t i) -> Status {
+      if (request_.isAborted()) return abortedError();
+      started.fetch_add(1);
+      const auto& [name, size] = files[i];
       const std::string local = dir_ + "/" + name;
-      SharedFileRef ref;
+      SharedFileRef& ref = refs[i];
       ref.localName = name;
       ref.file.size = size;
       ref.createdByCheckpoint = request_.checkpointId;
-      if (isSst(name)) {
-        auto b = base_.find(name);
-        if (!selfContained && b != base_.end() && b->second.file.size == size) {
-          ref = b->second;  // uploaded by a completed checkpoint: reference it unchanged
-        } else if (selfContained) {
-          ref.file.path = joinPath(request_.exclusiveDir, request_.filePrefix + "-" + name);
-          if (Status s = st.putFile(ref.file.path, local); !s.ok()) return s;
-        } else {
-          if (Status s = uploadShared(local, name, &ref.file.path); !s.ok()) return s;
-        }
-        all[name] = ref;
-        h.sharedFiles.push_back(std::move(ref));
+      auto b = base_.find(name);
+      if (isSst(name) && !selfContained && b != base_.end() && b->second.file.size == size) {
+        ref = b->second;  // uploaded by a completed checkpoint: reference it unchanged
+        return Status::OK();
+      }
+      if (isSst(name) && !selfContained) return uploadShared(local, name, &ref.file.path);
+      ref.file.path = joinPath(request_.exclusiveDir, request_.filePrefix + "-" + name);
+      Status s = st.putFile(ref.file.path, local);
+      if (s.ok()) written[i] = 1;
+      return s;
+    };
+    Status s = runParallel(ssts.size(), threads_, [&](size_t k) { return transfer(ssts[k]); });
+    if (s.ok()) s = request_.isAborted() ? abortedError() : Status::OK();
+    if (s.ok()) s = runParallel(others.size(), threads_, [&](size_t k) { return transfer(others[k]); });
+    if (!s.ok()) {
+      // Every transfer has returned (runParallel joins them): nothing writes any more.
+      for (size_t i = 0; i < files.size(); ++i)
+        if (written[i]) st.remove(refs[i].file.path).ignoreError();
+      return s;
+    }
+    std::map<std::string, SharedFileRef> all;
+    for (size_t i = 0; i < files.size(); ++i) {
+      if (isSst(files[i].first)) {
+        all[files[i].first] = refs[i];
+        h.sharedFiles.push_back(std::move(refs[i]));
       } else {
-        ref.file.path = joinPath(request_.exclusiveDir, request_.filePrefix + "-" + name);
-        if (Status s = st.putFile(ref.file.path, local); !s.ok()) return s;
-        h.privateFiles.push_back(std::move(ref));
+        h.privateFiles.push_back(std::move(refs[i]));
       }
     }
     if (!selfContained) {
@@ -539,6 +583,7 @@ class IncrementalAsyncSnapshot : public AsyncSnapshot {
   std::vector<std::string> columnFamilies_;
   KeyGroupRange range_;
   SnapshotRequest request_;
+  int threads_;
   bool done_ = false;
 };
 
@@ -550,6 +595,7 @@ class RocksDbBackend final : public KeyedStateBackend {
   explicit RocksDbBackend(const BackendOptions& options)
       : options_(options), inst_(std::make_shared<DbInstance>()), backendId_(randomBackendId()) {
     writeOptions_.disableWAL = true;
+    inst_->cfOptions = makeCfOptions(options_.rocksdb, rocksdb::NewLRUCache(options_.rocksdb.blockCacheSize));
   }
 
   Status open() {
@@ -570,9 +616,7 @@ class RocksDbBackend final : public KeyedStateBackend {
     if (ec) return fromErrorCode("cannot create rocksdb local directory " + dir + " (under state.local.dir)", ec);
     inst_->localDir = dir;
     inst_->dbDir = joinPath(dir, "db");
-    Status s = openLive({});
-    if (!s.ok()) return withContext(s, "rocksdb local directory " + dir + " (under state.local.dir)");
-    return s;
+    return Status::OK();  // the DB itself opens lazily (ensureOpen)
   }
 
   // --- KeyedStateAccess -------------------------------------------------------------
@@ -589,12 +633,15 @@ class RocksDbBackend final : public KeyedStateBackend {
       existing = d;  // same kind: the latest declaration wins (e.g. after restore)
       return it->second;
     }
+    // Before the DB is open the column family is created by the open itself.
     rocksdb::ColumnFamilyHandle* h = nullptr;
-    rocksdb::Status s =
-        inst_->db->CreateColumnFamily(makeCfOptions(), layout::columnFamilyName(d.name), &h);
-    if (!s.ok()) {
-      throw StateError("cannot create RocksDB column family for state '" + d.name +
-                       "': " + s.ToString());
+    if (inst_->db != nullptr) {
+      rocksdb::Status s =
+          inst_->db->CreateColumnFamily(inst_->cfOptions, layout::columnFamilyName(d.name), &h);
+      if (!s.ok()) {
+        throw StateError("cannot create RocksDB column family for state '" + d.name +
+                         "': " + s.ToString());
+      }
     }
     int id = static_cast<int>(states_.size());
     states_.push_back(d);
@@ -705,7 +752,9 @@ class RocksDbBackend final : public KeyedStateBackend {
                                    fn) override {
     if (state < 0 || state >= static_cast<int>(states_.size()))
       throw StateError("rocksdb backend: forEachEntry on unknown state handle " + std::to_string(state));
-    if (options_.range.empty()) return;
+    // Not open yet: nothing was written nor restored (both open it), so there is nothing
+    // to visit, and a read must not create the instance.
+    if (options_.range.empty() || inst_->db == nullptr) return;
     const bool isMap = states_[state].kind == StateKind::kMap;
     std::string lower, upper;
     layout::appendKeyGroup(&lower, options_.range.start);
@@ -748,6 +797,7 @@ class RocksDbBackend final : public KeyedStateBackend {
 
   uint64_t approximateEntries() const override {
     uint64_t total = 0;
+    if (inst_->db == nullptr) return 0;
     for (auto* cf : inst_->cfs) {
       uint64_t n = 0;
       if (cf != nullptr && inst_->db->GetIntProperty(cf, "rocksdb.estimate-num-keys", &n))
@@ -759,6 +809,7 @@ class RocksDbBackend final : public KeyedStateBackend {
   Result<std::unique_ptr<AsyncSnapshot>> snapshotSync(const SnapshotRequest& request) override {
     if (request.storage == nullptr)
       return Status::InvalidArgument("rocksdb snapshot: no checkpoint storage");
+    if (Status s = ensureOpen(); !s.ok()) return s;
     const bool incremental = request.format == SnapshotFormat::kNative && options_.incremental;
     if (!incremental) {
       const rocksdb::Snapshot* snap = inst_->db->GetSnapshot();
@@ -799,7 +850,8 @@ class RocksDbBackend final : public KeyedStateBackend {
     names.reserve(states_.size());
     for (const auto& s : states_) names.push_back(s.name);
     return std::unique_ptr<AsyncSnapshot>(new IncrementalAsyncSnapshot(
-        inst_, dir, std::move(base), backendId_, std::move(names), options_.range, request));
+        inst_, dir, std::move(base), backendId_, std::move(names), options_.range, request,
+        options_.rocksdb.transferThreads));
   }
 
   void notifyCheckpointComplete(uint64_t checkpointId) override {
@@ -833,6 +885,9 @@ class RocksDbBackend final : public KeyedStateBackend {
       throw StateError(std::string("state '") + states_[state].name + "' accessed (" + op +
                        ") outside a keyed context: no current key");
     }
+    if (inst_->db == nullptr) {
+      if (Status s = ensureOpen(); !s.ok()) throw StateError(s.message());
+    }
     return inst_->cfs[state];
   }
 
@@ -862,33 +917,37 @@ class RocksDbBackend final : public KeyedStateBackend {
 
   // --- DB lifecycle -------------------------------------------------------------------
 
+  /// Opens the live instance in inst_->dbDir (creating it) if it is not open yet, with a
+  /// column family for every registered state. Errors name the local directory.
+  Status ensureOpen() {
+    if (inst_->db != nullptr) return Status::OK();
+    Status s = openLive({});
+    if (!s.ok()) return withContext(s, "rocksdb local directory " + inst_->localDir + " (under state.local.dir)");
+    return s;
+  }
+
   /// Opens inst_->dbDir with column families for `existing` (state names present in the
-  /// directory), binds every registered state (creating missing column families).
+  /// directory) and every registered state, all in one DB::Open (missing ones are
+  /// created by it), and binds them.
   Status openLive(const std::vector<std::string>& existing) {
+    std::vector<std::string> names = existing;  // state names, in handle order
+    for (const auto& st : states_)
+      if (std::find(names.begin(), names.end(), st.name) == names.end()) names.push_back(st.name);
     std::vector<std::string> cfNames;
-    for (const auto& n : existing) cfNames.push_back(layout::columnFamilyName(n));
+    for (const auto& n : names) cfNames.push_back(layout::columnFamilyName(n));
     rocksdb::DB* db = nullptr;
     std::vector<rocksdb::ColumnFamilyHandle*> handles;
-    Status s = openDb(inst_->dbDir, cfNames, false, &db, &handles);
+    Status s = openDb(inst_->dbDir, cfNames, false, inst_->cfOptions, &db, &handles);
     if (!s.ok()) return s;
     inst_->db = db;
     inst_->defaultCf = handles[0];
     inst_->cfs.assign(states_.size(), nullptr);
-    std::vector<rocksdb::ColumnFamilyHandle*> unused;
-    for (size_t i = 0; i < existing.size(); ++i) {
-      auto it = byName_.find(existing[i]);
+    for (size_t i = 0; i < names.size(); ++i) {
+      auto it = byName_.find(names[i]);
       if (it != byName_.end())
         inst_->cfs[it->second] = handles[i + 1];
       else
-        unused.push_back(handles[i + 1]);
-    }
-    for (auto* h : unused) db->DestroyColumnFamilyHandle(h).PermitUncheckedError();
-    for (size_t i = 0; i < states_.size(); ++i) {
-      if (inst_->cfs[i] != nullptr) continue;
-      rocksdb::Status rs = db->CreateColumnFamily(
-          makeCfOptions(), layout::columnFamilyName(states_[i].name), &inst_->cfs[i]);
-      if (!rs.ok())
-        return fromRocks(rs, "cannot create column family for state '" + states_[i].name + "'");
+        db->DestroyColumnFamilyHandle(handles[i + 1]).PermitUncheckedError();
     }
     return Status::OK();
   }
@@ -994,7 +1053,9 @@ Status RocksDbBackend::restore(const RestoreInput& input) {
       !range.empty()) {
     s = restoreInPlace(st, std::get<IncrementalStateHandle>(*handles[0]));
   } else {
+    s = ensureOpen();
     for (const KeyedStateHandle* h : handles) {
+      if (!s.ok()) break;
       if (const auto* kg = std::get_if<KeyGroupsStateHandle>(h)) {
         s = restoreKeyGroups(st, *kg);
       } else if (const auto* inc = std::get_if<IncrementalStateHandle>(h)) {
@@ -1025,29 +1086,47 @@ Status RocksDbBackend::downloadIncremental(CheckpointStorage& st, const Incremen
   const std::string what = "restore of rocksdb checkpoint " + std::to_string(h.checkpointId) +
                            " (backend " + h.backendId + ")";
   std::set<std::string> seen;
+  std::vector<const SharedFileRef*> files;
   for (const auto* list : {&h.sharedFiles, &h.privateFiles}) {
     for (const SharedFileRef& f : *list) {
       if (!isPlainFileName(f.localName) || !seen.insert(f.localName).second) {
         return Status::Corruption(what + ": invalid or duplicate local file name '" + f.localName +
                                   "' for " + st.describe(f.file.path));
       }
-      const std::string dest = dir + "/" + f.localName;
-      Status s = st.getToLocalFile(f.file.path, dest);
-      if (!s.ok()) return withContext(snapshotFileError(s, st, f.file.path), what + ": cannot download " + f.localName);
-      uint64_t size = fs::file_size(dest, ec);
-      if (ec) return fromErrorCode(what + ": cannot stat downloaded " + dest, ec);
-      // Private like the files RocksDB creates (PrivateFileSystem): 0600 whatever the
-      // umask; the directory above is 0700, so nobody could open it in between.
-      fs::permissions(dest, fs::perms::owner_read | fs::perms::owner_write, ec);
-      if (ec) return fromErrorCode(what + ": cannot make " + dest + " private (chmod 0600)", ec);
-      if (size != f.file.size) {
-        return Status::Corruption(what + ": file " + st.describe(f.file.path) + " has " +
-                                  std::to_string(size) + " bytes, the checkpoint recorded " +
-                                  std::to_string(f.file.size) + " (truncated or replaced)");
-      }
+      files.push_back(&f);
     }
   }
-  return Status::OK();
+  // No fsync: the local directory is scratch that open() wipes, so no crash can ever
+  // make RocksDB read it again; the checkpoint is the durable copy.
+  return runParallel(files.size(), options_.rocksdb.transferThreads, [&](size_t i) -> Status {
+    const SharedFileRef& f = *files[i];
+    const std::string dest = dir + "/" + f.localName;
+    CheckpointStorage::FetchOptions fo;
+    fo.sync = false;
+    // SSTs are immutable: RocksDB only reads and (after a compaction) unlinks them. The
+    // MANIFEST, CURRENT and OPTIONS files are copies, whatever RocksDB does with them.
+    fo.allowHardLink = isSst(f.localName);
+    bool linked = false;
+    Status s = st.fetchToLocal(f.file.path, dest, fo, &linked);
+    if (!s.ok()) return withContext(snapshotFileError(s, st, f.file.path), what + ": cannot download " + f.localName);
+    std::error_code sizeEc;
+    uint64_t size = fs::file_size(dest, sizeEc);
+    if (sizeEc) return fromErrorCode(what + ": cannot stat downloaded " + dest, sizeEc);
+    if (!linked) {
+      // A copy is private like the files RocksDB creates (PrivateFileSystem): 0600 whatever
+      // the umask; the directory above is 0700, so nobody could open it in between. A hard
+      // link is the checkpoint's own file: its mode is the checkpoint directory's business,
+      // and the 0700 working directory keeps others from reaching it through this name.
+      fs::permissions(dest, fs::perms::owner_read | fs::perms::owner_write, sizeEc);
+      if (sizeEc) return fromErrorCode(what + ": cannot make " + dest + " private (chmod 0600)", sizeEc);
+    }
+    if (size != f.file.size) {
+      return Status::Corruption(what + ": file " + st.describe(f.file.path) + " has " + std::to_string(size) +
+                                " bytes, the checkpoint recorded " + std::to_string(f.file.size) +
+                                " (truncated or replaced)");
+    }
+    return Status::OK();
+  });
 }
 
 Status RocksDbBackend::restoreInPlace(CheckpointStorage& st, const IncrementalStateHandle& h) {
@@ -1062,10 +1141,10 @@ Status RocksDbBackend::restoreInPlace(CheckpointStorage& st, const IncrementalSt
   Status s = downloadIncremental(st, h, dir);
   std::error_code ec;
   if (!s.ok()) {
-    fs::remove_all(dir, ec);
+    fs::remove_all(dir, ec);  // every download thread has finished: nothing writes there any more
     return s;
   }
-  // Swap the (empty) live instance for the downloaded one.
+  // The downloaded directory becomes the live instance (one opened before is dropped).
   inst_->close();
   fs::remove_all(inst_->dbDir, ec);
   fs::rename(dir, inst_->dbDir, ec);
@@ -1075,11 +1154,10 @@ Status RocksDbBackend::restoreInPlace(CheckpointStorage& st, const IncrementalSt
     s = incompleteIfNotFound(openLive(h.columnFamilies), h);
   }
   if (!s.ok()) {
-    // Leave a usable (empty) instance behind; the restore itself failed.
+    // Leave nothing behind: the next access opens an empty instance.
     inst_->close();
     fs::remove_all(inst_->dbDir, ec);
     fs::remove_all(dir, ec);
-    openLive({}).ignoreError();
     return s;
   }
   // Drop key groups outside this backend's range (rescaling up).
@@ -1130,7 +1208,7 @@ Status RocksDbBackend::restoreByCopy(CheckpointStorage& st, const IncrementalSta
   Status s = downloadIncremental(st, h, dir);
   rocksdb::DB* db = nullptr;
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
-  if (s.ok()) s = incompleteIfNotFound(openDb(dir, cfNames, true, &db, &handles), h);
+  if (s.ok()) s = incompleteIfNotFound(openDb(dir, cfNames, true, inst_->cfOptions, &db, &handles), h);
   if (s.ok()) {
     KeyGroupRange r = h.range.intersect(options_.range);
     std::string lower, upper;
@@ -1205,10 +1283,22 @@ Status openRocksDbReadOnly(const std::string& dir, const std::vector<std::string
                            std::vector<rocksdb::ColumnFamilyHandle*>* handles) {
   std::vector<std::string> cfNames;
   for (const auto& n : stateNames) cfNames.push_back(layout::columnFamilyName(n));
-  return openDb(dir, cfNames, true, db, handles);
+  return openDb(dir, cfNames, true, makeCfOptions(RocksDbOptions{}, nullptr), db, handles);
 }
 
 void closeRocksDb(rocksdb::DB* db, std::vector<rocksdb::ColumnFamilyHandle*>* handles) { closeDb(db, handles); }
+
+const char* compactionStyleName(RocksDbOptions::CompactionStyle style) {
+  switch (style) {
+    case RocksDbOptions::CompactionStyle::kLevel:
+      return "LEVEL";
+    case RocksDbOptions::CompactionStyle::kUniversal:
+      return "UNIVERSAL";
+    case RocksDbOptions::CompactionStyle::kFifo:
+      return "FIFO";
+  }
+  return "?";
+}
 
 Result<std::unique_ptr<KeyedStateBackend>> createRocksDbBackend(const BackendOptions& options) {
   auto backend = std::make_unique<RocksDbBackend>(options);

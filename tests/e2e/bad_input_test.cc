@@ -385,6 +385,27 @@ TEST_F(BadInput, FilesThatAreNotUsablePluginsGiveOneLineAndExitCodeTwo) {
   }
 }
 
+TEST_F(BadInput, ABadRocksDbOptionIsExitCodeTwoWithOneLineNamingTheKey) {
+  for (const std::string cmd : {"run", "info"}) {
+    std::vector<std::string> args = {cmd};
+    if (cmd == "run") args.insert(args.end(), {"-c", "WordCountIncremental"});
+    args.insert(args.end(), {"-D", "state.backend.rocksdb.writebuffer.size=huge", kPlugin});
+    if (cmd == "run") {
+      args.insert(args.end(), {"--input", kWords});
+      Result r = failing(cmd, args, 2);
+      expectHas(cmd, r, "state.backend.rocksdb.writebuffer.size");
+      expectHas(cmd, r, "'huge'");
+      expectHas(cmd, r, "64mb");
+      EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line:\n" << r.err;
+    } else {
+      // info shows the error in the class's row instead of its settings.
+      Result r = cli(args, kTimeout);
+      EXPECT_EQ(r.exitCode, 0) << r.err;
+      EXPECT_NE(r.out.find("error: state.backend.rocksdb.writebuffer.size = 'huge'"), std::string::npos) << r.out;
+    }
+  }
+}
+
 TEST_F(BadInput, AJobArgumentTheJobRejectsIsExitCodeTwoNamingTheArgument) {
   // WordCount without --input reads a socket; --port must be a number.
   Result r = failing("--port notanumber", {"run", "-c", "WordCount", kPlugin, "--port", "notanumber"}, 2);

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 
 #include <regex>
+#include <set>
 
 #include "cli_fixture.h"
 
@@ -179,36 +180,61 @@ TEST_F(Lockdown, WorkingDirectoryIsPrivateAndItsFilesAre0600) {
 }
 
 TEST_F(Lockdown, FilesARestoreDownloadsIntoTheWorkingDirectoryAre0600) {
+  // A restore hard-links the checkpoint's SSTs when the checkpoint is on the same file
+  // system (it is here: both under tmp) and copies MANIFEST/CURRENT/OPTIONS. A link is the
+  // checkpoint's own file (same inode; its mode is the checkpoint directory's business,
+  // the 0700 working directory keeps others from this name); every other file, the
+  // copies included, is 0600.
   fs::path chk = checkpointOf("WordCountIncremental");
   ASSERT_FALSE(chk.empty());
+  std::set<std::pair<dev_t, ino_t>> checkpointFiles;  // the restored checkpoint's files
+  std::set<std::string> copiedNames;                   // local names of its MANIFEST and OPTIONS
+  for (const fs::path& d : {chk, chk.parent_path() / "shared"}) {
+    std::error_code ec;
+    for (fs::recursive_directory_iterator it(d, ec), end; !ec && it != end; it.increment(ec)) {
+      struct stat st {};
+      if (lstat(it->path().c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+      checkpointFiles.insert({st.st_dev, st.st_ino});
+      const std::string name = it->path().filename().string();  // <operator>-<subtask>-<RocksDB's name>
+      for (const char* kind : {"-MANIFEST-", "-OPTIONS-"})
+        if (size_t at = name.find(kind); at != std::string::npos) copiedNames.insert(name.substr(at + 1));
+    }
+  }
+  ASSERT_FALSE(checkpointFiles.empty()) << chk;
+  ASSERT_FALSE(copiedNames.empty()) << chk;
+  // No checkpoint of the restored job while we look: no flush, compaction or local
+  // checkpoint changes the restored files, so one scan sees them as the restore left them.
   std::vector<std::string> args = {"run", "-s", chk.string(), "-c", "WordCountIncremental", "-D",
                                    "state.local.dir=" + localDir().string()};
-  for (auto& f : ckFlags("100ms")) args.push_back(f);
+  for (auto& f : ckFlags("1h")) args.push_back(f);
   args.insert(args.end(), {kPlugin, "--input", input(400).string(), "--rate", "500"});
   Process p(jobhost(args), tmp / "restored.out", tmp / "restored.err");
   ASSERT_TRUE(waitFor([&] { return contains(readFile(tmp / "restored.err"), "restoring from"); }))
       << readFile(tmp / "restored.err");
-  ASSERT_TRUE(waitForCheckpoint(p, 1)) << readFile(tmp / "restored.err");
+  // Records out of the keyed operator: its state was restored.
+  ASSERT_TRUE(waitFor([&] { return !readFile(tmp / "restored.out").empty(); })) << readFile(tmp / "restored.err");
   std::string jobId = jobIdIn(readFile(tmp / "restored.err"));
   ASSERT_FALSE(jobId.empty()) << readFile(tmp / "restored.err");
-  // The job keeps checkpointing while we look: a RocksDB checkpoint directory can vanish
-  // under the iterator (which then stops with an error), so scan until one scan completes.
-  std::vector<std::string> notPrivate;
-  size_t files = 0;
-  ASSERT_TRUE(waitFor([&] {
-    notPrivate.clear();
-    files = 0;
-    std::error_code ec;
-    for (fs::recursive_directory_iterator it(localDir() / jobId / "attempt-1", ec), end; !ec && it != end;
-         it.increment(ec)) {
-      std::error_code t;
-      if (!it->is_regular_file(t)) continue;
-      ++files;
-      unsigned mode = modeOf(it->path());
-      if (mode != 0 && mode != 0600u) notPrivate.push_back(it->path().string());  // 0: vanished meanwhile
+  std::vector<std::string> linked, notPrivate, copies;  // copies: of the checkpoint's MANIFEST/OPTIONS
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(localDir() / jobId / "attempt-1", ec), end; !ec && it != end;
+       it.increment(ec)) {
+    struct stat st {};
+    if (lstat(it->path().c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    const std::string name = it->path().filename().string();
+    if (checkpointFiles.count({st.st_dev, st.st_ino}) > 0) {
+      linked.push_back(name);
+      EXPECT_EQ(it->path().extension(), ".sst") << "only SSTs may be links into the checkpoint: " << it->path();
+      continue;
     }
-    return !ec && files > 0;
-  })) << "no complete scan of " << (localDir() / jobId / "attempt-1") << " found a file";
+    if (copiedNames.count(name) > 0) copies.push_back(name);
+    if ((st.st_mode & 07777) != 0600u) notPrivate.push_back(it->path().string() + " " + std::to_string(st.st_mode & 07777));
+  }
+  ASSERT_FALSE(ec) << ec.message();
+  EXPECT_FALSE(linked.empty()) << "no SST of the working directory is a link into " << chk;
+  // RocksDB's open replaces the downloaded MANIFEST and CURRENT by its own (0600 as well)
+  // but keeps the downloaded OPTIONS file among the two it keeps: that copy is checked.
+  EXPECT_FALSE(copies.empty()) << "no copy of the checkpoint's MANIFEST/OPTIONS in the working directory";
   EXPECT_TRUE(notPrivate.empty()) << "not 0600: " << notPrivate.front();
   p.signal(SIGTERM);
   Result r = p.wait();

@@ -87,8 +87,14 @@ check "--config takes yaml" "app.yaml" "$(complete_last jobhost run --config a)"
 check "after the plugin: job arguments (any file)" "plugins/my_jobs.so plugins/notes.txt" \
   "$(complete_last jobhost run -c X plugins/my_jobs.so --input plugins/)"
 
-check "-D keys" "state.backend.type= state.backend.incremental=" "$(complete_last jobhost run -D state.backend.)"
-check "-D keys (info)" "state.backend.type= state.backend.incremental=" "$(complete_last jobhost info -D state.backend.)"
+backend_keys="state.backend.type= state.backend.incremental= state.backend.rocksdb.writebuffer.size=
+  state.backend.rocksdb.writebuffer.count= state.backend.rocksdb.block.cache-size=
+  state.backend.rocksdb.compaction.style= state.backend.rocksdb.checkpoint.transfer.thread.num="
+check "-D keys" "$backend_keys" "$(complete_last jobhost run -D state.backend.)"
+check "-D keys (info)" "$backend_keys" "$(complete_last jobhost info -D state.backend.)"
+check "-D rocksdb keys" "state.backend.rocksdb.writebuffer.size= state.backend.rocksdb.writebuffer.count=" \
+  "$(complete_last jobhost run -D state.backend.rocksdb.w)"
+check "-D compaction styles" "LEVEL UNIVERSAL FIFO" "$(complete_last jobhost run -D state.backend.rocksdb.compaction.style =)"
 check "-D values (bash splits at =)" "rocksdb" \
   "$(complete_last jobhost run -D state.backend.type = r)"
 check "-D values right after =" "hashmap rocksdb" "$(complete_last jobhost run -D state.backend.type =)"

@@ -527,6 +527,13 @@ Status FaultInjectionStorage::getToLocalFile(const std::string& path, const std:
   return base_->getToLocalFile(path, localDest);
 }
 
+Status FaultInjectionStorage::fetchToLocal(const std::string& path, const std::string& localDest,
+                                           const FetchOptions& options, bool* linked) {
+  if (linked != nullptr) *linked = false;
+  if (Status s = faults_->admit(StorageOp::kGet, base_->describe(path)); !s.ok()) return s;
+  return base_->fetchToLocal(path, localDest, options, linked);
+}
+
 state::Result<uint64_t> FaultInjectionStorage::fileSize(const std::string& path) {
   return base_->fileSize(path);
 }

@@ -78,7 +78,7 @@ const char* fsOpName(FsOp op);  // "write", "fsync-dir", ...
 ///     the renamed file goes back to its old name, the directory is re-created;
 ///   - a rename between two directories is durable once the target's directory is synced.
 /// Undoing happens newest first and is skipped where impossible (e.g. the parent
-/// directory is itself durably gone). appendCopyOf() always answers EXDEV, so copies go
+/// directory is itself durably gone). appendCopyOf() and link() always answer EXDEV, so copies go
 /// through read() and append() and meet their faults. Files opened through this object
 /// must not outlive it (LocalFileStorage's files keep their FileSystem alive).
 /// Not modelled: torn or reordered writes inside a file (a file is its synced prefix),
@@ -181,7 +181,7 @@ enum class StorageOp {
   kPut,          // put
   kPutFile,      // putFile
   kCreateClose,  // WritableFile::close of a file from create()
-  kGet,          // get, getToLocalFile
+  kGet,          // get, getToLocalFile, fetchToLocal
   kOpen,         // open
   kList,         // list, listTemporary
   kRemove,       // remove, removeTemporary
@@ -214,6 +214,8 @@ class FaultInjectionStorage final : public state::CheckpointStorage {
   state::Result<std::unique_ptr<state::ReadableFile>> open(const std::string& path) override;
   state::Status get(const std::string& path, std::string* out) override;
   state::Status getToLocalFile(const std::string& path, const std::string& localDest) override;
+  state::Status fetchToLocal(const std::string& path, const std::string& localDest, const FetchOptions& options,
+                             bool* linked) override;
   state::Result<uint64_t> fileSize(const std::string& path) override;
   bool exists(const std::string& path) override;
   state::Status list(const std::string& dirPrefix, std::vector<state::FileEntry>* out) override;

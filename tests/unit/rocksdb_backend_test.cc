@@ -8,12 +8,16 @@
 #include <gtest/gtest.h>
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -28,6 +32,7 @@
 #include "jobhost/state/checkpoint_storage.h"
 #include "jobhost/state/key_group_format.h"
 #include "jobhost/state/keyed_backend.h"
+#include "support/fault_injection.h"
 
 namespace jobhost::state {
 namespace {
@@ -110,8 +115,9 @@ class RocksDbBackendTest : public ::testing::Test {
   }
 
   std::unique_ptr<KeyedStateBackend> make(KeyGroupRange range, bool incremental,
-                                          const std::string& name) {
+                                          const std::string& name, int transferThreads = 4) {
     BackendOptions o;
+    o.rocksdb.transferThreads = transferThreads;
     o.operatorUid = "op";
     o.maxParallelism = kMaxParallelism;
     o.range = range;
@@ -121,6 +127,16 @@ class RocksDbBackendTest : public ::testing::Test {
     EXPECT_TRUE(b.ok()) << b.status();
     if (!b.ok()) return nullptr;
     return std::move(b).value();
+  }
+
+  /// An incremental backend over all key groups with the test states and keys [0, keys)
+  /// (tag "t1"), mirrored in *model.
+  std::unique_ptr<KeyedStateBackend> populatedSource(const std::string& name, int keys, Model* model) {
+    auto b = make({0, 127}, true, name);
+    if (!b) return nullptr;
+    registerAll(*b);
+    populate(*b, 0, keys, "t1", model);
+    return b;
   }
 
   static void registerAll(KeyedStateBackend& b) {
@@ -214,11 +230,12 @@ class RocksDbBackendTest : public ::testing::Test {
 
   std::unique_ptr<KeyedStateBackend> restoreInto(KeyGroupRange range, const std::string& name,
                                                  std::vector<KeyedStateHandle> handles,
-                                                 Status* status = nullptr) {
-    auto b = make(range, true, name);
+                                                 Status* status = nullptr, int transferThreads = 4,
+                                                 CheckpointStorage* storage = nullptr) {
+    auto b = make(range, true, name, transferThreads);
     if (!b) return nullptr;
     RestoreInput in;
-    in.storage = storage_.get();
+    in.storage = storage != nullptr ? storage : storage_.get();
     in.handles = std::move(handles);
     in.states = testStates();
     Status s = b->restore(in);
@@ -843,6 +860,232 @@ TEST_F(RocksDbBackendTest, RestoreFromMissingOrTruncatedFilesFailsNamingTheFile)
   s = b7->restore(in);
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("'v'"), std::string::npos) << s;
+}
+
+// ---------------------------------------------------------------------------------------
+// Restore fast path: hard links, parallel transfers, clean failure
+
+bool isSst(const std::string& name) { return name.ends_with(".sst"); }
+
+/// path under dir -> (content, link count), for every regular file.
+std::map<std::string, std::pair<std::string, nlink_t>> filesUnder(const fs::path& dir) {
+  std::map<std::string, std::pair<std::string, nlink_t>> out;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (!e.is_regular_file()) continue;
+    std::ifstream in(e.path(), std::ios::binary);
+    std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    struct stat st {};
+    ::stat(e.path().c_str(), &st);
+    out[fs::relative(e.path(), dir).string()] = {std::move(content), st.st_nlink};
+  }
+  return out;
+}
+
+TEST_F(RocksDbBackendTest, RestoreHardLinksSstsAndLeavesTheCheckpointByteIdenticalAfterCompactionsAndWrites) {
+  Model model;
+  auto src = populatedSource("link-src", 5000, &model);
+  ASSERT_TRUE(src);
+  snapshot(*src, request(1, "op-0"));
+  src->notifyCheckpointComplete(1);
+  populate(*src, 2500, 8000, "t2", &model);
+  auto k2 = snapshot(*src, request(2, "op-0"));  // incremental: references checkpoint 1's SSTs
+  const auto& h2 = std::get<IncrementalStateHandle>(k2);
+  ASSERT_TRUE(std::any_of(h2.sharedFiles.begin(), h2.sharedFiles.end(),
+                          [](const SharedFileRef& f) { return f.createdByCheckpoint == 1; }));
+  src.reset();
+  const auto before = filesUnder(root_ / "ckpt");
+
+  auto r = restoreInto({0, 127}, "link-dst", {k2});
+  ASSERT_TRUE(r);
+  // Same file system: each SST is a second name of the checkpoint's file (same inode), the
+  // rest are copies. (Checked at once: a compaction may already be replacing SSTs.)
+  int linked = 0;
+  for (const auto* list : {&h2.sharedFiles, &h2.privateFiles}) {
+    for (const auto& f : *list) {
+      struct stat ck {}, local {};
+      ASSERT_EQ(::stat((root_ / "ckpt" / f.file.path).c_str(), &ck), 0) << f.file.path;
+      if (::stat((root_ / "local" / "link-dst" / "db" / f.localName).c_str(), &local) != 0) continue;  // compacted
+      EXPECT_EQ(ck.st_ino == local.st_ino, isSst(f.localName)) << f.file.path << " / " << f.localName;
+      // A copy is private like RocksDB's own files, whatever the umask; a link is the
+      // checkpoint's file and keeps its mode.
+      if (ck.st_ino != local.st_ino) {
+        EXPECT_EQ(local.st_mode & 07777, 0600u) << f.localName;
+      }
+      linked += ck.st_ino == local.st_ino;
+    }
+  }
+  EXPECT_GT(linked, 0);
+  EXPECT_EQ(dump(*r), model);
+  // The restored DB overwrites every key, flushes and compacts (level 0 compacts at 4
+  // files), then goes away, unlinking its names of the checkpoint's files.
+  for (int round = 0; round < 6; ++round) {
+    populate(*r, 0, 8000, "w" + std::to_string(round), &model);
+    snapshot(*r, request(10 + round, "op-r", SnapshotFormat::kNative, false));
+  }
+  EXPECT_EQ(dump(*r), model);
+  r.reset();
+
+  auto after = filesUnder(root_ / "ckpt");
+  for (const auto& [path, entry] : before) {
+    auto it = after.find(path);
+    ASSERT_NE(it, after.end()) << path << " was removed";
+    EXPECT_TRUE(it->second.first == entry.first) << path << " changed";
+    EXPECT_EQ(it->second.second, 1u) << path;
+  }
+}
+
+TEST_F(RocksDbBackendTest, RestoreWithOneOrFourTransferThreadsGivesTheSameState) {
+  auto src = make({0, 127}, true, "threads-src", 4);
+  ASSERT_TRUE(src);
+  registerAll(*src);
+  Model model;
+  for (int round = 0; round < 4; ++round) {  // several SSTs per column family
+    populate(*src, round * 2000, round * 2000 + 3000, "t" + std::to_string(round), &model);
+    snapshot(*src, request(round + 1, "op-0"));
+    src->notifyCheckpointComplete(round + 1);
+  }
+  auto k = snapshot(*src, request(5, "op-0"));
+  const auto& h = std::get<IncrementalStateHandle>(k);
+  ASSERT_GT(h.sharedFiles.size() + h.privateFiles.size(), 4u);  // more files than threads
+  for (int threads : {1, 4}) {
+    auto r = restoreInto({0, 127}, "threads-" + std::to_string(threads), {k}, nullptr, threads);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(dump(*r), model) << threads << " threads";
+    auto part = restoreInto({0, 63}, "threads-part-" + std::to_string(threads), {k}, nullptr, threads);
+    ASSERT_TRUE(part);
+    EXPECT_EQ(dump(*part), filter(model, {0, 63})) << threads << " threads, rescaled";
+  }
+}
+
+TEST_F(RocksDbBackendTest, DownloadErrorFailsTheRestoreNamingTheFileAndLeavesNoPartialDb) {
+  Model model;
+  auto src = populatedSource("fault-src", 4000, &model);
+  ASSERT_TRUE(src);
+  auto k = snapshot(*src, request(1, "op-0"));
+  const auto& h = std::get<IncrementalStateHandle>(k);
+  auto base = openStorage((root_ / "ckpt").string());
+  ASSERT_TRUE(base.ok()) << base.status();
+  testing::FaultInjectionStorage faulty(std::shared_ptr<CheckpointStorage>(std::move(base).value()));
+  const auto before = filesUnder(root_ / "ckpt");
+  for (uint64_t nth : {1u, 3u}) {
+    faulty.failNth(testing::StorageOp::kGet, nth, EIO);
+    Status s;
+    const std::string name = "fault-" + std::to_string(nth);
+    auto r = restoreInto({0, 127}, name, {k}, &s, 4, &faulty);
+    ASSERT_TRUE(r);
+    EXPECT_TRUE(s.isIOError()) << s;
+    EXPECT_NE(s.message().find("cannot download"), std::string::npos) << s;
+    EXPECT_NE(s.message().find("injected fault"), std::string::npos) << s;
+    bool named = false;
+    for (const auto* list : {&h.sharedFiles, &h.privateFiles})
+      for (const auto& f : *list) named = named || s.message().find(storage_->describe(f.file.path)) != std::string::npos;
+    EXPECT_TRUE(named) << "no file of the checkpoint named in: " << s;
+    std::printf("[ message  ] %s\n", s.toString().c_str());
+    // Nothing of the restore is left in the local directory ...
+    std::vector<std::string> left;
+    for (const auto& e : fs::directory_iterator(root_ / "local" / name)) left.push_back(e.path().filename());
+    EXPECT_TRUE(left.empty()) << left.size() << " entries left, first " << left.front();
+    // ... the checkpoint is untouched, and the backend works (empty).
+    EXPECT_TRUE(filesUnder(root_ / "ckpt") == before);
+    EXPECT_TRUE(dump(*r).empty());
+    r->setCurrentKey(1, "k");
+    r->put(0, "x");
+    std::string v;
+    EXPECT_TRUE(r->get(0, v));
+  }
+}
+
+/// Forwards to another storage; putFile() first asks `hook`, whose error it returns
+/// instead of uploading.
+class HookedPutStorage final : public CheckpointStorage {
+ public:
+  HookedPutStorage(CheckpointStorage& base, std::function<Status(const std::string&)> hook)
+      : base_(base), hook_(std::move(hook)) {}
+  Result<std::unique_ptr<WritableFile>> create(const std::string& path) override { return base_.create(path); }
+  Status putFile(const std::string& path, const std::string& local) override {
+    if (Status s = hook_(path); !s.ok()) return s;
+    return base_.putFile(path, local);
+  }
+  Status put(const std::string& path, std::string_view bytes) override { return base_.put(path, bytes); }
+  Result<std::unique_ptr<ReadableFile>> open(const std::string& path) override { return base_.open(path); }
+  Status get(const std::string& path, std::string* out) override { return base_.get(path, out); }
+  Status getToLocalFile(const std::string& path, const std::string& dest) override {
+    return base_.getToLocalFile(path, dest);
+  }
+  Result<uint64_t> fileSize(const std::string& path) override { return base_.fileSize(path); }
+  bool exists(const std::string& path) override { return base_.exists(path); }
+  Status list(const std::string& dir, std::vector<FileEntry>* out) override { return base_.list(dir, out); }
+  Status listTemporary(const std::string& dir, std::vector<FileEntry>* out) override {
+    return base_.listTemporary(dir, out);
+  }
+  Status remove(const std::string& path) override { return base_.remove(path); }
+  Status removeTemporary(const std::string& path) override { return base_.removeTemporary(path); }
+  Status removeAll(const std::string& dir) override { return base_.removeAll(dir); }
+  std::string describe(const std::string& path) const override { return base_.describe(path); }
+  std::string rootUri() const override { return base_.rootUri(); }
+
+ private:
+  CheckpointStorage& base_;
+  std::function<Status(const std::string&)> hook_;
+};
+
+// Regression (CI, issue 16): with uploads on several threads, an abort seen while the
+// first file was in flight stopped the queued files but left a MANIFEST/CURRENT/OPTIONS
+// another thread had already written in the exclusive directory.
+TEST_F(RocksDbBackendTest, AnAbortOrAFailureDuringParallelUploadsFailsOnceAndLeavesNoExclusiveFile) {
+  struct Case {
+    std::string name;
+    bool sst;           // the hook acts on the first SST upload, else on the first other file
+    bool abort;         // it aborts the checkpoint (and lets the file through), else fails the file
+    bool selfContained; // no shared directory: the SSTs go to the exclusive one too
+  };
+  const std::vector<Case> cases = {
+      {"abort while an SST uploads", true, true, false},
+      {"abort while an SST uploads, self-contained", true, true, true},
+      {"abort while MANIFEST/CURRENT/OPTIONS upload", false, true, false},
+      {"a MANIFEST/CURRENT/OPTIONS upload fails", false, false, false},
+      {"an SST upload fails, self-contained", true, false, true},
+  };
+  uint64_t id = 0;
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    ++id;
+    Model model;
+    auto b = make({0, 127}, true, "upload-" + std::to_string(id), 4);
+    ASSERT_TRUE(b);
+    registerAll(*b);
+    populate(*b, 0, 3000, "t", &model);  // one SST per state, and MANIFEST, CURRENT, OPTIONS
+    auto aborted = std::make_shared<std::atomic<bool>>(false);
+    std::atomic<bool> acted{false};
+    HookedPutStorage hooked(*storage_, [&](const std::string& path) -> Status {
+      if (path.ends_with(".sst") != c.sst || acted.exchange(true)) return Status::OK();
+      if (!c.abort) return Status::IOError("cannot write " + path + " (test)");
+      aborted->store(true, std::memory_order_release);
+      return Status::OK();
+    });
+    SnapshotRequest r = request(id, "op-0", SnapshotFormat::kNative, !c.selfContained);
+    r.storage = &hooked;
+    r.aborted = aborted;
+    auto async = b->snapshotSync(r);
+    ASSERT_TRUE(async.ok()) << async.status();
+    auto h = (*async)->run();
+    ASSERT_FALSE(h.ok()) << "the upload went through";
+    if (c.abort) {
+      EXPECT_NE(h.status().message().find("checkpoint " + std::to_string(id) + " was aborted; stopped writing"),
+                std::string::npos)
+          << h.status();
+    } else {
+      EXPECT_NE(h.status().message().find("(test)"), std::string::npos) << h.status();
+    }
+    std::vector<FileEntry> left;
+    EXPECT_TRUE(storage_->list(r.exclusiveDir, &left).ok());
+    EXPECT_TRUE(left.empty()) << left.size() << " files left in " << r.exclusiveDir << ", first " << left.front().path;
+    // The backend goes on: the next checkpoint is complete and restores the state.
+    auto k = snapshot(*b, request(100 + id, "op-0"));
+    auto restored = restoreInto({0, 127}, "upload-dst-" + std::to_string(id), {k});
+    ASSERT_TRUE(restored);
+    EXPECT_EQ(dump(*restored), model);
+  }
 }
 
 // ---------------------------------------------------------------------------------------

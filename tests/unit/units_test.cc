@@ -54,6 +54,20 @@ TEST(Units, ParsingRefusesWhatIsNotADuration) {
     EXPECT_FALSE(parseDuration(text).has_value()) << "'" << text << "'";
 }
 
+TEST(Units, ByteCountsParseInFlinksMemorySizeSpellings) {
+  EXPECT_EQ(parseBytes("4096"), 4096u);
+  EXPECT_EQ(parseBytes("0"), 0u);
+  EXPECT_EQ(parseBytes("10 b"), 10u);
+  EXPECT_EQ(parseBytes("512kb"), 512u << 10);
+  EXPECT_EQ(parseBytes("64mb"), 64u << 20);
+  EXPECT_EQ(parseBytes("64 MiB"), 64u << 20);
+  EXPECT_EQ(parseBytes("8m"), 8u << 20);
+  EXPECT_EQ(parseBytes("1GB"), 1u << 30);
+  EXPECT_EQ(parseBytes("2 t"), uint64_t{2} << 40);
+  for (const char* bad : {"", "mb", "-1mb", "1.5mb", "64 parsecs", "64mbb", "99999999999999999999", "9000000tb"})
+    EXPECT_FALSE(parseBytes(bad).has_value()) << bad;
+}
+
 TEST(Units, WhatIsFormattedParsesBackToTheSameDuration) {
   for (int64_t ms : {0, 1, 250, 1000, 1500, 60000, 90000, 3600000})
     EXPECT_EQ(parseDuration(formatDuration(milliseconds(ms))), milliseconds(ms)) << ms;

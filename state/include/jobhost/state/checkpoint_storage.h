@@ -132,6 +132,28 @@ class CheckpointStorage {
   /// localDest's parent directory must exist.
   virtual Status getToLocalFile(const std::string& path, const std::string& localDest) = 0;
 
+  /// How fetchToLocal() may produce its local copy.
+  struct FetchOptions {
+    /// fsync the local copy's data. A restore that syncs once at the end (or not at
+    /// all: the checkpoint is the durable copy) turns this off.
+    bool sync = true;
+    /// Make localDest a hard link to the stored file when the storage keeps its files on
+    /// the same local file system; otherwise copy. The caller promises never to write
+    /// into, truncate or chmod localDest (reading and unlinking are fine): it *is* the
+    /// checkpoint's file. Only for files never modified after creation (SSTs).
+    bool allowHardLink = false;
+  };
+
+  /// getToLocalFile() with options; *linked (may be null) says whether localDest became
+  /// a hard link. Errors as getToLocalFile(); on failure localDest does not exist. The
+  /// default copies through getToLocalFile() (syncing, never linking).
+  virtual Status fetchToLocal(const std::string& path, const std::string& localDest, const FetchOptions& options,
+                              bool* linked) {
+    (void)options;
+    if (linked != nullptr) *linked = false;
+    return getToLocalFile(path, localDest);
+  }
+
   /// Size in bytes of the file at path; NotFound if there is none.
   virtual Result<uint64_t> fileSize(const std::string& path) = 0;
 

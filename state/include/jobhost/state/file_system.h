@@ -16,6 +16,7 @@
 // alive: whoever holds a file also holds a std::shared_ptr to its FileSystem.
 #pragma once
 
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -120,6 +121,16 @@ class FileSystem {
   /// which may leave from behind if the unlink fails); on a filesystem with neither,
   /// a creator of to racing with the final check-then-rename could be replaced.
   [[nodiscard]] virtual int renameNoReplace(const std::string& from, const std::string& to) = 0;
+
+  /// Makes `to` a second name (hard link) of the file at `from`; EEXIST if to exists,
+  /// EXDEV if they are on different file systems. The default answers EXDEV ("cannot
+  /// link here: copy instead"), which is what a file system without links, or a test
+  /// double that wants every copy to go through read() and append(), should answer.
+  [[nodiscard]] virtual int link(const std::string& from, const std::string& to) {
+    (void)from;
+    (void)to;
+    return EXDEV;
+  }
 
   /// Makes the entries of directory dir durable (creations, renames, removals in it).
   /// A filesystem that cannot sync directories (EINVAL from fsync) counts as success.

@@ -44,6 +44,26 @@ const char* backendTypeName(BackendType t);  // "hashmap" / "rocksdb"
 /// key-group files). kCanonical: always the key-group format (savepoints, convert).
 enum class SnapshotFormat { kNative, kCanonical };
 
+/// RocksDB settings users choose (Flink's state.backend.rocksdb.* keys, Flink's defaults).
+struct RocksDbOptions {
+  enum class CompactionStyle { kLevel, kUniversal, kFifo };
+  /// Memtable size per column family (state.backend.rocksdb.writebuffer.size). Default 64 MiB.
+  uint64_t writeBufferSize = 64u << 20;
+  /// Memtables per column family, the active one included (.writebuffer.count). Default 2.
+  int writeBufferCount = 2;
+  /// LRU block cache of one backend instance, shared by its column families
+  /// (.block.cache-size). Default 8 MiB.
+  uint64_t blockCacheSize = 8u << 20;
+  /// state.backend.rocksdb.compaction.style. Default LEVEL.
+  CompactionStyle compactionStyle = CompactionStyle::kLevel;
+  /// Threads that upload a checkpoint's files and download them on restore
+  /// (state.backend.rocksdb.checkpoint.transfer.thread.num). Default 4.
+  int transferThreads = 4;
+};
+
+/// "LEVEL", "UNIVERSAL", "FIFO" (the configuration's spelling).
+const char* compactionStyleName(RocksDbOptions::CompactionStyle style);
+
 struct BackendOptions {
   std::string operatorUid;
   int subtaskIndex = 0;
@@ -53,6 +73,7 @@ struct BackendOptions {
   /// open and on destruction).
   std::string localDir;
   bool incremental = false;  // rocksdb only
+  RocksDbOptions rocksdb;    // rocksdb only
 };
 
 struct SnapshotRequest {

@@ -107,15 +107,28 @@ void CheckpointCoordinator::stop() {
     std::lock_guard lock(mu_);
     stop_ = true;
     cv_.notify_all();
+    done_.notify_all();  // the loop may wait for a pending checkpoint (finalCheckpointWanted)
   }
   if (thread_.joinable()) thread_.join();
+}
+
+void CheckpointCoordinator::finalCheckpointWanted() {
+  std::lock_guard lock(mu_);
+  triggerSoon_ = true;
+  cv_.notify_all();
 }
 
 void CheckpointCoordinator::loop() {
   std::unique_lock lock(mu_);
   while (!stop_) {
-    cv_.wait_for(lock, options_.interval, [&] { return stop_; });
+    cv_.wait_for(lock, options_.interval, [&] { return stop_ || triggerSoon_; });
     if (stop_) return;
+    if (triggerSoon_) {
+      triggerSoon_ = false;
+      // A checkpoint in flight finishes first (the final one must come after it).
+      if (pending_) done_.wait_for(lock, options_.timeout, [&] { return stop_ || !pending_; });
+      if (stop_) return;
+    }
     if (pending_ && !pending_->savepoint && std::chrono::steady_clock::now() - pending_->started > options_.timeout)
       abortLocked(pending_->id, "not complete after " + std::to_string(options_.timeout.count()) +
                                     " ms (execution.checkpointing.timeout)");

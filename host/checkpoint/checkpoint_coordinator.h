@@ -100,6 +100,8 @@ class CheckpointCoordinator : public CheckpointListener {
   void setOnHistoryChange(std::function<void(const CheckpointRecord&)> fn);
 
   void acknowledge(uint64_t checkpointId, TaskSnapshot snapshot) override;
+  /// Wakes the trigger loop: the next checkpoint is triggered now, not an interval later.
+  void finalCheckpointWanted() override;
   void decline(uint64_t checkpointId, const state::Status& reason) override;
 
  private:
@@ -149,6 +151,7 @@ class CheckpointCoordinator : public CheckpointListener {
   uint64_t completed_ = 0;                       // guarded by mu_
   int consecutiveFailures_ = 0;                  // guarded by mu_
   bool stop_ = false;                            // guarded by mu_
+  bool triggerSoon_ = false;                     // guarded by mu_; finalCheckpointWanted()
   std::function<void(const state::CheckpointMetadata&)> onComplete_;
   CheckpointHistory history_;                    // guarded by mu_
   std::function<void(const CheckpointRecord&)> onHistory_;  // guarded by mu_

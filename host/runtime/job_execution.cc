@@ -793,7 +793,7 @@ struct JobExecution::Impl {
       if (finalCheckpoint) {
         // Serve checkpoints until one triggered after every source ended is complete.
         flushOutputs(t);
-        endedSources.fetch_add(1);
+        if (endedSources.fetch_add(1) + 1 == sourceTasks) listener->finalCheckpointWanted();
         while (!cancelled.load() && !t.finalCheckpointDone) {
           waitForMail(t);
           drainMail(t);

@@ -125,6 +125,10 @@ class CheckpointListener {
   virtual ~CheckpointListener() = default;
   virtual void acknowledge(uint64_t checkpointId, TaskSnapshot snapshot) = 0;
   virtual void decline(uint64_t checkpointId, const state::Status& reason) = 0;
+  /// Every source's input ended and the job waits for its final checkpoint (a
+  /// transactional sink): trigger one soon rather than at the next interval. May be
+  /// called from a task thread; must not block on the execution.
+  virtual void finalCheckpointWanted() {}
 };
 
 /// Where a checkpoint's files go.

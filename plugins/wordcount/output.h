@@ -8,10 +8,14 @@
 //    writes it to a subdirectory of PATH;
 //  - anything else (a file, /dev/null): a text file, as print() would print
 //    (writeAsText(): at-least-once).
+// With a directory, `--buckets event-hour|processing-hour` puts part files in hourly
+// bucket directories (YYYY-MM-DD--HH, UTC), `--max-part-size BYTES` (default 128 MiB) and
+// `--rollover DURATION` (default 60s) roll part files between checkpoints too.
 #pragma once
 
 #include <jobhost/jobhost.h>
 
+#include <chrono>
 #include <filesystem>
 #include <string>
 
@@ -36,7 +40,22 @@ void writeOutput(jobhost::StreamEnvironment& env, jobhost::DataStream<T> stream,
   std::string dir = *out;
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   if (!subdir.empty()) dir += "/" + subdir;
-  stream.sinkTo(jobhost::FileSink<T>(dir), "File Sink").uid(uid);
+  jobhost::FileSink<T> sink(dir);
+  const auto& args = env.args();
+  if (auto b = args.get("--buckets")) {
+    if (*b == "event-hour") sink.withBucketAssigner(jobhost::BucketAssigner::kEventHour);
+    else if (*b == "processing-hour") sink.withBucketAssigner(jobhost::BucketAssigner::kProcessingHour);
+    else if (*b != "none")
+      throw jobhost::JobArgumentError("job argument --buckets must be none, event-hour or processing-hour, got '" + *b +
+                                      "'");
+  }
+  if (args.get("--max-part-size")) {
+    int64_t bytes = args.getInt("--max-part-size", 0);
+    if (bytes <= 0) throw jobhost::JobArgumentError("job argument --max-part-size must be a positive number of bytes");
+    sink.withMaxPartSize(static_cast<uint64_t>(bytes));
+  }
+  if (args.get("--rollover")) sink.withRolloverInterval(args.getDuration("--rollover", std::chrono::seconds(60)));
+  stream.sinkTo(sink, "File Sink").uid(uid);
 }
 
 }  // namespace examples

@@ -3,7 +3,8 @@
 // and a demo of what a restore does to plain member variables.
 //
 // Word-count jobs read lines from localhost:9999 by default (`nc -lk 9999`), or from the
-// file given with `--input FILE`; `--host H --port N` choose another socket, `--rate N`
+// file given with `--input FILE` (a directory: each of its files once, in name order;
+// with `--monitor 1s` also every file that appears in it later); `--host H --port N` choose another socket, `--rate N`
 // throttles a file to N lines per second, `--output PATH` writes to PATH instead of
 // stdout (a directory: exactly once, through the file sink; see output.h). The word `error` makes them throw (a task failure, handled by the restart
 // strategy); the word `crash` aborts the process.
@@ -14,6 +15,7 @@
 #include <cctype>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <sstream>
 
 using namespace std::chrono_literals;
@@ -27,7 +29,16 @@ jobhost::DataStream<std::string> lines(jobhost::StreamEnvironment& env) {
   // One uid for either source: a file's read position restores into a file source; a
   // socket source has no position and ignores it.
   if (auto input = args.get("--input")) {
-    auto s = env.readTextFile(*input, static_cast<double>(args.getInt("--rate", 0)));
+    std::error_code ec;
+    const double rate = static_cast<double>(args.getInt("--rate", 0));
+    if (args.get("--monitor") || std::filesystem::is_directory(*input, ec)) {
+      // A directory: every file in it once, in name order; with --monitor D, also those
+      // that appear later (checked every D).
+      auto s = env.readTextFiles(*input, args.getDuration("--monitor", std::chrono::milliseconds(0)), rate);
+      s.uid("lines");
+      return s;
+    }
+    auto s = env.readTextFile(*input, rate);
     s.uid("lines");
     return s;
   }

@@ -64,7 +64,7 @@ loop() {
                    -D state.checkpoints.num-retained=2 "${flags[@]}")
     [ -n "$prev" ] && args+=(-s "$prev")
     local before
-    before=$(ls "$ck" 2>/dev/null || true)
+    before=$(ls "$ck" 2>/dev/null | tr '\n' ' ' || true)  # one line: the case below matches " name "
     setsid "$jobhost" "${args[@]}" "$plugin" "$@" --rate "$rate" --output "$dir/out.$i" 2>"$dir/err.$i" &
     local pid=$! mine="" waited=0
     # Wait for this run's first complete checkpoint.

@@ -19,10 +19,13 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <algorithm>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include "jobhost/operator.h"
 #include "jobhost/serializer.h"
@@ -145,6 +148,135 @@ class TextFileSource : public SourceFunction<std::string> {
   FILE* file_ = nullptr;
   uint64_t offset_ = 0;
   uint64_t emitted_ = 0;
+  std::string line_;
+};
+
+/// Lines of every file in a directory, each file exactly once, in name order (Flink's
+/// FileSource over a directory; the listing is its split enumerator). Files whose names
+/// start with '.' or '_' are skipped (in-progress files of writers). With a monitor
+/// interval > 0 the source is unbounded: it lists the directory again every interval and
+/// reads the files that appeared; without, it reads the files there at the start and
+/// ends. A file is read once it is listed, to its end: give it its final name only when
+/// it is complete (write to a hidden name, then rename). Position: the names of the files
+/// finished and the byte offset in the current one — a file that appeared while the job
+/// was down is read after the restore.
+class DirectorySource : public SourceFunction<std::string> {
+ public:
+  DirectorySource(std::string dir, std::chrono::milliseconds monitorInterval, double linesPerSecond)
+      : dir_(std::move(dir)), interval_(monitorInterval), throttle_(linesPerSecond) {}
+  ~DirectorySource() override { close(); }
+  void open(OperatorContext&) override { throttle_.start(); }
+  PollStatus poll(SourceOutput<std::string>& out) override {
+    if (!file_ && !openNext()) {
+      if (interval_.count() == 0 && scanned_) return PollStatus::kEnd;  // bounded: every file read
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::min<int64_t>(50, std::max<int64_t>(1, interval_.count()))));
+      return PollStatus::kIdle;
+    }
+    uint64_t n = throttle_.allowance(emitted_);
+    for (uint64_t i = 0; i < n; ++i) {
+      line_.clear();
+      int c;
+      bool any = false;
+      while ((c = getc_unlocked(file_)) != EOF) {
+        any = true;
+        if (c == '\n') break;
+        line_.push_back(static_cast<char>(c));
+      }
+      if (!any) {
+        if (std::ferror(file_)) throw std::runtime_error("cannot read '" + currentPath() + "': " + std::strerror(errno));
+        std::fclose(file_);
+        file_ = nullptr;
+        finished_.push_back(current_);
+        current_.clear();
+        offset_ = 0;
+        return PollStatus::kMore;
+      }
+      offset_ += line_.size() + (c == '\n' ? 1 : 0);
+      if (!line_.empty() && line_.back() == '\r') line_.pop_back();
+      ++emitted_;
+      out.emit(line_);
+    }
+    return n == 0 ? PollStatus::kIdle : PollStatus::kMore;
+  }
+  void close() override {
+    if (file_) std::fclose(file_);
+    file_ = nullptr;
+  }
+  std::string snapshotPosition() override {
+    std::string s;
+    ByteWriter w(s);
+    w.writeU8('D');  // a directory's position (a single file's is 8 bytes)
+    w.writeU8(1);
+    w.writeVarint(finished_.size());
+    for (const auto& f : finished_) w.writeBytes(f);
+    w.writeBytes(current_);
+    w.writeFixed<uint64_t>(offset_);
+    return s;
+  }
+  void restorePosition(std::string_view p) override {
+    if (p.empty()) return;
+    ByteReader r(p);
+    if (p.size() < 2 || r.readU8() != 'D' || r.readU8() != 1)
+      throw SerializationError("the saved position is not a directory source's (did a single file source write it?)");
+    finished_.clear();
+    for (uint64_t n = r.readVarint(); n > 0; --n) finished_.emplace_back(r.readBytes());
+    current_ = std::string(r.readBytes());
+    offset_ = r.readFixed<uint64_t>();
+    if (!r.atEnd()) throw SerializationError("the directory position has trailing bytes");
+  }
+
+ private:
+  std::string currentPath() const { return dir_ + "/" + current_; }
+  /// Opens the current file (after a restore) or the next new one; false if there is none
+  /// (yet: the next listing is not due).
+  bool openNext() {
+    if (current_.empty()) {
+      if (pending_.empty()) {
+        auto now = std::chrono::steady_clock::now();
+        if (scanned_ && (interval_.count() == 0 || now < nextScan_)) return false;
+        scan();
+        nextScan_ = now + interval_;
+        if (pending_.empty()) return false;
+      }
+      current_ = pending_.front();
+      pending_.erase(pending_.begin());
+      offset_ = 0;
+    }
+    file_ = std::fopen(currentPath().c_str(), "rb");
+    if (!file_) throw std::runtime_error("cannot open input file '" + currentPath() + "': " + std::strerror(errno));
+    if (offset_ > 0 && std::fseek(file_, static_cast<long>(offset_), SEEK_SET) != 0)
+      throw std::runtime_error("cannot seek to " + std::to_string(offset_) + " in '" + currentPath() + "'");
+    return true;
+  }
+  /// The files not read yet, in name order.
+  void scan() {
+    scanned_ = true;
+    std::error_code ec;
+    std::vector<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator(dir_, ec)) {
+      std::string name = e.path().filename().string();
+      if (name.empty() || name[0] == '.' || name[0] == '_' || !e.is_regular_file(ec)) continue;
+      names.push_back(name);
+    }
+    if (ec) throw std::runtime_error("cannot list input directory '" + dir_ + "': " + ec.message());
+    std::sort(names.begin(), names.end());
+    std::sort(finished_.begin(), finished_.end());
+    pending_.clear();
+    for (const auto& n : names)
+      if (!std::binary_search(finished_.begin(), finished_.end(), n)) pending_.push_back(n);
+  }
+
+  std::string dir_;
+  std::chrono::milliseconds interval_;
+  detail::Throttle throttle_;
+  FILE* file_ = nullptr;
+  std::vector<std::string> finished_;  // sorted at each scan
+  std::vector<std::string> pending_;   // listed, not started
+  std::string current_;
+  uint64_t offset_ = 0;
+  uint64_t emitted_ = 0;
+  bool scanned_ = false;
+  std::chrono::steady_clock::time_point nextScan_{};
   std::string line_;
 };
 

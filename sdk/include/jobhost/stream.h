@@ -29,6 +29,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -146,6 +147,13 @@ class StreamEnvironment {
   /// resumes after the last line of the checkpoint. `linesPerSecond` > 0 throttles
   /// (for demos and tests). A missing file throws JobArgumentError.
   DataStream<std::string> readTextFile(std::string path, double linesPerSecond = 0);
+  /// Lines of every file in directory `dir`, each file exactly once, in name order
+  /// (DirectorySource). `monitorInterval` > 0: unbounded, the directory is listed again
+  /// every interval and new files are read; 0: the files there at the start, then the
+  /// end. Which files were read, and where in the current one, is checkpointed. A
+  /// missing directory throws JobArgumentError.
+  DataStream<std::string> readTextFiles(std::string dir, std::chrono::milliseconds monitorInterval,
+                                        double linesPerSecond = 0);
   /// `count` records fn(0), fn(1), ... (count 0 = unbounded); deterministic, its
   /// sequence number is checkpointed. `perSecond` > 0 throttles.
   template <class T>
@@ -1016,6 +1024,19 @@ inline DataStream<std::string> StreamEnvironment::socketTextStream(std::string h
     throw JobArgumentError("socket port must be between 1 and 65535, got " + std::to_string(port));
   return addSource<std::string>(
       [host, port] { return std::make_unique<SocketTextSource>(host, port); }, "Socket Stream");
+}
+
+inline DataStream<std::string> StreamEnvironment::readTextFiles(std::string dir, std::chrono::milliseconds monitorInterval,
+                                                                 double linesPerSecond) {
+  std::error_code ec;
+  if (!planOnly_ && !std::filesystem::is_directory(dir, ec))
+    throw JobArgumentError("input directory '" + dir + "' does not exist or is not a directory");
+  if (monitorInterval.count() < 0) throw JobArgumentError("the monitor interval must not be negative");
+  return addSource<std::string>(
+      [dir, monitorInterval, linesPerSecond] {
+        return std::make_unique<DirectorySource>(dir, monitorInterval, linesPerSecond);
+      },
+      monitorInterval.count() > 0 ? "Continuous File Source" : "Directory Source");
 }
 
 inline DataStream<std::string> StreamEnvironment::readTextFile(std::string path, double linesPerSecond) {

@@ -1,0 +1,178 @@
+// End-to-end tests of exactly-once output (issue 15) through the real binary: the
+// transactional file sink (hidden part files until their checkpoint completes, nothing
+// left at the end, commits and clean-up across a cancel and a restore, buckets, rolling)
+// and the directory source (every file once, in name order, also those that appear while
+// the job is down). The kill-at-random-moments oracle is tests/chaos/exactly_once.sh.
+#include <set>
+
+#include "cli_fixture.h"
+
+using namespace e2e;
+
+namespace {
+
+/// The lines of every committed part file under `dir` (buckets included), sorted; and
+/// the hidden files there.
+struct Parts {
+  std::multiset<std::string> lines;
+  std::vector<fs::path> hidden, committed;
+};
+Parts partsUnder(const fs::path& dir) {
+  Parts p;
+  if (!fs::exists(dir)) return p;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (!e.is_regular_file()) continue;
+    std::string name = e.path().filename().string();
+    if (name[0] == '.') {
+      p.hidden.push_back(e.path());
+      continue;
+    }
+    if (name.rfind("part-", 0) != 0) continue;
+    p.committed.push_back(e.path());
+    std::istringstream in(readFile(e.path()));
+    for (std::string line; std::getline(in, line);) p.lines.insert(line);
+  }
+  return p;
+}
+
+/// What WordCount writes for `text`: (word,n) for the n-th occurrence of each word.
+std::multiset<std::string> runningCounts(const std::string& text) {
+  std::map<std::string, long> n;
+  std::multiset<std::string> out;
+  std::istringstream in(text);
+  for (std::string w; in >> w;) {
+    for (auto& c : w) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    out.insert("(" + w + "," + std::to_string(++n[w]) + ")");
+  }
+  return out;
+}
+
+class Sinks : public Cli {
+ protected:
+  std::vector<std::string> wordCount(const fs::path& in, const fs::path& out, std::vector<std::string> extra = {},
+                                     const std::string& interval = "200ms") {
+    std::vector<std::string> a = {"run", "-c", "WordCount", "-p", "2"};
+    for (auto& f : ckFlags(interval)) a.push_back(f);
+    a.push_back(kPlugin);
+    a.insert(a.end(), {"--input", in.string(), "--output", out.string() + "/"});
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  }
+};
+
+TEST_F(Sinks, PartFilesAreHiddenUntilTheirCheckpointAndCommittedOnesNeverChange) {
+  fs::path in = input(20), out = tmp / "out";
+  Process p(jobhost(wordCount(in, out, {"--rate", "120"}, "300ms")), tmp / "o", tmp / "e");
+  bool sawHidden = false;
+  std::map<fs::path, std::string> firstSeen;  // committed part -> its content when first seen
+  while (p.running()) {
+    Parts now = partsUnder(out);
+    sawHidden |= !now.hidden.empty();
+    for (const auto& c : now.committed) {
+      std::string content = readFile(c);
+      auto [it, fresh] = firstSeen.emplace(c, content);
+      if (!fresh) EXPECT_EQ(it->second, content) << c << " changed after it was committed";
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(15));
+  }
+  Result r = p.wait();
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_TRUE(sawHidden) << "no in-progress part file was ever seen";
+  EXPECT_GT(firstSeen.size(), 4u) << "parts roll at every checkpoint";
+  Parts end = partsUnder(out);
+  EXPECT_TRUE(end.hidden.empty()) << end.hidden.front();
+  EXPECT_EQ(end.lines, runningCounts(readFile(in)));
+  EXPECT_EQ(r.out, "") << "with --output DIR/ nothing goes to stdout";
+  for (const auto& c : end.committed) {
+    std::string name = c.filename().string();
+    EXPECT_TRUE(name.rfind("part-0-", 0) == 0 || name.rfind("part-1-", 0) == 0) << name;
+  }
+}
+
+TEST_F(Sinks, ACancelledJobLeavesOnlyPreCommittedPartsWhichItsRestoreCommits) {
+  fs::path in = input(30), out = tmp / "out";
+  Process p(jobhost(wordCount(in, out, {"--rate", "100"})), tmp / "o", tmp / "e");
+  ASSERT_TRUE(waitForCheckpoint(p, 3)) << readFile(tmp / "e");
+  p.signal(SIGTERM);
+  Result r1 = p.wait(std::chrono::seconds(60));
+  EXPECT_EQ(r1.exitCode, 130) << r1.err;
+  Parts mid = partsUnder(out);
+  const size_t committedBefore = mid.lines.size();
+  EXPECT_GT(committedBefore, 0u);
+  // Restore and run to the end: exactly once, nothing hidden left.
+  std::vector<std::string> restore = wordCount(in, out);
+  restore.insert(restore.begin() + 1, {"-s", jobDirs().at(0).string()});
+  Result r2 = cli(restore);
+  ASSERT_EQ(r2.exitCode, 0) << r2.err;
+  Parts end = partsUnder(out);
+  EXPECT_TRUE(end.hidden.empty()) << end.hidden.front();
+  EXPECT_EQ(end.lines, runningCounts(readFile(in)));
+}
+
+TEST_F(Sinks, BucketsByEventHourAndRollingBySizeShapeThePartFiles) {
+  // WindowedWordCount's results carry their window's end as timestamp: one event hour.
+  fs::path out = tmp / "windows";
+  Result r = cli({"run", "-c", "WindowedWordCount", "-D", "execution.checkpointing.interval=200ms", "-D",
+                  "state.checkpoints.dir=" + ckdir().string(), kPlugin, "--input",
+                  (fs::path(kWords).parent_path() / "events.txt").string(), "--output", out.string() + "/",
+                  "--buckets", "event-hour"});
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_TRUE(fs::is_directory(out / "2026-01-01--00")) << "events.txt is in the first hour of 2026 (UTC)";
+  for (const auto& c : partsUnder(out).committed)
+    EXPECT_EQ(c.parent_path().filename().string(), "2026-01-01--00") << c;
+  EXPECT_FALSE(partsUnder(out).lines.empty());
+
+  fs::path small = tmp / "small";
+  Result s = cli(wordCount(input(3), small, {"--max-part-size", "64"}, "10s"));
+  ASSERT_EQ(s.exitCode, 0) << s.err;
+  Parts parts = partsUnder(small);
+  EXPECT_GT(parts.committed.size(), 10u) << "parts roll at 64 bytes, not only at checkpoints";
+  for (const auto& c : parts.committed) EXPECT_LT(fs::file_size(c), 64u + 40u) << c;
+  EXPECT_EQ(parts.lines, runningCounts(readFile(input(3))));
+}
+
+TEST_F(Sinks, TheDirectorySourceReadsEveryFileOnceAlsoThoseThatAppearWhileTheJobIsDown) {
+  fs::path in = tmp / "incoming", out = tmp / "out";
+  fs::create_directories(in);
+  writeFile(in / "b-1.txt", "to be or\n");
+  writeFile(in / ".b-2.txt.inprogress", "ignored while hidden\n");
+  writeFile(in / "_tmp", "ignored too\n");
+  std::vector<std::string> args = {"run", "-c", "WordCount"};
+  for (auto& f : ckFlags("100ms")) args.push_back(f);
+  args.insert(args.end(), {kPlugin, "--input", in.string(), "--monitor", "50ms", "--output", out.string() + "/"});
+  std::string all = "to be or\n";
+  {
+    Process p(jobhost(args), tmp / "o1", tmp / "e1");
+    ASSERT_TRUE(waitForCheckpoint(p, 2)) << readFile(tmp / "e1");
+    writeFile(in / "b-3.txt", "not to be\n");  // a new file while it runs
+    all += "not to be\n";
+    for (int i = 0; i < 200 && partsUnder(out).lines.size() < 7; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    p.signal(SIGKILL);
+    p.wait();
+  }
+  // While it is down: one file with a name before the others', one after.
+  writeFile(in / "a-0.txt", "that is\n");
+  writeFile(in / "c-9.txt", "the question\n");
+  all += "that is\nthe question\n";
+  std::vector<std::string> restore = args;
+  restore.insert(restore.begin() + 1, {"-s", jobDirs().at(0).string()});
+  Process p2(jobhost(restore), tmp / "o2", tmp / "e2");
+  auto expected = runningCounts(all);
+  for (int i = 0; i < 500 && partsUnder(out).lines.size() < expected.size(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // nothing more may come
+  p2.signal(SIGTERM);
+  p2.wait(std::chrono::seconds(60));
+  EXPECT_EQ(partsUnder(out).lines, expected) << readFile(tmp / "e2");
+
+  // Bounded: without --monitor, the files there now, then the end.
+  Result once = cli({"run", "-c", "WordCount", kPlugin, "--input", in.string()});
+  ASSERT_EQ(once.exitCode, 0) << once.err;
+  EXPECT_EQ(std::count(once.out.begin(), once.out.end(), '\n'), static_cast<long>(expected.size()));
+  Result missing = cli({"run", "-c", "WordCount", kPlugin, "--input", (tmp / "nowhere").string(), "--monitor", "1s"});
+  EXPECT_EQ(missing.exitCode, 2) << missing.err;
+  EXPECT_NE(missing.err.find("input directory"), std::string::npos) << missing.err;
+}
+
+}  // namespace

@@ -67,4 +67,14 @@ run InactiveUsers --input "$work/clicks.txt"
 expect InactiveUsers "bob inactive since 40000" "alice inactive since 100000"
 [[ $(wc -l <"$work/InactiveUsers.out") -eq 2 ]] || fail "InactiveUsers reported a user whose timer was deleted"
 
+printf 'to\nbe\nor\nnot\nto\nbe\n' >"$work/one-per-line.txt"
+run CountsToFiles --input "$work/one-per-line.txt" --output "$work/files"
+sort "$work"/files/part-* | tr '\n' ' ' | grep -qxF "(be,1) (be,2) (not,1) (or,1) (to,1) (to,2) " ||
+  fail "CountsToFiles did not commit each count once: $(cat "$work"/files/part-* | tr '\n' ' ')"
+ls -a "$work/files" | grep -q '^\.part-' && fail "CountsToFiles left a hidden part file"
+run CountsToBatches --input "$work/one-per-line.txt" --output "$work/batches"
+sort "$work"/batches/batch-* | tr '\n' ' ' | grep -qxF "be 1 be 2 not 1 or 1 to 1 to 2 " ||
+  fail "CountsToBatches did not commit each count once: $(cat "$work"/batches/batch-* | tr '\n' ' ')"
+ls -a "$work/batches" | grep -q '^\.batch-' && fail "CountsToBatches left a hidden batch"
+
 echo "PASS: the SDK guide's example classes run"

@@ -67,6 +67,11 @@ class TwoPhaseCommitSink {
   virtual void invoke(Txn& txn, const T& value, int64_t timestamp) = 0;
   /// At a checkpoint barrier: flushes `txn` and makes it durable, still invisible.
   virtual void preCommit(Txn& txn) = 0;
+  /// What is called at the barrier of checkpoint `checkpointId` (kEndOfInput: the end of
+  /// an input without checkpointing): override it instead of preCommit(txn) to name a
+  /// transaction after its checkpoint (PostgresSink). Default: preCommit(txn).
+  virtual void preCommitForCheckpoint(Txn& txn, uint64_t checkpointId) { preCommit(txn); }
+  static constexpr uint64_t kEndOfInput = UINT64_MAX;
   /// Makes a pre-committed transaction visible. Must be idempotent: after a failure it
   /// may be called again for a transaction that is committed already.
   virtual void commit(const Txn& txn) = 0;
@@ -119,7 +124,7 @@ class TwoPhaseCommitSinkOp : public NamedOp, public Collector<typename S::InputT
     written_ = true;
   }
   void beforeSnapshot(uint64_t checkpointId) override {
-    invoke([&] { sink_->preCommit(current_); });
+    invoke([&] { sink_->preCommitForCheckpoint(current_, checkpointId); });
     pending_.emplace_back(checkpointId, std::move(current_));
     current_ = invoke([&] { return sink_->beginTransaction(); });
     written_ = false;
@@ -166,8 +171,8 @@ class TwoPhaseCommitSinkOp : public NamedOp, public Collector<typename S::InputT
     // final checkpoint committed everything, and the current transaction is empty.)
     if (!written_ && pending_.empty()) return;
     if (written_) {
-      invoke([&] { sink_->preCommit(current_); });
-      pending_.emplace_back(UINT64_MAX, std::move(current_));
+      invoke([&] { sink_->preCommitForCheckpoint(current_, S::kEndOfInput); });
+      pending_.emplace_back(S::kEndOfInput, std::move(current_));
       current_ = invoke([&] { return sink_->beginTransaction(); });
       written_ = false;
     }
@@ -287,10 +292,11 @@ class FileSink : public TwoPhaseCommitSink<T, FileTransaction> {
                   std::chrono::steady_clock::now() - open_->opened >= rollover_))
       closePart();  // rolls: the closed part stays in `txn`, pre-committed with it
     if (!open_) openPart(txn, bucket);
-    line_.clear();
-    appendText(line_, value);
-    line_ += '\n';
-    writeAll(line_);
+    const size_t before = buffer_.size();
+    appendText(buffer_, value);
+    buffer_ += '\n';
+    open_->bytes += buffer_.size() - before;
+    if (buffer_.size() >= kBufferBytes) flushBuffer();
   }
   void preCommit(FileTransaction& txn) override {
     closePart();
@@ -314,6 +320,7 @@ class FileSink : public TwoPhaseCommitSink<T, FileTransaction> {
     if (open_ && std::find(txn.parts.begin(), txn.parts.end(), open_->relative) != txn.parts.end()) {
       ::close(open_->fd);
       open_.reset();
+      buffer_.clear();
     }
     for (const auto& p : txn.parts) ::unlink(absolute(p).c_str());
   }
@@ -328,6 +335,7 @@ class FileSink : public TwoPhaseCommitSink<T, FileTransaction> {
     if (open_) {
       ::close(open_->fd);
       open_.reset();
+      buffer_.clear();
     }
   }
 
@@ -386,17 +394,20 @@ class FileSink : public TwoPhaseCommitSink<T, FileTransaction> {
     txn.parts.push_back(p.relative);
     open_ = std::move(p);
   }
-  void writeAll(std::string_view bytes) {
+  /// Writes the buffered lines to the open part file.
+  void flushBuffer() {
+    std::string_view bytes = buffer_;
     while (!bytes.empty()) {
       ssize_t n = ::write(open_->fd, bytes.data(), bytes.size());
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) detail::throwErrno("cannot write part file", absolute(open_->relative));
       bytes.remove_prefix(static_cast<size_t>(n));
-      open_->bytes += static_cast<uint64_t>(n);
     }
+    buffer_.clear();
   }
   void closePart() {
     if (!open_) return;
+    flushBuffer();
     int fd = open_->fd;
     std::string path = absolute(open_->relative);
     open_.reset();
@@ -450,8 +461,9 @@ class FileSink : public TwoPhaseCommitSink<T, FileTransaction> {
   int subtask_ = 0;
   uint64_t counter_ = 0;
   std::mt19937_64 rng_;
+  static constexpr size_t kBufferBytes = 64 * 1024;
   std::optional<OpenPart> open_;
-  std::string line_;
+  std::string buffer_;  // lines not yet written to the open part (at most kBufferBytes)
 };
 
 }  // namespace jobhost

@@ -45,15 +45,8 @@ expected=$work/expected.txt
 tr -s '[:space:]' '\n' <"$input" | tr '[:upper:]' '[:lower:]' | grep -v '^$' |
   awk '{ n[$0]++; print "(" $0 "," n[$0] ")" }' | sort >"$expected"
 
-newest_checkpoint() {
-  local best=0 d n
-  for d in "$1"/chk-*; do
-    [ -f "$d/_metadata" ] || continue
-    n=${d##*/chk-}
-    [ "$n" -gt "$best" ] && best=$n
-  done
-  [ "$best" -gt 0 ] && echo "$1/chk-$best" || true
-}
+# shellcheck source=lib.sh
+source "$(dirname "$0")/lib.sh"
 
 # run_config NAME: the kill loop of one configuration.
 run_config() {

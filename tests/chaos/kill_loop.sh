@@ -40,16 +40,8 @@ fail() {
   exit 1
 }
 
-# The newest complete checkpoint of a job directory ("" if none).
-newest_checkpoint() {
-  local best=0 d n
-  for d in "$1"/chk-*; do
-    [ -f "$d/_metadata" ] || continue
-    n=${d##*/chk-}
-    [ "$n" -gt "$best" ] && best=$n
-  done
-  [ "$best" -gt 0 ] && echo "$1/chk-$best" || true
-}
+# shellcheck source=lib.sh
+source "$(dirname "$0")/lib.sh"
 
 # loop NAME CLASS JOBARGS... : runs the kill loop for one configuration.
 loop() {

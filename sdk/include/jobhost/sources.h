@@ -77,6 +77,25 @@ class Throttle {
   double perSecond_;
   std::chrono::steady_clock::time_point start_;
 };
+/// Reads the next line of `f` into `line` (without "\n" or "\r\n"). Returns the bytes it
+/// consumed (0 at the end of the file); throws naming `path` on a read error.
+inline uint64_t readLine(FILE* f, std::string& line, const std::string& path) {
+  line.clear();
+  int c;
+  bool any = false;
+  while ((c = getc_unlocked(f)) != EOF) {  // one thread per source: no lock per byte
+    any = true;
+    if (c == '\n') break;
+    line.push_back(static_cast<char>(c));
+  }
+  if (!any) {
+    if (std::ferror(f)) throw std::runtime_error("cannot read '" + path + "': " + std::strerror(errno));
+    return 0;
+  }
+  uint64_t consumed = line.size() + (c == '\n' ? 1 : 0);
+  if (!line.empty() && line.back() == '\r') line.pop_back();
+  return consumed;
+}
 }  // namespace detail
 
 /// Lines of a file. Position: the byte offset after the last emitted line.
@@ -95,20 +114,9 @@ class TextFileSource : public SourceFunction<std::string> {
   PollStatus poll(SourceOutput<std::string>& out) override {
     uint64_t n = throttle_.allowance(emitted_);
     for (uint64_t i = 0; i < n; ++i) {
-      line_.clear();
-      int c;
-      bool any = false;
-      while ((c = getc_unlocked(file_)) != EOF) {  // one thread per source: no lock per byte
-        any = true;
-        if (c == '\n') break;
-        line_.push_back(static_cast<char>(c));
-      }
-      if (!any) {
-        if (std::ferror(file_)) throw std::runtime_error("cannot read '" + path_ + "': " + std::strerror(errno));
-        return PollStatus::kEnd;
-      }
-      offset_ += line_.size() + (c == '\n' ? 1 : 0);
-      if (!line_.empty() && line_.back() == '\r') line_.pop_back();
+      uint64_t consumed = detail::readLine(file_, line_, path_);
+      if (consumed == 0) return PollStatus::kEnd;
+      offset_ += consumed;
       ++emitted_;
       out.emit(line_);
     }
@@ -174,16 +182,8 @@ class DirectorySource : public SourceFunction<std::string> {
     }
     uint64_t n = throttle_.allowance(emitted_);
     for (uint64_t i = 0; i < n; ++i) {
-      line_.clear();
-      int c;
-      bool any = false;
-      while ((c = getc_unlocked(file_)) != EOF) {
-        any = true;
-        if (c == '\n') break;
-        line_.push_back(static_cast<char>(c));
-      }
-      if (!any) {
-        if (std::ferror(file_)) throw std::runtime_error("cannot read '" + currentPath() + "': " + std::strerror(errno));
+      uint64_t consumed = detail::readLine(file_, line_, currentPath());
+      if (consumed == 0) {
         std::fclose(file_);
         file_ = nullptr;
         finished_.push_back(current_);
@@ -191,8 +191,7 @@ class DirectorySource : public SourceFunction<std::string> {
         offset_ = 0;
         return PollStatus::kMore;
       }
-      offset_ += line_.size() + (c == '\n' ? 1 : 0);
-      if (!line_.empty() && line_.back() == '\r') line_.pop_back();
+      offset_ += consumed;
       ++emitted_;
       out.emit(line_);
     }

@@ -506,14 +506,7 @@ class DataStream {
   /// union(); `union` is a C++ keyword.) Watermarks: the minimum over all inputs.
   template <class... More>
   DataStream<T> unionWith(const DataStream<T>& other, const More&... more) {
-    PlanNode n;
-    n.kind = NodeKind::kExchange;
-    n.name = "Union";
-    n.keyedExchange = false;
-    n.createSender = [] { return std::unique_ptr<Operator>(new detail::RebalanceSenderOp<T>()); };
-    n.create = [](void* down) -> std::unique_ptr<Operator> {
-      return std::make_unique<detail::ExchangeReceiverOp<T>>(down);
-    };
+    PlanNode n = unkeyedExchange("Union");
     env_->attach(n, node_, tag_);
     env_->attach(n, other.nodeId(), other.tag());
     (env_->attach(n, more.nodeId(), more.tag()), ...);
@@ -584,6 +577,19 @@ class DataStream {
 
   StreamEnvironment& environment() const { return *env_; }
   int nodeId() const { return node_; }
+  /// Internal: an exchange of T records that are not keyed (union, connect); its inputs
+  /// are attached by the caller.
+  static PlanNode unkeyedExchange(const char* name) {
+    PlanNode n;
+    n.kind = NodeKind::kExchange;
+    n.name = name;
+    n.keyedExchange = false;
+    n.createSender = [] { return std::unique_ptr<Operator>(new detail::RebalanceSenderOp<T>()); };
+    n.create = [](void* down) -> std::unique_ptr<Operator> {
+      return std::make_unique<detail::ExchangeReceiverOp<T>>(down);
+    };
+    return n;
+  }
   /// The side output this stream is (OutputTag::key()), empty for a main output.
   const std::string& tag() const { return tag_; }
 
@@ -964,22 +970,12 @@ template <class T>
 template <class U>
 ConnectedStreams<T, U> DataStream<T>::connect(const DataStream<U>& other) {
   // Each input reaches the co-process function through an unkeyed exchange.
-  auto rebalance = [this](int node, const std::string& tag, auto type) {
-    using V = typename decltype(type)::type;
-    PlanNode n;
-    n.kind = NodeKind::kExchange;
-    n.name = "Rebalance";
-    n.keyedExchange = false;
-    n.createSender = [] { return std::unique_ptr<Operator>(new detail::RebalanceSenderOp<V>()); };
-    n.create = [](void* down) -> std::unique_ptr<Operator> {
-      return std::make_unique<detail::ExchangeReceiverOp<V>>(down);
-    };
-    env_->attach(n, node, tag);
-    return env_->addNode(std::move(n));
-  };
-  int a = rebalance(node_, tag_, std::type_identity<T>{});
-  int b = rebalance(other.nodeId(), other.tag(), std::type_identity<U>{});
-  return ConnectedStreams<T, U>(*env_, a, b);
+  PlanNode a = unkeyedExchange("Rebalance"), b = DataStream<U>::unkeyedExchange("Rebalance");
+  env_->attach(a, node_, tag_);
+  env_->attach(b, other.nodeId(), other.tag());
+  int ia = env_->addNode(std::move(a));
+  int ib = env_->addNode(std::move(b));
+  return ConnectedStreams<T, U>(*env_, ia, ib);
 }
 
 template <class K, class T>

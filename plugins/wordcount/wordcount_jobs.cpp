@@ -11,6 +11,7 @@
 #include <jobhost/jobhost.h>
 
 #include "output.h"
+#include "words.h"
 
 #include <cctype>
 #include <chrono>
@@ -20,48 +21,12 @@
 
 using namespace std::chrono_literals;
 using jobhost::Collector;
-using WordCountRecord = std::pair<std::string, int64_t>;
+using examples::WordCountRecord;
 
 namespace {
 
-jobhost::DataStream<std::string> lines(jobhost::StreamEnvironment& env) {
-  const auto& args = env.args();
-  // One uid for either source: a file's read position restores into a file source; a
-  // socket source has no position and ignores it.
-  if (auto input = args.get("--input")) {
-    std::error_code ec;
-    const double rate = static_cast<double>(args.getInt("--rate", 0));
-    if (args.get("--monitor") || std::filesystem::is_directory(*input, ec)) {
-      // A directory: every file in it once, in name order; with --monitor D, also those
-      // that appear later (checked every D).
-      auto s = env.readTextFiles(*input, args.getDuration("--monitor", std::chrono::milliseconds(0)), rate);
-      s.uid("lines");
-      return s;
-    }
-    auto s = env.readTextFile(*input, rate);
-    s.uid("lines");
-    return s;
-  }
-  auto s = env.socketTextStream(args.get("--host", "localhost"), static_cast<int>(args.getInt("--port", 9999)));
-  s.uid("lines");
-  return s;
-}
-
-void tokenize(const std::string& line, Collector<WordCountRecord>& out) {
-  std::string word;
-  auto flush = [&] {
-    if (word.empty()) return;
-    if (word == "error") throw std::runtime_error("the input contained the word 'error'");
-    if (word == "crash") std::abort();
-    out.collect({word, 1});
-    word.clear();
-  };
-  for (char c : line) {
-    if (std::isspace(static_cast<unsigned char>(c))) flush();
-    else word.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
-  }
-  flush();
-}
+using examples::lines;
+using examples::tokenize;
 
 template <class T>
 void sink(jobhost::StreamEnvironment& env, jobhost::DataStream<T> stream) {

@@ -95,15 +95,8 @@ expected_log=$work/expected-log.txt
 awk -F'\t' '{ for (n = 1; n <= $2; n++) printf "%s\t%d\n", $1, n }' "$work/counted.txt" |
   LC_ALL=C sort -t$'\t' -k1,1 -k2,2n >"$expected_log"
 
-newest_checkpoint() {
-  local best=0 d n
-  for d in "$1"/chk-*; do
-    [ -f "$d/_metadata" ] || continue
-    n=${d##*/chk-}
-    [ "$n" -gt "$best" ] && best=$n
-  done
-  [ "$best" -gt 0 ] && echo "$1/chk-$best" || true
-}
+# shellcheck source=lib.sh
+source "$(dirname "$0")/lib.sh"
 
 # run_config NAME: the kill loop of one configuration, into database NAME (as an identifier).
 run_config() {

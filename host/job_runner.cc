@@ -5,11 +5,17 @@
 
 #include <spdlog/spdlog.h>
 
+#include <chrono>
+#include <ctime>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 
 #include "checkpoint/checkpoint_coordinator.h"
 #include "checkpoint/preflight.h"
+#include "config/units.h"
+#include "jobhost/state/checkpoint_layout.h"
+#include "jobhost/state/snapshot_registry.h"
 #include "control/control_server.h"
 #include "job_setup.h"
 #include "job_supervisor.h"
@@ -18,6 +24,131 @@
 #include "supervisor_control.h"
 
 namespace jobhost::host {
+
+namespace fs = std::filesystem;
+
+std::string jobIdProblem(const std::string& id) {
+  if (id.empty() || id.size() > 64) return "it must have 1 to 64 characters";
+  if (id.front() == '-') return "it must not start with '-'";
+  for (char c : id)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_')
+      return std::string("it may hold letters, digits, '-' and '_' only, not '") + c + "'";
+  return {};
+}
+
+namespace {
+
+/// --job-id / --restore latest / --max-checkpoint-age: checks them against each other and
+/// the job's directory, and for --restore latest sets *snapshot to the checkpoint to
+/// restore (unset: start without state). 0, or the exit code after printing the error.
+int decideStableJobRestore(const RunOptions& o, const JobSetup& setup, std::optional<std::string>* snapshot) {
+  *snapshot = o.fromSnapshot;
+  if (o.jobId) {
+    if (std::string why = jobIdProblem(*o.jobId); !why.empty()) {
+      std::cerr << "error: --job-id '" << *o.jobId << "' is not a usable job id: " << why
+                << " (it names the job's checkpoint directory, working directory and control socket)\n";
+      return kExitUsage;
+    }
+  }
+  if (o.maxCheckpointAge && !o.restoreLatest) {
+    std::cerr << "error: --max-checkpoint-age applies only with --restore latest (it limits how old a checkpoint "
+                 "that restore may pick)\n";
+    return kExitUsage;
+  }
+  if (!o.jobId) {
+    if (o.restoreLatest) {
+      std::cerr << "error: --restore latest needs --job-id NAME: the newest checkpoint is looked for in "
+                   "<state.checkpoints.dir>/NAME, the directory a run with that --job-id writes (e.g. jobhost run "
+                   "--job-id wordcount --restore latest -c "
+                << setup.className << " " << o.pluginPath << ")\n";
+      return kExitUsage;
+    }
+    return 0;
+  }
+  const bool checkpointing = setup.interval.count() > 0;
+  const fs::path jobDir = fs::path(setup.checkpointDir) / *o.jobId;
+  if (o.restoreLatest && o.fromSnapshot) {
+    std::cerr << "error: -s and --restore latest exclude each other: -s restores the snapshot it names, --restore "
+                 "latest the newest checkpoint in "
+              << jobDir.string() << "\n";
+    return kExitUsage;
+  }
+  if (o.restoreLatest && o.claimSnapshot) {
+    std::cerr << "error: --restore-mode does not apply to --restore latest: the job continues in its own directory "
+              << jobDir.string() << ", whose checkpoints it owns anyway\n";
+    return kExitUsage;
+  }
+  if (o.restoreLatest && !checkpointing) {
+    std::cerr << "error: --restore latest needs checkpoints, but checkpointing is off for " << setup.className
+              << ": set execution.checkpointing.interval (e.g. -D execution.checkpointing.interval=10s)\n";
+    return kExitUsage;
+  }
+  std::error_code ec;
+  if (!checkpointing || !fs::is_directory(jobDir, ec)) {
+    if (o.restoreLatest)
+      spdlog::info("no checkpoint in {} (the directory does not exist yet): starting without state", jobDir.string());
+    return 0;
+  }
+  auto storage = state::openStorage(jobDir.string());
+  auto registry = storage.ok() ? state::SnapshotRegistry::load(std::move(*storage))
+                               : state::Result<state::SnapshotRegistry>(storage.status());
+  if (!registry.ok()) {
+    std::cerr << "error: cannot read the checkpoints of job " << *o.jobId << " in " << jobDir.string() << ": "
+              << registry.status().message() << "\n";
+    return kExitUsage;
+  }
+  std::vector<uint64_t> ids = registry->checkpointIds();
+  if (!o.restoreLatest) {
+    if (ids.empty()) return 0;  // leftovers of a run that never completed a checkpoint: the job cleans them up
+    std::cerr << "error: the directory of job " << *o.jobId << ", " << jobDir.string()
+              << ", already holds checkpoints (the newest: " << state::checkpointDirName(ids.back())
+              << "); a run with this --job-id continues them or starts elsewhere:\n"
+              << "  continue from the newest:  add --restore latest\n"
+              << "  start another job:         use another --job-id\n"
+              << "  start this one afresh:     remove " << jobDir.string() << " first (after jobhost checkpoints "
+              << jobDir.string() << ")\n";
+    return kExitUsage;
+  }
+  if (ids.empty()) {
+    if (!registry->unreadable().empty()) {
+      std::cerr << "error: none of the checkpoints of job " << *o.jobId << " in " << jobDir.string()
+                << " can be read (" << registry->unreadable().begin()->first << ": "
+                << registry->unreadable().begin()->second
+                << "); restoring nothing would silently lose their progress. Restore one by hand with -s, or remove "
+                   "the directory to start without state\n";
+      return kExitIncompatible;
+    }
+    spdlog::info("no complete checkpoint in {}: starting without state", jobDir.string());
+    return 0;
+  }
+  const fs::path newest = jobDir / state::checkpointDirName(ids.back());
+  if (o.maxCheckpointAge) {
+    auto snap = openSnapshot(newest.string());
+    if (!snap.ok()) {
+      std::cerr << "error: cannot read " << newest.string() << ": " << snap.status().message() << "\n";
+      return kExitIncompatible;
+    }
+    const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
+    const int64_t taken = snap->metadata.timestampMs;
+    const std::chrono::milliseconds age{now - taken};
+    if (age > *o.maxCheckpointAge) {
+      std::cerr << "error: the newest checkpoint of job " << *o.jobId << ", " << newest.string() << ", was taken at "
+                << formatLocalTime(taken) << ", " << formatDuration(age) << " ago: older than --max-checkpoint-age "
+                << formatDuration(*o.maxCheckpointAge)
+                << ". Restoring it would go back that far in the input. Restore it anyway with a larger "
+                   "--max-checkpoint-age (or -s "
+                << newest.string() << "), or remove " << jobDir.string() << " to start without state\n";
+      return kExitIncompatible;
+    }
+  }
+  *snapshot = newest.string();
+  spdlog::info("--restore latest: restoring {}, the newest complete checkpoint of job {}", newest.string(), *o.jobId);
+  return 0;
+}
+
+}  // namespace
 
 int runJob(const RunOptions& o) {
   JobSetup setup;
@@ -30,11 +161,13 @@ int runJob(const RunOptions& o) {
 
   // Restore preflight: only _metadata and the plan, before anything starts. The snapshot
   // is resolved here, once: every attempt that restores it restores this very one.
+  std::optional<std::string> from;
+  if (int rc = decideStableJobRestore(o, setup, &from); rc != 0) return rc;
   std::optional<ResolvedSnapshot> initial;
-  if (o.fromSnapshot) {
-    auto snapshot = resolveSnapshot(*o.fromSnapshot);
+  if (from) {
+    auto snapshot = resolveSnapshot(*from);
     if (!snapshot.ok()) {
-      std::cerr << "error: cannot restore from " << *o.fromSnapshot << ": " << snapshot.status().message() << "\n";
+      std::cerr << "error: cannot restore from " << *from << ": " << snapshot.status().message() << "\n";
       return kExitIncompatible;
     }
     if (!snapshot->note.empty()) spdlog::info("{}", snapshot->note);
@@ -64,7 +197,8 @@ int runJob(const RunOptions& o) {
     for (const auto& f : report.findings) spdlog::warn("restore check [{}]: {}", f.check, f.message);
     initial = std::move(*snapshot);
   } else if (o.dryRun) {
-    std::cout << "nothing to check: no snapshot given (-s)\n";
+    std::cout << (o.restoreLatest ? "nothing to check: job " + *o.jobId + " has no checkpoint yet\n"
+                                  : std::string("nothing to check: no snapshot given (-s)\n"));
     return kExitOk;
   }
 

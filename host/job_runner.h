@@ -5,6 +5,7 @@
 // Thread-safety: runJob() is called once per process.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -43,7 +44,22 @@ struct RunOptions {
   /// checkpoint is a full one. claim: the job owns the snapshot (its directory is locked)
   /// and deletes it once its first own checkpoint has completed.
   bool claimSnapshot = false;
+  /// --job-id NAME: the job's id is NAME instead of a random one, so its checkpoints go to
+  /// the stable directory <state.checkpoints.dir>/NAME (and its working directory,
+  /// control socket and `jobhost list` entry are named NAME).
+  std::optional<std::string> jobId;
+  /// --restore latest (the only value): restore the newest complete checkpoint of
+  /// <state.checkpoints.dir>/<jobId> (preflighted like -s), or start without state when
+  /// it has none. What a scheduler that restarts the job anywhere runs every time.
+  bool restoreLatest = false;
+  /// --max-checkpoint-age: with restoreLatest, refuse (exit 3) a newest checkpoint taken
+  /// longer ago than this, instead of silently going back that far.
+  std::optional<std::chrono::milliseconds> maxCheckpointAge;
 };
+
+/// Why `id` cannot be a job id (empty if it can): 1 to 64 letters, digits, '-' and '_',
+/// not starting with '-'. The ids the supervisor makes up (32 hex digits) are valid.
+std::string jobIdProblem(const std::string& id);
 
 int runJob(const RunOptions& options);
 

@@ -135,7 +135,7 @@ JobSupervisor::JobSupervisor(const RunOptions& options, JobSetup& setup, std::un
       setup_(setup),
       restart_(std::move(restart)),
       initial_(std::move(initial)),
-      jobId_(newJobId()),
+      jobId_(options.jobId.value_or(newJobId())),
       ready_(DetachHandshake::fromEnvironment()) {}
 
 JobSupervisor::~JobSupervisor() = default;
@@ -627,7 +627,10 @@ int JobSupervisor::run() {
       discardCheckpointsOnCancel();
     } else {
       std::lock_guard lock(mu_);
-      if (info_.lastCheckpointId)
+      if (info_.lastCheckpointId && o_.jobId)
+        spdlog::info("latest checkpoint: {} (continue with: jobhost run --job-id {} --restore latest -c {} {})",
+                     info_.lastCheckpointPath, *o_.jobId, className, o_.pluginPath);
+      else if (info_.lastCheckpointId)
         spdlog::info("latest checkpoint: {} (restore with: jobhost run -s {} -c {} {})", info_.lastCheckpointPath,
                      info_.lastCheckpointPath, className, o_.pluginPath);
     }

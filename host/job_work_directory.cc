@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "control/control_server.h"
+#include "job_runner.h"
 #include "jobhost/state/checkpoint_layout.h"
 #include "private_directory.h"
 
@@ -23,13 +24,9 @@ namespace {
 constexpr std::string_view kAttemptPrefix = "attempt-";
 const char* const kHint = " — remove it, or set state.local.dir to a directory of yours";
 
-/// A job id as the supervisor makes them: 32 lower-case hex digits.
-bool isJobId(const std::string& name) {
-  if (name.size() != 32) return false;
-  for (char c : name)
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
-  return true;
-}
+/// A job id: one the supervisor makes up (32 hex digits) or a --job-id NAME. Staging
+/// directories (".<id>.new") are not.
+bool isJobId(const std::string& name) { return jobIdProblem(name).empty(); }
 
 uint64_t bytesBelow(const fs::path& dir) {
   uint64_t total = 0;
@@ -72,9 +69,29 @@ state::Result<JobWorkDirectory> JobWorkDirectory::create(const std::string& root
   auto prepared = prepareWorkRoot(root, rootIsDefault);
   if (!prepared.ok()) return prepared.status();
   std::string dir = (fs::path(root) / jobId).string();
+  // A --job-id NAME is used again by every run of that job: a directory of an earlier run
+  // that died (kill -9) is still there. Nobody holds its lock then; taking it makes it ours.
+  std::error_code ec;
+  if (fs::is_directory(fs::symlink_status(dir, ec)) && !fs::is_symlink(fs::symlink_status(dir, ec))) {
+    std::optional<LockHolder> heldBy;
+    auto lock = JobDirectoryLock::acquire(dir, me, &heldBy);
+    if (!lock.ok())
+      return state::Status::InvalidArgument("the working directory " + dir + " is in use: " + lock.status().message() +
+                                            " (two runs with one --job-id?)");
+    auto checked = ensurePrivateDirectory(dir, "the working directory", kHint);
+    if (!checked.ok()) return checked.status();
+    for (const auto& e : fs::directory_iterator(dir, ec)) {
+      if (e.path().filename() == state::kLockFileName) continue;
+      std::error_code rm;
+      fs::remove_all(e.path(), rm);
+      if (rm) return state::fromErrno("cannot clear the working directory " + dir + " of an earlier run", rm.value());
+    }
+    spdlog::info("reusing the working directory {} of an earlier run of job {}", dir, jobId);
+    return JobWorkDirectory(root, dir, std::move(*lock));
+  }
   // Made under a name gc never considers (not a job id), locked, then renamed into place:
-  // a concurrent `jobhost gc` never sees it unlocked. The job id is new, so a directory
-  // already there was not made by this job.
+  // a concurrent `jobhost gc` never sees it unlocked. A new job id has no directory yet,
+  // so one that appears meanwhile was not made by this job.
   std::string staging = (fs::path(root) / ("." + jobId + ".new")).string();
   if (::mkdir(staging.c_str(), 0700) != 0)
     return state::fromErrno("cannot create the working directory " + staging +

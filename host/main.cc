@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "config/units.h"
 #include "job_runner.h"
 #include "job_worker.h"
 #include "signal_handling.h"
@@ -54,7 +55,7 @@ void addRunOptions(CLI::App* cmd, RunOptions& o) {
 /// For `run` and `check`: moves everything after the plugin path into *jobArgs.
 void splitJobArguments(std::vector<std::string>& args, std::vector<std::string>* jobArgs) {
   static const std::set<std::string> withValue = {"-c", "--class", "-p", "--parallelism", "-D", "--config", "--restore-mode", "--claim-mode", "--job-id", "--attempt",
-                                                  "-s", "--from-snapshot", "--restore-from", "--first-checkpoint-id"};
+                                                  "--restore", "--max-checkpoint-age", "-s", "--from-snapshot", "--restore-from", "--first-checkpoint-id"};
   size_t i = 0;
   while (i < args.size() && args[i].rfind("-", 0) == 0) ++i;  // global flags
   if (i >= args.size() || (args[i] != "run" && args[i] != "check" && args[i] != "__worker")) return;
@@ -108,6 +109,22 @@ int main(int argc, char** argv) {
   auto* run = app.add_subcommand("run", "Run a job class (in the foreground; -d: in the background)");
   addRunOptions(run, runOpts);
   run->add_flag("--dry-run", runOpts.dryRun, "Only check that the -s snapshot fits, like `jobhost check`");
+  run->add_option("--job-id", runOpts.jobId,
+                  "A stable job id: checkpoints go to <state.checkpoints.dir>/NAME (letters, digits, '-', '_')");
+  run->add_option_function<std::string>(
+         "--restore", [&runOpts](const std::string&) { runOpts.restoreLatest = true; },
+         "latest: restore the newest complete checkpoint of --job-id's directory, or start without state if it has "
+         "none (as the Kubernetes operator's last-state)")
+      ->check(CLI::IsMember({"latest"}));
+  run->add_option_function<std::string>(
+         "--max-checkpoint-age",
+         [&runOpts](const std::string& text) {
+           auto d = parseDuration(text);
+           if (!d || d->count() <= 0)
+             throw CLI::ValidationError("--max-checkpoint-age", "'" + text + "' is not a positive duration such as 10min or 1h");
+           runOpts.maxCheckpointAge = *d;
+         },
+         "With --restore latest: refuse (exit 3) a newest checkpoint older than this (e.g. 30min)");
   bool runDetachedFlag = false;
   run->add_flag("-d,--detached", runDetachedFlag,
                 "Run in the background: print the job id once the job runs, log to the runtime directory");
@@ -115,7 +132,8 @@ int main(int argc, char** argv) {
       "Examples:\n"
       "  jobhost run -c WordCount build/plugins/libwordcount_jobs.so --input words.txt\n"
       "  jobhost run -s ~/.jobhost/checkpoints/<jobId> -c WordCount build/plugins/libwordcount_jobs.so\n"
-      "  jobhost run -d -c WordCount build/plugins/libwordcount_jobs.so --input words.txt   # detached\n\n" +
+      "  jobhost run -d -c WordCount build/plugins/libwordcount_jobs.so --input words.txt   # detached\n"
+      "  jobhost run --job-id wordcount --restore latest -c WordCount build/plugins/libwordcount_jobs.so --input words.txt\n\n" +
       std::string(kExitCodes));
 
   RunOptions checkOpts;

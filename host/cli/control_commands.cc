@@ -28,16 +28,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string localTime(int64_t epochMs) {
-  if (epochMs <= 0) return "-";
-  std::time_t t = static_cast<std::time_t>(epochMs / 1000);
-  std::tm tm{};
-  localtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
-  return buf;
-}
-
 void reportDiscovery(const std::vector<std::string>& stale, const std::vector<std::string>& problems) {
   for (const auto& s : stale) std::cerr << "note: removed stale control socket " << s << " (its job is gone)\n";
   for (const auto& p : problems) std::cerr << "warning: " << p << "\n";
@@ -130,7 +120,7 @@ int listCommand() {
       else onDisk = fnv1a64Hex(bytes) == s.pluginDigest ? "unchanged" : "CHANGED";
       anyChanged |= onDisk != "unchanged";
     }
-    t.add({j.jobId, status, s.jobClass, localTime(s.startedMs), last, onDisk, s.pluginPath});
+    t.add({j.jobId, status, s.jobClass, formatLocalTime(s.startedMs), last, onDisk, s.pluginPath});
   }
   std::cout << t.render();
   if (anyChanged)

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <ctime>
 
 namespace jobhost::host {
 
@@ -12,6 +13,16 @@ std::string formatBytes(uint64_t b) {
   else if (b < (1 << 20)) std::snprintf(buf, sizeof buf, "%.1f KiB", static_cast<double>(b) / 1024.0);
   else if (b < (1ULL << 30)) std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(b) / 1048576.0);
   else std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(b) / 1073741824.0);
+  return buf;
+}
+
+std::string formatLocalTime(int64_t epochMs) {
+  if (epochMs <= 0) return "-";
+  std::time_t t = static_cast<std::time_t>(epochMs / 1000);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
   return buf;
 }
 

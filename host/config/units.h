@@ -19,6 +19,8 @@ std::string formatBytes(uint64_t bytes);
 /// The largest unit that divides `d` evenly: "2 min", "90 s", "1500 ms", "0 s". What
 /// parseDuration reads back to the same value.
 std::string formatDuration(std::chrono::milliseconds d);
+/// Milliseconds since the epoch as local time "2026-12-02 01:02:03"; "-" for <= 0.
+std::string formatLocalTime(int64_t epochMs);
 
 /// Parses a duration as configuration values write it: a non-negative number (a decimal
 /// point allowed) followed by a unit — "ms"/"milli"/"millis" (also no unit),

@@ -434,13 +434,20 @@ struct FaultInjectionStorage::Faults {
   std::array<uint64_t, kStorageOpCount> counts{};  // GUARDED_BY(mu)
   std::array<uint64_t, kStorageOpCount> failAt{};  // GUARDED_BY(mu); 0: no rule
   std::array<int, kStorageOpCount> err{};          // GUARDED_BY(mu)
+  std::array<std::string, kStorageOpCount> onlyAt;  // GUARDED_BY(mu); non-empty: failOn's location
 
   // Counts a call of kind op on location; OK, or the injected error.
   Status admit(StorageOp op, const std::string& location) {
     std::lock_guard<std::mutex> lock(mu);
     const size_t i = indexOf(op);
-    if (++counts[i] != failAt[i]) return Status::OK();
-    failAt[i] = 0;
+    ++counts[i];
+    if (!onlyAt[i].empty()) {
+      if (location != onlyAt[i]) return Status::OK();
+      onlyAt[i].clear();
+    } else {
+      if (counts[i] != failAt[i]) return Status::OK();
+      failAt[i] = 0;
+    }
     return state::fromErrno(std::string("cannot ") + storageOpName(op) + " " + location + " (injected fault)",
                             err[i]);
   }
@@ -482,12 +489,22 @@ void FaultInjectionStorage::failNth(StorageOp op, uint64_t n, int err) {
   std::lock_guard<std::mutex> lock(faults_->mu);
   const size_t i = indexOf(op);
   faults_->failAt[i] = n == 0 ? 0 : faults_->counts[i] + n;
+  faults_->onlyAt[i].clear();
+  faults_->err[i] = err;
+}
+
+void FaultInjectionStorage::failOn(StorageOp op, const std::string& path, int err) {
+  std::lock_guard<std::mutex> lock(faults_->mu);
+  const size_t i = indexOf(op);
+  faults_->onlyAt[i] = base_->describe(path);
+  faults_->failAt[i] = 0;
   faults_->err[i] = err;
 }
 
 void FaultInjectionStorage::clearFaults() {
   std::lock_guard<std::mutex> lock(faults_->mu);
   faults_->failAt.fill(0);
+  for (auto& a : faults_->onlyAt) a.clear();
 }
 
 uint64_t FaultInjectionStorage::count(StorageOp op) const {

@@ -202,6 +202,9 @@ class FaultInjectionStorage final : public state::CheckpointStorage {
   /// The n-th call of kind op from now (n >= 1) fails with errno err, once. A second
   /// rule for the same kind replaces the first.
   void failNth(StorageOp op, uint64_t n, int err = EIO);
+  /// The first call of kind op on `path` from now fails with errno err, once, whatever
+  /// the order of calls (parallel transfers). Replaces a rule for the same kind.
+  void failOn(StorageOp op, const std::string& path, int err = EIO);
   void clearFaults();
   /// Calls of kind op since construction, failed ones included.
   uint64_t count(StorageOp op) const;

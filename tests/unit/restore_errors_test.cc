@@ -122,8 +122,10 @@ TEST_F(RestoreErrorsTest, AMissingSnapshotFileIsCorruptionAndAFailingReadOrFullD
   auto removeFile = [](RestoreErrorsTest&, FaultInjectionStorage& st, const std::string& file) {
     ASSERT_TRUE(st.remove(file).ok());
   };
+  // On the file the message must name: restores download in parallel, so "the first get"
+  // may be any file's.
   auto fail = [](StorageOp op, int err) {
-    return [op, err](RestoreErrorsTest&, FaultInjectionStorage& st, const std::string&) { st.failNth(op, 1, err); };
+    return [op, err](RestoreErrorsTest&, FaultInjectionStorage& st, const std::string& file) { st.failOn(op, file, err); };
   };
   const std::vector<Case> cases = {
       {"heap: the key-group file is gone", Writer::kHeap, removeFile, Status::Code::kCorruption,

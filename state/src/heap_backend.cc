@@ -105,6 +105,7 @@ class HeapBackend : public KeyedStateBackend {
     slot_ = static_cast<size_t>(keyGroup - options_.range.start);
     key_.assign(key);
     hasKey_ = true;
+    last_ = {};
   }
   const KeyGroupRange& range() const override { return options_.range; }
   BackendType type() const override { return BackendType::kHashMap; }
@@ -120,16 +121,29 @@ class HeapBackend : public KeyedStateBackend {
     auto it = t->values.find(key_);
     if (it == t->values.end()) return false;
     out = it->second;
+    // A read-modify-write (ValueState::value() then update()) finds the entry again
+    // without hashing: unordered_map elements keep their address until erased.
+    last_ = {state, t, const_cast<std::string*>(&it->second)};
     return true;
   }
   void put(int state, std::string_view value) override {
     KgTable& t = writeTable(state);
-    auto it = t.values.find(key_);
-    if (it == t.values.end()) t.values.emplace(key_, value);
-    else it->second.assign(value);
+    // Valid only for the table get() looked in: a copy-on-write copy made just now (a
+    // snapshot holds the table) has its own elements.
+    if (last_.value != nullptr && last_.state == state && last_.table == &t) {
+      last_.value->assign(value);
+      return;
+    }
+    auto [it, fresh] = t.values.try_emplace(key_, value);
+    if (!fresh) it->second.assign(value);
+    last_ = {state, &t, &it->second};
   }
-  void append(int state, std::string_view element) override { writeTable(state).values[key_].append(element); }
+  void append(int state, std::string_view element) override {
+    last_ = {};
+    writeTable(state).values[key_].append(element);
+  }
   void clear(int state) override {
+    last_ = {};
     const KgTable* r = readTable(state);
     if (!r || (!r->values.count(key_) && !r->maps.count(key_))) return;
     KgTable& t = writeTable(state);
@@ -190,6 +204,7 @@ class HeapBackend : public KeyedStateBackend {
   }
 
   Status restore(const RestoreInput& input) override {
+    last_ = {};
     for (const auto& d : input.states) registerState(d);
     for (const auto& h : input.handles) {
       const auto* kgh = std::get_if<KeyGroupsStateHandle>(&h);
@@ -298,6 +313,14 @@ class HeapBackend : public KeyedStateBackend {
   size_t slot_ = 0;
   std::string key_;
   bool hasKey_ = false;
+  /// The current key's Value/List entry found last (get or put) in state `state`'s
+  /// table `table`; reset by everything that may erase or move it (another key, clear,
+  /// append, restore).
+  struct LastEntry {
+    int state = -1;
+    const KgTable* table = nullptr;
+    std::string* value = nullptr;
+  } last_;
 };
 
 }  // namespace

@@ -2,7 +2,7 @@
 # tests/run_sanitizers.sh — builds the unit tests with AddressSanitizer and
 # UndefinedBehaviorSanitizer (-DJOBHOST_SANITIZE=ON, build dir build-asan) and runs them.
 #
-# Runs jobhost_unit_tests, jobhost_rocksdb_tests and jobhost_plugin_tests only (the e2e,
+# Runs jobhost_unit_tests, jobhost_state_tests, jobhost_rocksdb_tests and jobhost_plugin_tests only (the e2e,
 # bench and packaging tests drive the real binary and are too slow under ASan for CI).
 # Any sanitizer report fails the run: leaks are detected, UBSan halts on the first error.
 #
@@ -20,7 +20,7 @@ if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=cc
 # assertions stay on (no NDEBUG).
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1" -DJOBHOST_SANITIZE=ON \
   "${launcher[@]}" >/dev/null
-targets=(jobhost_unit_tests jobhost_rocksdb_tests jobhost_plugin_tests)
+targets=(jobhost_unit_tests jobhost_state_tests jobhost_rocksdb_tests jobhost_plugin_tests)
 ninja -C "$BUILD" -j"$JOBS" "${targets[@]}"
 built=$(date +%s)
 

@@ -7,8 +7,15 @@
 // The AsyncSnapshot then serialises its frozen tables into a key-group file on a
 // background thread while records keep flowing.
 //
-// Thread-safety: see keyed_backend.h. The shared_ptr use count is the only state shared
-// with the async thread; a writer that sees use_count() > 1 copies before writing.
+// Thread-safety: see keyed_backend.h. What the task thread shares with snapshot threads
+// is a table's pin count: snapshotSync() (task thread) pins every table it freezes; a
+// snapshot unpins a table with a release decrement once it has written it (or when it is
+// dropped); the task thread writes into a table only after an acquire load saw it
+// unpinned — so every read of a snapshot thread happens before any later write — and
+// otherwise writes into a copy. Several snapshots may hold one table (a savepoint during
+// a checkpoint): it stays pinned until the last of them is done. shared_ptr only keeps
+// the memory alive; its use count decides nothing (a relaxed load, with no ordering).
+#include <atomic>
 #include <unordered_map>
 
 #include "jobhost/state/key_group_format.h"
@@ -29,9 +36,24 @@ using UserKeyMap = std::unordered_map<std::string, std::string, StringHash, std:
 struct KgTable {
   std::unordered_map<std::string, std::string> values;  // Value/List
   std::unordered_map<std::string, UserKeyMap> maps;     // MapState
+  /// Snapshots that still read this table (see the file comment).
+  std::atomic<uint32_t> pins{0};
+
+  KgTable() = default;
+  /// The copy a writer makes of a pinned table: the entries, never the pins.
+  KgTable(const KgTable& o) : values(o.values), maps(o.maps) {}
+  KgTable& operator=(const KgTable&) = delete;
   bool empty() const { return values.empty() && maps.empty(); }
 };
 using TablePtr = std::shared_ptr<KgTable>;
+
+/// Ends one snapshot's reading of `t`: everything it read happens before a write that
+/// sees the table unpinned.
+void unpin(TablePtr& t) {
+  if (!t) return;
+  t->pins.fetch_sub(1, std::memory_order_release);
+  t.reset();
+}
 
 struct HeapState {
   StateDescriptorInfo descriptor;
@@ -43,6 +65,8 @@ class HeapSnapshot : public AsyncSnapshot {
   HeapSnapshot(SnapshotRequest req, KeyGroupRange range, std::vector<StateDescriptorInfo> states,
                std::vector<std::vector<TablePtr>> frozen)
       : req_(std::move(req)), range_(range), states_(std::move(states)), frozen_(std::move(frozen)) {}
+  /// A snapshot dropped before (or while) writing unpins what it has not written yet.
+  ~HeapSnapshot() override { release(); }
 
   Result<KeyedStateHandle> run() override {
     std::string path = (req_.exclusiveDir.empty() ? "" : req_.exclusiveDir + "/") + req_.filePrefix + ".kg";
@@ -61,11 +85,11 @@ class HeapSnapshot : public AsyncSnapshot {
         for (const auto& [k, m] : t->maps)
           for (const auto& [uk, v] : m)
             if (Status s = (*writer)->add(static_cast<int>(si), k, uk, v); !s.ok()) return s;
-        t.reset();  // written: the task may now modify this table without copying it
+        unpin(t);  // written: the task may now modify this table without copying it
       }
     }
     auto handle = (*writer)->finish();
-    frozen_.clear();  // release the tables: writers stop copying
+    release();  // writers stop copying
     if (!handle.ok()) return handle.status();
     return KeyedStateHandle(std::move(*handle));
   }
@@ -73,8 +97,13 @@ class HeapSnapshot : public AsyncSnapshot {
  private:
   /// Gives up an aborted snapshot: releases the frozen tables (writers stop copying).
   Status stop(const std::string& path) {
-    frozen_.clear();
+    release();
     return req_.abortedError(req_.storage->describe(path));
+  }
+  void release() {
+    for (auto& tables : frozen_)
+      for (auto& t : tables) unpin(t);
+    frozen_.clear();
   }
 
   SnapshotRequest req_;
@@ -265,6 +294,8 @@ class HeapBackend : public KeyedStateBackend {
     frozen.reserve(states_.size());
     for (const auto& s : states_) {
       frozen.push_back(s.tables);  // copies pointers only
+      for (const auto& t : s.tables)
+        if (t) t->pins.fetch_add(1, std::memory_order_relaxed);  // published to the snapshot thread by its start
       descriptors.push_back(s.descriptor);
     }
     return std::unique_ptr<AsyncSnapshot>(
@@ -304,7 +335,7 @@ class HeapBackend : public KeyedStateBackend {
     requireKey(state);
     TablePtr& t = states_[static_cast<size_t>(state)].tables[slot_];
     if (!t) t = std::make_shared<KgTable>();
-    else if (t.use_count() > 1) t = std::make_shared<KgTable>(*t);  // copy-on-write
+    else if (t->pins.load(std::memory_order_acquire) > 0) t = std::make_shared<KgTable>(*t);  // copy-on-write
     return *t;
   }
 

@@ -12,6 +12,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -792,6 +793,98 @@ TEST_F(HeapBackendTest, ASnapshotHoldsTheStateAtSnapshotTimeNotAfter) {
   EXPECT_EQ(mapAll(*b), (std::map<std::string, std::string>{{"u", "a-map-after"}, {"new", "n"}}));
   b->setCurrentKey(2, "b");
   EXPECT_EQ(get(*b, kValue), std::nullopt);
+}
+
+// The copy-on-write protocol under real concurrency (issue 16, item 2; the CI's
+// ThreadSanitizer run of this binary checks its memory ordering): two snapshots upload on
+// their own threads — the second taken while the first is still writing, as a savepoint
+// during a checkpoint — while the task thread keeps rewriting every key, adding and
+// clearing keys and map entries. Each snapshot must hold exactly the state of its
+// synchronous part.
+TEST_F(HeapBackendTest, SnapshotsUploadingOnTheirThreadsWhileTheTaskWritesHoldTheirMoment) {
+  auto b = make({0, kMaxParallelism - 1});
+  registerAll(*b);
+  using K = std::tuple<std::string, int, std::string, std::string>;
+  std::map<K, std::string> model;  // what the backend holds now
+  const int keys = 3000;
+  auto write = [&](int i, int round) {
+    const std::string k = keyOf(i);
+    const int kg = kgOf(i);
+    b->setCurrentKey(kg, k);
+    const std::string v = k + "@" + std::to_string(round);
+    if ((i + round) % 7 == 0) {
+      b->clear(kValue);
+      model.erase({"v", kg, k, ""});
+    } else {
+      b->put(kValue, v);
+      model[{"v", kg, k, ""}] = v;
+    }
+    const std::string uk = "u" + std::to_string(round % 3);
+    b->mapPut(kMap, uk, v);
+    model[{"m", kg, k, uk}] = v;
+  };
+  for (int i = 0; i < keys; ++i) write(i, 0);
+
+  auto take = [&](uint64_t id) {
+    SnapshotRequest req;
+    req.checkpointId = id;
+    req.storage = storage_.get();
+    req.exclusiveDir = "chk-" + std::to_string(id);
+    req.filePrefix = "op-0";
+    auto async = b->snapshotSync(req);
+    EXPECT_TRUE(async.ok()) << async.status();
+    return std::move(async).value();
+  };
+  std::map<K, std::string> atFirst = model;
+  auto first = take(1);
+  Result<KeyedStateHandle> firstHandle = Status::IOError("not run");
+  std::thread t1([&] { firstHandle = first->run(); });
+  for (int i = 0; i < keys; i += 2) write(i, 1);
+  std::map<K, std::string> atSecond = model;
+  auto second = take(2);
+  Result<KeyedStateHandle> secondHandle = Status::IOError("not run");
+  std::thread t2([&] { secondHandle = second->run(); });
+  for (int round = 2; round < 6; ++round)
+    for (int i = round % 2; i < keys; i += 2) write(i, round);
+  t1.join();
+  t2.join();
+  ASSERT_TRUE(firstHandle.ok()) << firstHandle.status();
+  ASSERT_TRUE(secondHandle.ok()) << secondHandle.status();
+  EXPECT_EQ(dump(*firstHandle), atFirst);
+  EXPECT_EQ(dump(*secondHandle), atSecond);
+  // The live state went on; a snapshot now sees all of it.
+  auto now = snapshot(*b, "op-0", 3);
+  ASSERT_TRUE(now.ok()) << now.status();
+  EXPECT_EQ(dump(*now), model);
+}
+
+// A snapshot dropped without running (a declined checkpoint) lets the task write in place
+// again; one dropped while others run does not unpin theirs.
+TEST_F(HeapBackendTest, ADroppedSnapshotReleasesOnlyItsOwnHoldOnTheTables) {
+  auto b = make({0, kMaxParallelism - 1});
+  registerAll(*b);
+  b->setCurrentKey(5, "k");
+  b->put(kValue, "1");
+  SnapshotRequest req;
+  req.storage = storage_.get();
+  req.filePrefix = "op-0";
+  req.checkpointId = 1;
+  req.exclusiveDir = "chk-1";
+  auto kept = b->snapshotSync(req);
+  ASSERT_TRUE(kept.ok());
+  req.checkpointId = 2;
+  req.exclusiveDir = "chk-2";
+  {
+    auto dropped = b->snapshotSync(req);
+    ASSERT_TRUE(dropped.ok());
+  }  // dropped unrun
+  b->put(kValue, "2");  // must not write into the table the kept snapshot holds
+  auto h = (*kept)->run();
+  ASSERT_TRUE(h.ok()) << h.status();
+  using K = std::tuple<std::string, int, std::string, std::string>;
+  EXPECT_EQ(dump(*h), (std::map<K, std::string>{{{"v", 5, "k", ""}, "1"}}));
+  b->setCurrentKey(5, "k");
+  EXPECT_EQ(get(*b, kValue), "2");
 }
 
 TEST_F(HeapBackendTest, ALaterSnapshotSeesTheLaterState) {

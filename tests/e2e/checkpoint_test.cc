@@ -533,7 +533,9 @@ namespace {
 TEST_F(Checkpoints, AFailedSavepointAtParallelismFourLeavesTheJobRunning) {
   std::vector<std::string> args = {"run", "-c", "WordCount", "-p", "4"};
   for (auto& f : ckFlags("100ms")) args.push_back(f);
-  args.insert(args.end(), {kPlugin, "--input", input(400).string(), "--rate", "1500"});
+  // 37 s of input: the job must still run when the savepoints come, however slowly a
+  // loaded machine starts it (with 4 s of input it once finished first under CI).
+  args.insert(args.end(), {kPlugin, "--input", input(4000).string(), "--rate", "1500"});
   Process p(jobhost(args), tmp / "sp.out", tmp / "sp.err");
   ASSERT_TRUE(waitForCheckpoint(p, 1)) << readFile(tmp / "sp.err");
   std::string id = jobDirs().at(0).filename().string();

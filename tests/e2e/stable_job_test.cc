@@ -53,7 +53,7 @@ class StableJobBackends : public StableJob, public ::testing::WithParamInterface
 // continues exactly, in one stable directory, for both backends.
 TEST_P(StableJobBackends, RestoreLatestAfterKillNineTwiceContinuesExactly) {
   const auto& [cls, p] = GetParam();
-  fs::path in = input(300);
+  fs::path in = input(2000);  // 19 s throttled: still running when killed, however loaded the machine
   std::string out;
   int restoredFrom = 0;
   for (int run = 1; run <= 2; ++run) {
@@ -98,7 +98,7 @@ INSTANTIATE_TEST_SUITE_P(Backends, StableJobBackends,
                          [](const auto& info) { return std::get<0>(info.param) + "P" + std::to_string(std::get<1>(info.param)); });
 
 TEST_F(StableJob, ASecondInstanceWithTheSameJobIdIsRefusedAndTheFirstRunsOn) {
-  fs::path in = input(300);
+  fs::path in = input(2000);  // 19 s throttled: still running when killed, however loaded the machine
   Process first(jobhost(resumeArgs("one", "WordCount", 1, in, true)), tmp / "first.out", tmp / "first.err");
   ASSERT_TRUE(waitForNewer(first, "one", 0)) << readFile(tmp / "first.err");
   Result second = cli(resumeArgs("one", "WordCount", 1, in, true));
@@ -112,7 +112,7 @@ TEST_F(StableJob, ASecondInstanceWithTheSameJobIdIsRefusedAndTheFirstRunsOn) {
 }
 
 TEST_F(StableJob, BadCombinationsAreOneClearErrorEachAndTouchNothing) {
-  fs::path in = input(300);
+  fs::path in = input(2000);  // 19 s throttled: still running when killed, however loaded the machine
   {
     Process job(jobhost(resumeArgs("j", "WordCount", 1, in, true)), tmp / "j.out", tmp / "j.err");
     ASSERT_TRUE(waitForNewer(job, "j", 0)) << readFile(tmp / "j.err");

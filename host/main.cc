@@ -12,12 +12,21 @@
 #include "job_runner.h"
 #include "job_worker.h"
 #include "signal_handling.h"
+#include "jobhost/state/s3_storage.h"
 #include "jobhost/version.h"
 #include "ui/dashboard.h"
 
 using namespace jobhost::host;
 
 namespace {
+
+/// Commands that still walk local directories refuse s3:// locations with this (exit 2).
+int objectStoreNotSupported(const std::string& command, const std::string& location) {
+  std::cerr << "error: jobhost " << command << " does not support s3:// locations yet (" << location
+            << "); copy the objects to a local directory (aws s3 cp --recursive " << location
+            << " DIR) and pass DIR, or use the s3:// location with run -s, check -s, inspect or convert\n";
+  return kExitUsage;
+}
 
 const char* kExitCodes =
     "Exit codes:\n"
@@ -340,11 +349,15 @@ int main(int argc, char** argv) {
   }
   if (*info) return infoCommand(infoPlugin, infoDefines, infoConfig);
   if (*inspect) return inspectCommand(inspectPath, inspectJson);
+  if (*checkpoints && jobhost::state::isObjectStoreUri(checkpointsDir))
+    return objectStoreNotSupported("checkpoints", checkpointsDir);
   if (*checkpoints) return checkpointsCommand(checkpointsDir);
   if (*convert) return convertCommand(convertFrom, convertTo);
   if (*stateLs) return stateLsCommand(stateOpts);
   if (*stateDump) return stateDumpCommand(stateOpts);
   if (*stateDiff) return stateDiffCommand(stateOpts);
+  if (*gc && gcOpts.jobDir && jobhost::state::isObjectStoreUri(*gcOpts.jobDir))
+    return objectStoreNotSupported("gc", *gcOpts.jobDir);
   if (*gc) return gcCommand(gcOpts);
   if (*list) return listCommand();
   if (*ui) return uiCommand(uiOpts);
@@ -354,6 +367,7 @@ int main(int argc, char** argv) {
         std::cerr << "error: savepoint -d takes only the savepoint path, not a job id\n";
         return kExitUsage;
       }
+      if (jobhost::state::isObjectStoreUri(*disposePath)) return objectStoreNotSupported("savepoint -d", *disposePath);
       return disposeSavepointCommand(*disposePath);
     }
     if (savepointJob.empty()) {

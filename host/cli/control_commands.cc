@@ -9,6 +9,7 @@
 #include <iostream>
 #include <thread>
 
+#include "jobhost/state/s3_storage.h"
 #include "checkpoint/checkpoint_coordinator.h"
 #include "checkpoint/job_directory_lock.h"
 #include "config/units.h"
@@ -74,6 +75,11 @@ std::optional<JobEndpoint> findJob(const std::string& idOrPrefix) {
 
 std::optional<std::string> absoluteDir(const std::optional<std::string>& dir) {
   if (!dir || dir->empty()) return std::nullopt;
+  if (state::isObjectStoreUri(*dir)) {  // s3://bucket/prefix: the job opens it as it is
+    std::string s = *dir;
+    while (!s.empty() && s.back() == '/') s.pop_back();
+    return s;
+  }
   std::string s = fs::absolute(*dir).lexically_normal().string();
   while (s.size() > 1 && s.back() == '/') s.pop_back();
   return s;

@@ -300,6 +300,10 @@ class S3Client {
     scheme_ = ep.substr(0, schemeEnd + 3);
     host_ = ep.substr(schemeEnd + 3);
     sigv4_ = "aws:amz:" + o_.region + ":s3";
+    // A bucket cannot be a subdomain of an IP address or of localhost: path style there.
+    std::string hostOnly = host_.substr(0, host_.find(':'));
+    bool numeric = !hostOnly.empty() && hostOnly.find_first_not_of("0123456789.") == std::string::npos;
+    pathStyle_ = o_.pathStyleAccess || numeric || hostOnly == "localhost" || host_.front() == '[';
   }
 
   const std::string& bucket() const { return bucket_; }
@@ -307,7 +311,7 @@ class S3Client {
 
   std::string urlFor(const std::string& key, const std::string& query) const {
     std::string url = scheme_;
-    if (o_.pathStyleAccess) {
+    if (pathStyle_) {
       url += host_ + "/" + uriEncode(bucket_, false);
       if (!key.empty()) url += "/" + uriEncode(key, true);
     } else {
@@ -444,6 +448,7 @@ class S3Client {
   std::string scheme_;
   std::string host_;
   std::string sigv4_;
+  bool pathStyle_ = false;
 };
 
 bool ok2xx(const Response& r) { return !r.transportError && r.status >= 200 && r.status < 300; }
@@ -998,6 +1003,13 @@ Result<S3Options> s3OptionsFrom(const std::map<std::string, std::string>& keys) 
       return Status::InvalidArgument("unknown configuration key '" + k +
                                      "' (known: s3.endpoint, s3.path.style.access, s3.access-key, s3.secret-key, "
                                      "s3.entropy.key, s3.entropy.length, s3.upload.min.part.size)");
+    }
+  }
+  if (o.endpoint.empty()) {
+    if (const char* v = envOrNull("AWS_ENDPOINT_URL_S3")) {
+      o.endpoint = v;
+    } else if (const char* e = envOrNull("AWS_ENDPOINT_URL")) {
+      o.endpoint = e;
     }
   }
   if (o.accessKey.empty()) {

@@ -18,98 +18,15 @@
 
 #include "jobhost/state/checkpoint_storage.h"
 #include "jobhost/state/s3_storage.h"
+#include "s3/rgw_environment.h"
 
 namespace js = jobhost::state;
+using s3test::requireS3;
+using s3test::Rgw;
+using s3test::rgw;
+using s3test::run;
 
 namespace {
-
-struct Rgw {
-  std::string endpoint, accessKey, secretKey, bucket;
-  std::string dir;         // the cluster's directory ("" when not started here)
-  std::string skipReason;  // set when the tests skip
-  bool started = false;
-};
-
-Rgw& rgw() {
-  static Rgw r;
-  return r;
-}
-
-std::string run(const std::string& cmd, int* status) {
-  std::string out;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (p == nullptr) {
-    *status = -1;
-    return out;
-  }
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  int rc = ::pclose(p);
-  *status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-  return out;
-}
-
-bool requireS3() {
-  const char* v = std::getenv("JOBHOST_REQUIRE_S3");
-  return v != nullptr && std::string(v) == "1";
-}
-
-class RgwEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    Rgw& r = rgw();
-    if (const char* ep = std::getenv("S3_ENDPOINT"); ep != nullptr && *ep != 0) {
-      r.endpoint = ep;
-      r.accessKey = std::getenv("S3_ACCESS_KEY") ? std::getenv("S3_ACCESS_KEY") : "";
-      r.secretKey = std::getenv("S3_SECRET_KEY") ? std::getenv("S3_SECRET_KEY") : "";
-      r.bucket = std::getenv("S3_BUCKET") ? std::getenv("S3_BUCKET") : "";
-      r.started = true;
-      return;
-    }
-    char tmpl[] = "/tmp/jhs3.XXXXXX";
-    if (::mkdtemp(tmpl) == nullptr) {
-      r.skipReason = "cannot create a temporary directory";
-      return;
-    }
-    r.dir = tmpl;
-    int status = 0;
-    std::string out = run("bash " JOBHOST_RGW_SH " start " + r.dir + " 2>" + r.dir + "/start.err", &status);
-    std::ifstream errFile(r.dir + "/start.err");
-    std::string err((std::istreambuf_iterator<char>(errFile)), std::istreambuf_iterator<char>());
-    std::fprintf(stderr, "%s", err.c_str());
-    if (status != 0) {
-      r.skipReason = (status == 3 ? "Ceph is not installed (" : "rgw.sh start failed (") + err + ")";
-      return;
-    }
-    std::map<std::string, std::string> kv;
-    size_t pos = 0;
-    while (pos < out.size()) {
-      size_t nl = out.find('\n', pos);
-      std::string line = out.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
-      pos = nl == std::string::npos ? out.size() : nl + 1;
-      size_t eq = line.find('=');
-      if (eq != std::string::npos) kv[line.substr(0, eq)] = line.substr(eq + 1);
-    }
-    r.endpoint = kv["S3_ENDPOINT"];
-    r.accessKey = kv["S3_ACCESS_KEY"];
-    r.secretKey = kv["S3_SECRET_KEY"];
-    r.bucket = kv["S3_BUCKET"];
-    r.started = !r.endpoint.empty() && !r.bucket.empty();
-    if (!r.started) r.skipReason = "rgw.sh printed no S3_ENDPOINT/S3_BUCKET: " + out;
-  }
-
-  void TearDown() override {
-    Rgw& r = rgw();
-    if (r.dir.empty()) return;
-    int status = 0;
-    run("bash " JOBHOST_RGW_SH " stop " + r.dir + " 2>&1", &status);
-    std::error_code ec;
-    std::filesystem::remove_all(r.dir, ec);
-  }
-};
-
-::testing::Environment* const kRgwEnv = ::testing::AddGlobalTestEnvironment(new RgwEnvironment);
 
 std::string awsCli() { return std::filesystem::exists("/usr/bin/aws") ? "/usr/bin/aws" : "aws"; }
 

@@ -50,7 +50,8 @@ struct S3Options {
   /// s3.endpoint: "http(s)://host[:port]". Default: https://s3.<region>.amazonaws.com.
   std::string endpoint;
   /// s3.path.style.access: address buckets as endpoint/bucket/key (true) or as
-  /// bucket.endpoint/key (false). Default: false.
+  /// bucket.endpoint/key (false). Default: false; always path style for an endpoint that
+  /// is an IP address or localhost.
   bool pathStyleAccess = false;
   /// s3.access-key / AWS_ACCESS_KEY_ID. Required.
   std::string accessKey;
@@ -86,8 +87,8 @@ struct S3Options {
 /// Builds S3Options from Flink-style keys (s3.endpoint, s3.path.style.access,
 /// s3.access-key, s3.secret-key, s3.entropy.key, s3.entropy.length,
 /// s3.upload.min.part.size as a byte count) and, for what the keys leave unset, the
-/// environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION or
-/// AWS_DEFAULT_REGION). Unknown s3.* keys are InvalidArgument; so are bad values.
+/// environment (AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID,
+/// AWS_SECRET_ACCESS_KEY, AWS_REGION or AWS_DEFAULT_REGION). Unknown s3.* keys are InvalidArgument; so are bad values.
 Result<S3Options> s3OptionsFrom(const std::map<std::string, std::string>& keys);
 
 /// Opens the bucket/prefix of an "s3://bucket[/prefix]" URI. InvalidArgument for a bad

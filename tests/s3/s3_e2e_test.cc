@@ -1,0 +1,163 @@
+// End-to-end on a real Ceph RGW (tests/s3/rgw_environment.h): `jobhost run` with
+// checkpoints on s3://, kill -9, restore from the job's checkpoint directory on s3://,
+// exact counts; the object-store job-directory lease; clear errors from commands that do
+// not read s3:// yet.
+#include <signal.h>
+
+#include <chrono>
+#include <thread>
+
+#include "checkpoint/job_directory_lock.h"
+#include "e2e/cli_fixture.h"
+#include "jobhost/state/checkpoint_layout.h"
+#include "jobhost/state/s3_storage.h"
+#include "s3/rgw_environment.h"
+
+namespace js = jobhost::state;
+using e2e::kPlugin;
+namespace fs = std::filesystem;
+
+namespace {
+
+class S3Job : public e2e::Cli {
+ protected:
+  void SetUp() override {
+    const auto& r = s3test::rgw();
+    if (!r.started) {
+      if (s3test::requireS3()) FAIL() << "JOBHOST_REQUIRE_S3=1 but no S3 store: " << r.skipReason;
+      GTEST_SKIP() << "no S3 store, skipping (set JOBHOST_REQUIRE_S3=1 to fail instead): " << r.skipReason;
+    }
+    // The jobs get the credentials from the standard variables, the rest from -D.
+    ::setenv("AWS_ACCESS_KEY_ID", r.accessKey.c_str(), 1);
+    ::setenv("AWS_SECRET_ACCESS_KEY", r.secretKey.c_str(), 1);
+    prefix_ = std::string("e2e/") + ::testing::UnitTest::GetInstance()->current_test_info()->name() + "-" +
+              std::to_string(::getpid());
+    root_ = "s3://" + r.bucket + "/" + prefix_;
+    js::S3Options o;
+    o.endpoint = r.endpoint;
+    o.pathStyleAccess = true;
+    o.accessKey = r.accessKey;
+    o.secretKey = r.secretKey;
+    js::setDefaultS3Options(o);  // for JobDirectoryLock in this process
+    storage_ = js::openS3Storage(root_, o).value();
+  }
+
+  std::vector<std::string> s3Flags() const {
+    return {"-D", "state.checkpoints.dir=" + root_, "-D", "execution.checkpointing.interval=150ms", "-D",
+            "s3.endpoint=" + s3test::rgw().endpoint, "-D", "s3.path.style.access=true"};
+  }
+
+  // Job ids under the root with a complete checkpoint.
+  std::vector<std::string> jobsWithCheckpoint() {
+    std::vector<js::FileEntry> files;
+    std::vector<std::string> jobs;
+    if (!storage_->list("", &files).ok()) return jobs;
+    for (const auto& f : files) {
+      auto slash = f.path.find('/');
+      if (f.path.ends_with("/_metadata") && f.path.find("/chk-") != std::string::npos) {
+        std::string job = f.path.substr(0, slash);
+        if (std::find(jobs.begin(), jobs.end(), job) == jobs.end()) jobs.push_back(job);
+      }
+    }
+    return jobs;
+  }
+
+  std::string prefix_, root_;
+  std::unique_ptr<js::CheckpointStorage> storage_;
+};
+
+TEST_F(S3Job, WordCountAtParallelism2KilledAndRestoredFromS3KeepsExactCounts) {
+  fs::path in = input(300);
+  std::vector<std::string> args = {"run", "-c", "WordCount", "-p", "2"};
+  for (auto& f : s3Flags()) args.push_back(f);
+  args.insert(args.end(), {kPlugin, "--input", in.string(), "--rate", "3000"});
+  e2e::Process p(jobhost(args), tmp / "leg1.out", tmp / "leg1.err");
+  std::vector<std::string> jobs;
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < until && p.running() && jobs.empty()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    jobs = jobsWithCheckpoint();
+  }
+  ASSERT_EQ(jobs.size(), 1u) << e2e::readFile(tmp / "leg1.err");
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));  // a few more checkpoints
+  p.signal(SIGKILL);
+  e2e::Result r1 = p.wait();
+  ASSERT_EQ(r1.exitCode, 128 + SIGKILL) << "the first run ended before it was killed: " << r1.err;
+  // Killed: its lease object is left behind (it expires), the checkpoints are complete.
+  EXPECT_TRUE(storage_->exists(jobs[0] + "/" + js::kLockFileName));
+
+  // Restore from the job's checkpoint directory: its newest complete checkpoint.
+  std::vector<std::string> args2 = {"run", "-c", "WordCount", "-p", "2", "-s", root_ + "/" + jobs[0]};
+  for (auto& f : s3Flags()) args2.push_back(f);
+  args2.insert(args2.end(), {kPlugin, "--input", in.string()});
+  e2e::Result r2 = cli(args2);
+  ASSERT_EQ(r2.exitCode, 0) << r2.err;
+  EXPECT_NE(r2.err.find("using the latest complete checkpoint in " + root_ + "/" + jobs[0]), std::string::npos)
+      << r2.err;
+  EXPECT_NE(r2.err.find("restoring from snapshot " + root_ + "/" + jobs[0] + "/chk-"), std::string::npos) << r2.err;
+  EXPECT_EQ(e2e::finalCounts(r1.out + r2.out), e2e::expectedCounts(e2e::readFile(in)));
+  // The restored run finished: the only lease left is the killed run's.
+  std::vector<js::FileEntry> files;
+  ASSERT_TRUE(storage_->list("", &files).ok());
+  std::vector<std::string> leases;
+  for (const auto& f : files)
+    if (f.path.ends_with("/.lock")) leases.push_back(f.path);
+  EXPECT_EQ(leases, std::vector<std::string>{jobs[0] + "/.lock"});
+
+  // inspect reads the checkpoint the restore used, on S3 (endpoint from the environment).
+  size_t at = r2.err.find("restoring from snapshot ");
+  ASSERT_NE(at, std::string::npos);
+  std::string snapshot = r2.err.substr(at + 24, r2.err.find('\n', at) - at - 24);
+  ::setenv("AWS_ENDPOINT_URL", s3test::rgw().endpoint.c_str(), 1);
+  e2e::Result inspected = cli({"inspect", snapshot});
+  ::unsetenv("AWS_ENDPOINT_URL");
+  EXPECT_EQ(inspected.exitCode, 0) << inspected.err;
+  EXPECT_NE(inspected.out.find("WordCount"), std::string::npos) << inspected.out;
+}
+
+TEST_F(S3Job, TheObjectStoreLeaseAdmitsOneHolderAndNamesIt) {
+  std::string dir = root_ + "/job-a";
+  jobhost::host::LockHolder me{static_cast<int>(::getpid()), "job-a", "WordCount", "running job"};
+  auto first = jobhost::host::JobDirectoryLock::acquire(dir, me);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_TRUE(storage_->exists("job-a/.lock"));
+  std::optional<jobhost::host::LockHolder> heldBy;
+  auto second = jobhost::host::JobDirectoryLock::acquire(dir, {1, "", "", "gc"}, &heldBy);
+  ASSERT_FALSE(second.ok());
+  EXPECT_NE(second.status().message().find("in use by job job-a (WordCount, pid " + std::to_string(::getpid())),
+            std::string::npos)
+      << second.status();
+  EXPECT_NE(second.status().message().find("expires in"), std::string::npos) << second.status();
+  ASSERT_TRUE(heldBy.has_value());
+  EXPECT_EQ(heldBy->jobId, "job-a");
+  auto h = jobhost::host::JobDirectoryLock::holder(dir);
+  ASSERT_TRUE(h.has_value());
+  EXPECT_EQ(h->purpose, "running job");
+  first->release();
+  EXPECT_FALSE(storage_->exists("job-a/.lock"));
+  auto third = jobhost::host::JobDirectoryLock::acquire(dir, {1, "", "", "gc"});
+  EXPECT_TRUE(third.ok()) << third.status();
+
+  // A lease whose holder stopped renewing it (killed) is replaced once it has expired.
+  ASSERT_TRUE(storage_->put("job-b/.lock", "pid 1\njob old\nowner gone:1:x\nexpires 1000\n").ok());
+  auto stale = jobhost::host::JobDirectoryLock::acquire(root_ + "/job-b", me);
+  EXPECT_TRUE(stale.ok()) << stale.status();
+  std::string text;
+  ASSERT_TRUE(storage_->get("job-b/.lock", &text).ok());
+  EXPECT_NE(text.find("job job-a"), std::string::npos) << text;
+}
+
+TEST_F(S3Job, CommandsThatDoNotReadS3YetSayHowToProceed) {
+  ASSERT_TRUE(storage_->put("job-c/chk-1/_metadata", "x").ok());
+  for (std::vector<std::string> cmd :
+       {std::vector<std::string>{"checkpoints", root_ + "/job-c"}, {"gc", root_ + "/job-c"},
+        {"savepoint", "-d", root_ + "/job-c/chk-1"}}) {
+    SCOPED_TRACE(cmd[0]);
+    e2e::Result r = cli(cmd);
+    EXPECT_EQ(r.exitCode, 2) << r.out << r.err;
+    EXPECT_NE(r.err.find("does not support s3:// locations yet"), std::string::npos) << r.err;
+  }
+  EXPECT_TRUE(storage_->exists("job-c/chk-1/_metadata"));  // nothing was touched
+}
+
+}  // namespace

@@ -228,7 +228,7 @@ state::Result<std::string> JobSupervisor::savepoint(const std::optional<std::str
   sendLocked([&](wire::ToWorker::Builder b) {
     auto sp = b.initSavepoint();
     sp.setRequestId(id);
-    sp.setTargetDir(fs::absolute(dir).string());
+    sp.setTargetDir(state::isObjectStoreUri(dir) ? dir : fs::absolute(dir).string());
     sp.setCanonical(format == state::SnapshotFormat::kCanonical);
     sp.setStop(stop);
     sp.setDrain(stop && drain);

@@ -66,53 +66,95 @@ class S3Job : public e2e::Cli {
   std::unique_ptr<js::CheckpointStorage> storage_;
 };
 
-TEST_F(S3Job, WordCountAtParallelism2KilledAndRestoredFromS3KeepsExactCounts) {
+// WordCount (heap) and WordCountIncremental (rocksdb incremental) at p=2 checkpointing to
+// S3: kill -9 after a checkpoint, restore from the job directory on S3, exact counts; for
+// rocksdb also a savepoint to S3, moved to another prefix with awscli, restored at p=1.
+TEST_F(S3Job, WordCountAndIncrementalRocksDbAtParallelism2KilledAndRestoredFromS3KeepExactCounts) {
   fs::path in = input(300);
-  std::vector<std::string> args = {"run", "-c", "WordCount", "-p", "2"};
-  for (auto& f : s3Flags()) args.push_back(f);
-  args.insert(args.end(), {kPlugin, "--input", in.string(), "--rate", "3000"});
-  e2e::Process p(jobhost(args), tmp / "leg1.out", tmp / "leg1.err");
-  std::vector<std::string> jobs;
-  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (std::chrono::steady_clock::now() < until && p.running() && jobs.empty()) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    jobs = jobsWithCheckpoint();
-  }
-  ASSERT_EQ(jobs.size(), 1u) << e2e::readFile(tmp / "leg1.err");
-  std::this_thread::sleep_for(std::chrono::milliseconds(400));  // a few more checkpoints
-  p.signal(SIGKILL);
-  e2e::Result r1 = p.wait();
-  ASSERT_EQ(r1.exitCode, 128 + SIGKILL) << "the first run ended before it was killed: " << r1.err;
-  // Killed: its lease object is left behind (it expires), the checkpoints are complete.
-  EXPECT_TRUE(storage_->exists(jobs[0] + "/" + js::kLockFileName));
+  const auto expected = e2e::expectedCounts(e2e::readFile(in));
+  std::vector<std::string> jobsBefore;
+  for (std::string cls : {"WordCount", "WordCountIncremental"}) {
+    SCOPED_TRACE(cls);
+    std::vector<std::string> args = {"run", "-c", cls, "-p", "2"};
+    for (auto& f : s3Flags()) args.push_back(f);
+    args.insert(args.end(), {kPlugin, "--input", in.string(), "--rate", "3000"});
+    e2e::Process p(jobhost(args), tmp / (cls + "-1.out"), tmp / (cls + "-1.err"));
+    std::string job;
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (std::chrono::steady_clock::now() < until && p.running() && job.empty()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      for (const auto& j : jobsWithCheckpoint())
+        if (std::find(jobsBefore.begin(), jobsBefore.end(), j) == jobsBefore.end()) job = j;
+    }
+    ASSERT_FALSE(job.empty()) << e2e::readFile(tmp / (cls + "-1.err"));
+    jobsBefore.push_back(job);
+    // A savepoint into S3 through the job's control socket (rocksdb: native format).
+    std::string savepoint;
+    if (cls == "WordCountIncremental") {
+      e2e::Result sp = cli({"savepoint", job, root_ + "/savepoints"});
+      ASSERT_EQ(sp.exitCode, 0) << sp.out << sp.err;
+      size_t at = sp.out.find("Path: ");
+      ASSERT_NE(at, std::string::npos) << sp.out;
+      savepoint = sp.out.substr(at + 6, sp.out.find('\n', at) - at - 6);
+      EXPECT_EQ(savepoint.rfind(root_ + "/savepoints/savepoint-", 0), 0u) << savepoint;
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(400));  // a few more checkpoints
+    }
+    p.signal(SIGKILL);
+    e2e::Result r1 = p.wait();
+    ASSERT_EQ(r1.exitCode, 128 + SIGKILL) << "the first run ended before it was killed: " << r1.err;
+    // Killed: its lease object is left behind (it expires), the checkpoints are complete.
+    EXPECT_TRUE(storage_->exists(job + "/" + js::kLockFileName));
 
-  // Restore from the job's checkpoint directory: its newest complete checkpoint.
-  std::vector<std::string> args2 = {"run", "-c", "WordCount", "-p", "2", "-s", root_ + "/" + jobs[0]};
-  for (auto& f : s3Flags()) args2.push_back(f);
-  args2.insert(args2.end(), {kPlugin, "--input", in.string()});
-  e2e::Result r2 = cli(args2);
-  ASSERT_EQ(r2.exitCode, 0) << r2.err;
-  EXPECT_NE(r2.err.find("using the latest complete checkpoint in " + root_ + "/" + jobs[0]), std::string::npos)
-      << r2.err;
-  EXPECT_NE(r2.err.find("restoring from snapshot " + root_ + "/" + jobs[0] + "/chk-"), std::string::npos) << r2.err;
-  EXPECT_EQ(e2e::finalCounts(r1.out + r2.out), e2e::expectedCounts(e2e::readFile(in)));
-  // The restored run finished: the only lease left is the killed run's.
+    // Restore from the job's checkpoint directory: its newest complete checkpoint.
+    std::vector<std::string> args2 = {"run", "-c", cls, "-p", "2", "-s", root_ + "/" + job};
+    for (auto& f : s3Flags()) args2.push_back(f);
+    args2.insert(args2.end(), {kPlugin, "--input", in.string()});
+    e2e::Result r2 = cli(args2);
+    ASSERT_EQ(r2.exitCode, 0) << r2.err;
+    EXPECT_NE(r2.err.find("using the latest complete checkpoint in " + root_ + "/" + job), std::string::npos) << r2.err;
+    EXPECT_NE(r2.err.find("restoring from snapshot " + root_ + "/" + job + "/chk-"), std::string::npos) << r2.err;
+    EXPECT_EQ(e2e::finalCounts(r1.out + r2.out), expected);
+
+    // inspect reads the checkpoint the restore used, on S3 (endpoint from the environment).
+    size_t at = r2.err.find("restoring from snapshot ");
+    ASSERT_NE(at, std::string::npos);
+    std::string snapshot = r2.err.substr(at + 24, r2.err.find('\n', at) - at - 24);
+    ::setenv("AWS_ENDPOINT_URL", s3test::rgw().endpoint.c_str(), 1);
+    e2e::Result inspected = cli({"inspect", snapshot});
+    ::unsetenv("AWS_ENDPOINT_URL");
+    EXPECT_EQ(inspected.exitCode, 0) << inspected.err;
+    EXPECT_NE(inspected.out.find(cls), std::string::npos) << inspected.out;
+
+    if (!savepoint.empty()) {
+      // The savepoint, moved to another prefix by an independent client, restores there.
+      std::string moved = root_ + "/moved/" + savepoint.substr(savepoint.rfind('/') + 1);
+      int status = 0;
+      std::string cp = "env AWS_ACCESS_KEY_ID=" + s3test::rgw().accessKey + " AWS_SECRET_ACCESS_KEY=" +
+                       s3test::rgw().secretKey + " AWS_DEFAULT_REGION=us-east-1 " +
+                       (fs::exists("/usr/bin/aws") ? "/usr/bin/aws" : "aws") + " --endpoint-url " +
+                       s3test::rgw().endpoint + " s3 mv --recursive --only-show-errors " + savepoint + " " + moved + " 2>&1";
+      std::string cpOut = s3test::run(cp, &status);
+      ASSERT_EQ(status, 0) << cp << "\n" << cpOut;
+      std::vector<std::string> args3 = {"run", "-c", cls, "-p", "1", "-s", moved};
+      for (auto& f : s3Flags()) args3.push_back(f);
+      args3.insert(args3.end(), {kPlugin, "--input", in.string()});
+      e2e::Result r3 = cli(args3);
+      ASSERT_EQ(r3.exitCode, 0) << r3.err;
+      EXPECT_NE(r3.err.find("restoring from snapshot " + moved), std::string::npos) << r3.err;
+      EXPECT_EQ(e2e::finalCounts(r1.out + r3.out), expected);
+    }
+  }
+  // The restored runs finished: the only leases left are the killed runs'.
   std::vector<js::FileEntry> files;
   ASSERT_TRUE(storage_->list("", &files).ok());
   std::vector<std::string> leases;
   for (const auto& f : files)
     if (f.path.ends_with("/.lock")) leases.push_back(f.path);
-  EXPECT_EQ(leases, std::vector<std::string>{jobs[0] + "/.lock"});
-
-  // inspect reads the checkpoint the restore used, on S3 (endpoint from the environment).
-  size_t at = r2.err.find("restoring from snapshot ");
-  ASSERT_NE(at, std::string::npos);
-  std::string snapshot = r2.err.substr(at + 24, r2.err.find('\n', at) - at - 24);
-  ::setenv("AWS_ENDPOINT_URL", s3test::rgw().endpoint.c_str(), 1);
-  e2e::Result inspected = cli({"inspect", snapshot});
-  ::unsetenv("AWS_ENDPOINT_URL");
-  EXPECT_EQ(inspected.exitCode, 0) << inspected.err;
-  EXPECT_NE(inspected.out.find("WordCount"), std::string::npos) << inspected.out;
+  std::vector<std::string> killed;
+  for (const auto& j : jobsBefore) killed.push_back(j + "/.lock");
+  std::sort(killed.begin(), killed.end());
+  EXPECT_EQ(leases, killed);
 }
 
 TEST_F(S3Job, TheObjectStoreLeaseAdmitsOneHolderAndNamesIt) {

@@ -60,7 +60,7 @@ const std::vector<ConfigKey>& knownConfigKeys() {
        "S3: a path component of the checkpoint directory replaced by entropy in data files' keys (removed for "
        "_metadata)."},
       {"s3.entropy.length", "4", "S3: characters of entropy that replace s3.entropy.key (1-32)."},
-      {"s3.upload.min.part.size", "5242880", "S3: files above this many bytes go up as multipart uploads in parts of this size."},
+      {"s3.upload.min.part.size", "5mb", "S3: files above this size go up as multipart uploads in parts of this size."},
       {"state.local.dir", nullptr,
        "Working directories of rocksdb instances (<dir>/<jobId>/attempt-<n>, private). Default: "
        "$XDG_RUNTIME_DIR/jobhost/work, else /tmp/jobhost-<uid>/work."},

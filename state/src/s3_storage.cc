@@ -25,6 +25,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <climits>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -954,9 +956,32 @@ Result<uint64_t> parseCount(const std::string& key, const std::string& value) {
   errno = 0;
   unsigned long long v = std::strtoull(value.c_str(), &end, 10);
   if (value.empty() || value[0] == '-' || errno != 0 || end == nullptr || *end != 0) {
-    return Status::InvalidArgument(key + ": '" + value + "' is not a byte count (a whole number)");
+    return Status::InvalidArgument(key + ": '" + value + "' is not a whole number");
   }
   return static_cast<uint64_t>(v);
+}
+
+// A byte size: a whole number with an optional unit b, kb, mb, gb (binary, any case, also
+// k/m/g and kib/mib/gib), as the host's other size keys.
+Result<uint64_t> parseBytes(const std::string& key, const std::string& value) {
+  size_t digits = 0;
+  while (digits < value.size() && value[digits] >= '0' && value[digits] <= '9') ++digits;
+  std::string unit;
+  for (size_t i = digits; i < value.size(); ++i) {
+    if (value[i] == ' ') continue;
+    unit.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(value[i]))));
+  }
+  const std::map<std::string, uint64_t> units = {{"", 1},        {"b", 1},          {"k", 1ull << 10}, {"kb", 1ull << 10},
+                                                 {"kib", 1ull << 10}, {"m", 1ull << 20}, {"mb", 1ull << 20}, {"mib", 1ull << 20},
+                                                 {"g", 1ull << 30}, {"gb", 1ull << 30}, {"gib", 1ull << 30}};
+  auto u = units.find(unit);
+  if (digits == 0 || u == units.end()) {
+    return Status::InvalidArgument(key + ": '" + value + "' is not a size (e.g. 5242880, 8mb, 64 MiB)");
+  }
+  auto n = parseCount(key, value.substr(0, digits));
+  if (!n.ok()) return n.status();
+  if (n.value() > (UINT64_MAX / u->second)) return Status::InvalidArgument(key + ": '" + value + "' is too large");
+  return n.value() * u->second;
 }
 
 }  // namespace
@@ -995,7 +1020,7 @@ Result<S3Options> s3OptionsFrom(const std::map<std::string, std::string>& keys) 
       if (n.value() < 1 || n.value() > 32) return Status::InvalidArgument("s3.entropy.length: must be 1..32, got " + v);
       o.entropyLength = static_cast<int>(n.value());
     } else if (k == "s3.upload.min.part.size") {
-      auto n = parseCount(k, v);
+      auto n = parseBytes(k, v);
       if (!n.ok()) return n.status();
       if (n.value() < 1) return Status::InvalidArgument("s3.upload.min.part.size: must be at least 1 byte");
       o.minPartSize = n.value();

@@ -367,6 +367,8 @@ TEST(S3OptionsTest, FlinkKeysEnvironmentAndBadValues) {
   EXPECT_EQ(o.value().region, "eu-west-3");
   EXPECT_EQ(o.value().entropyLength, 6);
   EXPECT_EQ(o.value().minPartSize, 8388608u);
+  EXPECT_EQ(js::s3OptionsFrom({{"s3.upload.min.part.size", "16mb"}}).value().minPartSize, 16u << 20);
+  EXPECT_EQ(js::s3OptionsFrom({{"s3.upload.min.part.size", "64 MiB"}}).value().minPartSize, 64u << 20);
   ::unsetenv("AWS_ACCESS_KEY_ID");
   ::unsetenv("AWS_SECRET_ACCESS_KEY");
   ::unsetenv("AWS_REGION");
@@ -377,7 +379,7 @@ TEST(S3OptionsTest, FlinkKeysEnvironmentAndBadValues) {
   for (const Case& c : std::vector<Case>{{"s3.endpoint", "127.0.0.1:9000", "http://"},
                                          {"s3.path.style.access", "yes", "true or false"},
                                          {"s3.entropy.length", "0", "1..32"},
-                                         {"s3.upload.min.part.size", "5MiB", "byte count"},
+                                         {"s3.upload.min.part.size", "5 parsecs", "is not a size"},
                                          {"s3.bogus", "1", "unknown configuration key 's3.bogus'"}}) {
     SCOPED_TRACE(c.key);
     auto bad = js::s3OptionsFrom({{c.key, c.value}});

@@ -86,7 +86,7 @@ struct S3Options {
 
 /// Builds S3Options from Flink-style keys (s3.endpoint, s3.path.style.access,
 /// s3.access-key, s3.secret-key, s3.entropy.key, s3.entropy.length,
-/// s3.upload.min.part.size as a byte count) and, for what the keys leave unset, the
+/// s3.upload.min.part.size as bytes or with a unit b/kb/mb/gb, binary) and, for what the keys leave unset, the
 /// environment (AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID,
 /// AWS_SECRET_ACCESS_KEY, AWS_REGION or AWS_DEFAULT_REGION). Unknown s3.* keys are InvalidArgument; so are bad values.
 Result<S3Options> s3OptionsFrom(const std::map<std::string, std::string>& keys);

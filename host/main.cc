@@ -24,7 +24,7 @@ namespace {
 int objectStoreNotSupported(const std::string& command, const std::string& location) {
   std::cerr << "error: jobhost " << command << " does not support s3:// locations yet (" << location
             << "); copy the objects to a local directory (aws s3 cp --recursive " << location
-            << " DIR) and pass DIR, or use the s3:// location with run -s, check -s, inspect or convert\n";
+            << " DIR) and pass DIR, or use the s3:// location with run -s, check -s, inspect, convert, checkpoints or gc\n";
   return kExitUsage;
 }
 
@@ -349,15 +349,11 @@ int main(int argc, char** argv) {
   }
   if (*info) return infoCommand(infoPlugin, infoDefines, infoConfig);
   if (*inspect) return inspectCommand(inspectPath, inspectJson);
-  if (*checkpoints && jobhost::state::isObjectStoreUri(checkpointsDir))
-    return objectStoreNotSupported("checkpoints", checkpointsDir);
   if (*checkpoints) return checkpointsCommand(checkpointsDir);
   if (*convert) return convertCommand(convertFrom, convertTo);
   if (*stateLs) return stateLsCommand(stateOpts);
   if (*stateDump) return stateDumpCommand(stateOpts);
   if (*stateDiff) return stateDiffCommand(stateOpts);
-  if (*gc && gcOpts.jobDir && jobhost::state::isObjectStoreUri(*gcOpts.jobDir))
-    return objectStoreNotSupported("gc", *gcOpts.jobDir);
   if (*gc) return gcCommand(gcOpts);
   if (*list) return listCommand();
   if (*ui) return uiCommand(uiOpts);

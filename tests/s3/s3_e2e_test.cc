@@ -122,9 +122,20 @@ TEST_F(S3Job, WordCountAndIncrementalRocksDbAtParallelism2KilledAndRestoredFromS
     std::string snapshot = r2.err.substr(at + 24, r2.err.find('\n', at) - at - 24);
     ::setenv("AWS_ENDPOINT_URL", s3test::rgw().endpoint.c_str(), 1);
     e2e::Result inspected = cli({"inspect", snapshot});
-    ::unsetenv("AWS_ENDPOINT_URL");
     EXPECT_EQ(inspected.exitCode, 0) << inspected.err;
     EXPECT_NE(inspected.out.find(cls), std::string::npos) << inspected.out;
+    // checkpoints lists the killed job's checkpoints on S3, the one restored among them.
+    e2e::Result listed = cli({"checkpoints", root_ + "/" + job});
+    EXPECT_EQ(listed.exitCode, 0) << listed.err;
+    EXPECT_NE(listed.out.find("COMPLETED"), std::string::npos) << listed.out;
+    EXPECT_NE(listed.out.find(snapshot), std::string::npos) << listed.out;
+    // gc of the killed job's directory is refused while its lease has not expired.
+    e2e::Result gc = cli({"gc", "--dry-run", root_ + "/" + job});
+    EXPECT_EQ(gc.exitCode, 2) << gc.out << gc.err;
+    EXPECT_NE(gc.err.find("nothing was removed: " + root_ + "/" + job + " is in use by job " + job), std::string::npos)
+        << gc.err;
+    EXPECT_NE(gc.err.find("retry after the lease expires"), std::string::npos) << gc.err;
+    ::unsetenv("AWS_ENDPOINT_URL");
 
     if (!savepoint.empty()) {
       // The savepoint, moved to another prefix by an independent client, restores there.
@@ -189,11 +200,30 @@ TEST_F(S3Job, TheObjectStoreLeaseAdmitsOneHolderAndNamesIt) {
   EXPECT_NE(text.find("job job-a"), std::string::npos) << text;
 }
 
+TEST_F(S3Job, GcOnS3RemovesWhatNoCheckpointNeedsAndRefusesASnapshot) {
+  ::setenv("AWS_ENDPOINT_URL", s3test::rgw().endpoint.c_str(), 1);
+  // A job directory whose chk-2 never completed (no _metadata) and a stray shared file.
+  ASSERT_TRUE(storage_->put("job-d/chk-2/counts-0.kg", "partial").ok());
+  ASSERT_TRUE(storage_->put("job-d/shared/orphan.sst", "orphan").ok());
+  e2e::Result dry = cli({"gc", "--dry-run", root_ + "/job-d"});
+  EXPECT_EQ(dry.exitCode, 0) << dry.out << dry.err;
+  EXPECT_NE(dry.out.find("would remove 2 files"), std::string::npos) << dry.out;
+  EXPECT_TRUE(storage_->exists("job-d/chk-2/counts-0.kg"));
+  e2e::Result gc = cli({"gc", root_ + "/job-d"});
+  EXPECT_EQ(gc.exitCode, 0) << gc.out << gc.err;
+  EXPECT_FALSE(storage_->exists("job-d/chk-2/counts-0.kg"));
+  EXPECT_FALSE(storage_->exists("job-d/shared/orphan.sst"));
+  EXPECT_FALSE(storage_->exists("job-d/.lock"));  // gc's own lease is gone again
+  ASSERT_TRUE(storage_->put("job-e/chk-1/_metadata", "x").ok());
+  e2e::Result single = cli({"gc", root_ + "/job-e/chk-1"});
+  EXPECT_EQ(single.exitCode, 2) << single.out << single.err;
+  EXPECT_NE(single.err.find("is a single snapshot"), std::string::npos) << single.err;
+  ::unsetenv("AWS_ENDPOINT_URL");
+}
+
 TEST_F(S3Job, CommandsThatDoNotReadS3YetSayHowToProceed) {
   ASSERT_TRUE(storage_->put("job-c/chk-1/_metadata", "x").ok());
-  for (std::vector<std::string> cmd :
-       {std::vector<std::string>{"checkpoints", root_ + "/job-c"}, {"gc", root_ + "/job-c"},
-        {"savepoint", "-d", root_ + "/job-c/chk-1"}}) {
+  for (std::vector<std::string> cmd : {std::vector<std::string>{"savepoint", "-d", root_ + "/job-c/chk-1"}}) {
     SCOPED_TRACE(cmd[0]);
     e2e::Result r = cli(cmd);
     EXPECT_EQ(r.exitCode, 2) << r.out << r.err;

@@ -12,7 +12,6 @@
 #include "job_runner.h"
 #include "job_worker.h"
 #include "signal_handling.h"
-#include "jobhost/state/s3_storage.h"
 #include "jobhost/version.h"
 #include "ui/dashboard.h"
 
@@ -20,13 +19,6 @@ using namespace jobhost::host;
 
 namespace {
 
-/// Commands that still walk local directories refuse s3:// locations with this (exit 2).
-int objectStoreNotSupported(const std::string& command, const std::string& location) {
-  std::cerr << "error: jobhost " << command << " does not support s3:// locations yet (" << location
-            << "); copy the objects to a local directory (aws s3 cp --recursive " << location
-            << " DIR) and pass DIR, or use the s3:// location with run -s, check -s, inspect, convert, checkpoints or gc\n";
-  return kExitUsage;
-}
 
 const char* kExitCodes =
     "Exit codes:\n"
@@ -363,7 +355,6 @@ int main(int argc, char** argv) {
         std::cerr << "error: savepoint -d takes only the savepoint path, not a job id\n";
         return kExitUsage;
       }
-      if (jobhost::state::isObjectStoreUri(*disposePath)) return objectStoreNotSupported("savepoint -d", *disposePath);
       return disposeSavepointCommand(*disposePath);
     }
     if (savepointJob.empty()) {

@@ -195,7 +195,9 @@ int disposeSavepointCommand(const std::string& path) {
   state::Status s = registry->discard(dir.filename().string(), &removed);
   if (!s.ok()) {
     std::cerr << "error: " << s.message() << "\n";
-    if (!fs::exists(dir / state::kMetadataFileName))
+    bool gone = state::isObjectStoreUri(r->directory) ? !r->storage->exists(dir.filename().string() + "/" + state::kMetadataFileName)
+                                                      : !fs::exists(dir / state::kMetadataFileName);
+    if (gone)
       std::cerr << "The snapshot no longer exists (its _metadata was removed first); what is left is garbage: "
                 << (checkpoint ? "jobhost gc " + owner.string() : "rm -r " + dir.string()) << "\n";
     return kExitJobFailed;

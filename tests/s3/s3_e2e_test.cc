@@ -154,6 +154,15 @@ TEST_F(S3Job, WordCountAndIncrementalRocksDbAtParallelism2KilledAndRestoredFromS
       ASSERT_EQ(r3.exitCode, 0) << r3.err;
       EXPECT_NE(r3.err.find("restoring from snapshot " + moved), std::string::npos) << r3.err;
       EXPECT_EQ(e2e::finalCounts(r1.out + r3.out), expected);
+      // savepoint -d disposes of it on S3: every object of it goes.
+      ::setenv("AWS_ENDPOINT_URL", s3test::rgw().endpoint.c_str(), 1);
+      e2e::Result disposed = cli({"savepoint", "-d", moved});
+      ::unsetenv("AWS_ENDPOINT_URL");
+      EXPECT_EQ(disposed.exitCode, 0) << disposed.out << disposed.err;
+      EXPECT_NE(disposed.out.find("Savepoint '" + moved + "' disposed"), std::string::npos) << disposed.out;
+      std::vector<js::FileEntry> left;
+      ASSERT_TRUE(storage_->list(moved.substr(root_.size() + 1), &left).ok());
+      EXPECT_TRUE(left.empty()) << left.size() << " objects left, e.g. " << (left.empty() ? "" : left[0].path);
     }
   }
   // The restored runs finished: the only leases left are the killed runs'.
@@ -221,15 +230,12 @@ TEST_F(S3Job, GcOnS3RemovesWhatNoCheckpointNeedsAndRefusesASnapshot) {
   ::unsetenv("AWS_ENDPOINT_URL");
 }
 
-TEST_F(S3Job, CommandsThatDoNotReadS3YetSayHowToProceed) {
-  ASSERT_TRUE(storage_->put("job-c/chk-1/_metadata", "x").ok());
-  for (std::vector<std::string> cmd : {std::vector<std::string>{"savepoint", "-d", root_ + "/job-c/chk-1"}}) {
-    SCOPED_TRACE(cmd[0]);
-    e2e::Result r = cli(cmd);
-    EXPECT_EQ(r.exitCode, 2) << r.out << r.err;
-    EXPECT_NE(r.err.find("does not support s3:// locations yet"), std::string::npos) << r.err;
-  }
-  EXPECT_TRUE(storage_->exists("job-c/chk-1/_metadata"));  // nothing was touched
+TEST_F(S3Job, TheDashboardRefusesAnS3CheckpointDirectoryWithWhatToDo) {
+  e2e::Result r = cli({"ui", "--checkpoint-dir", root_, "--port", "0"}, std::chrono::seconds(20));
+  EXPECT_EQ(r.exitCode, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("jobhost ui does not support s3:// checkpoint directories yet (" + root_ + ")"),
+            std::string::npos)
+      << r.err;
 }
 
 }  // namespace

@@ -163,8 +163,15 @@ int setupJob(const RunOptions& o, JobSetup* s, const PluginOpenOptions& pluginOp
     createRestartStrategy(config);  // validates the restart-strategy.* keys now
     std::string dir = localPathOf(config, "state.checkpoints.dir");
     s->checkpointDir = state::isObjectStoreUri(dir) ? dir : fs::absolute(dir.empty() ? defaultCheckpointDir() : dir).string();
-    while (state::isObjectStoreUri(s->checkpointDir) && s->checkpointDir.back() == '/') s->checkpointDir.pop_back();
     s->savepointDir = localPathOf(config, "state.savepoints.dir");
+    // An object store's URI and credentials are checked now, not at the first checkpoint.
+    for (auto [key, uri] : {std::pair<const char*, std::string*>{"state.checkpoints.dir", &s->checkpointDir},
+                            {"state.savepoints.dir", &s->savepointDir}}) {
+      if (!state::isObjectStoreUri(*uri)) continue;
+      while (uri->size() > uri->find("://") + 3 && uri->back() == '/') uri->pop_back();
+      auto opened = state::openStorage(*uri);
+      if (!opened.ok()) throw ConfigError(std::string(key) + " = '" + *uri + "': " + opened.status().message());
+    }
     std::string retention = config.getString("execution.checkpointing.externalized-checkpoint-retention");
     if (retention != "RETAIN_ON_CANCELLATION" && retention != "DELETE_ON_CANCELLATION")
       throw ConfigError("execution.checkpointing.externalized-checkpoint-retention = '" + retention +

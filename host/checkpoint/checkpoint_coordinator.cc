@@ -526,12 +526,13 @@ state::Result<ResolvedSnapshot> latestOfJobDirectory(const std::string& input, c
 /// jobDirectoryToo) a job's checkpoint directory.
 state::Result<ResolvedSnapshot> resolveObjectStoreSnapshot(const std::string& input, bool jobDirectoryToo) {
   std::string dir = input;
-  while (!dir.empty() && dir.back() == '/') dir.pop_back();
+  const size_t bucketStart = dir.find("://") + 3;
+  while (dir.size() > bucketStart && dir.back() == '/') dir.pop_back();
+  if (dir.size() <= bucketStart) return Status::InvalidArgument("'" + input + "' names no bucket: pass s3://bucket/prefix/...");
   const std::string meta = std::string("/") + state::kMetadataFileName;
   bool namedMetadata = dir.size() > meta.size() && dir.compare(dir.size() - meta.size(), meta.size(), meta) == 0;
   if (namedMetadata) dir.resize(dir.size() - meta.size());
   size_t slash = dir.rfind('/');
-  size_t bucketStart = dir.find("://") + 3;
   if (slash != std::string::npos && slash > bucketStart && slash + 1 < dir.size()) {
     auto parent = state::openStorage(dir.substr(0, slash));
     if (!parent.ok()) return parent.status();

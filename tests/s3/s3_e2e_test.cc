@@ -230,6 +230,26 @@ TEST_F(S3Job, GcOnS3RemovesWhatNoCheckpointNeedsAndRefusesASnapshot) {
   ::unsetenv("AWS_ENDPOINT_URL");
 }
 
+TEST_F(S3Job, BadS3LocationsAreOneClearErrorBeforeTheJobStarts) {
+  struct Case {
+    std::string dir, messagePart;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"s3://", "state.checkpoints.dir = 's3://': invalid S3 URI 's3://': no bucket"},
+           {root_ + "/a//b", "empty path component"},
+           {"s3://no-such-bucket-here/x", "HTTP 404 NoSuchBucket"}}) {
+    SCOPED_TRACE(c.dir);
+    std::vector<std::string> args = {"run", "-c", "WordCount"};
+    for (auto& f : s3Flags()) args.push_back(f);
+    args[4] = "state.checkpoints.dir=" + c.dir;
+    args.insert(args.end(), {kPlugin, "--input", e2e::kWords});
+    e2e::Result r = cli(args, std::chrono::seconds(60));
+    EXPECT_EQ(r.exitCode, 2) << r.err;
+    EXPECT_NE(r.err.find(c.messagePart), std::string::npos) << r.err;
+    EXPECT_EQ(r.out, "");  // the job did not run
+  }
+}
+
 TEST_F(S3Job, TheDashboardRefusesAnS3CheckpointDirectoryWithWhatToDo) {
   e2e::Result r = cli({"ui", "--checkpoint-dir", root_, "--port", "0"}, std::chrono::seconds(20));
   EXPECT_EQ(r.exitCode, 2) << r.out << r.err;

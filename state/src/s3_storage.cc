@@ -904,22 +904,85 @@ class S3Storage final : public CheckpointStorage {
     return Status::OK();
   }
 
+  // The temporary files of an object store are its unfinished multipart uploads (a crash
+  // between CreateMultipartUpload and Complete/Abort), named like the local ones:
+  // "<dir>/.<name>.tmp.<uploadId>". Their size is reported as 0.
   Status listTemporary(const std::string& dirPrefix, std::vector<FileEntry>* out) override {
     out->clear();
-    return validateStoragePrefix(dirPrefix);
+    if (Status s = validateStoragePrefix(dirPrefix); !s.ok()) return s;
+    std::string dir = dirPrefix;
+    if (!dir.empty() && dir.back() != '/') dir += '/';
+    std::string listPrefix = layout_.listPrefix(dirPrefix);
+    std::string keyMarker, idMarker;
+    for (;;) {
+      std::vector<std::pair<std::string, std::string>> q = {{"uploads", ""},
+                                                            {"max-uploads", std::to_string(client_->options().listPageSize)}};
+      if (!listPrefix.empty()) q.emplace_back("prefix", listPrefix);
+      if (!keyMarker.empty()) q.emplace_back("key-marker", keyMarker);
+      if (!idMarker.empty()) q.emplace_back("upload-id-marker", idMarker);
+      Response r = client_->perform(Request{"GET", "", canonicalQuery(q)});
+      if (!ok2xx(r)) return client_->failure("list the multipart uploads under", listPrefix, r);
+      std::vector<XmlLeaf> leaves;
+      if (!parseXml(r.body, &leaves)) {
+        return Status::IOError("cannot list the multipart uploads under s3://" + client_->bucket() + "/" + listPrefix +
+                               ": unreadable XML answer");
+      }
+      bool truncated = false;
+      std::string key, nextKey, nextId;
+      for (const auto& l : leaves) {
+        if (l.path == "ListMultipartUploadsResult/Upload/Key") {
+          key = l.text;
+        } else if (l.path == "ListMultipartUploadsResult/Upload/UploadId") {
+          std::string rel = layout_.relativeOf(key);
+          if (rel.empty() || rel.compare(0, dir.size(), dir) != 0 || l.text.find('/') != std::string::npos) continue;
+          size_t slash = rel.rfind('/');
+          std::string parent = slash == std::string::npos ? "" : rel.substr(0, slash + 1);
+          out->push_back({parent + "." + baseName(rel) + ".tmp." + l.text, 0});
+        } else if (l.path == "ListMultipartUploadsResult/IsTruncated") {
+          truncated = l.text == "true";
+        } else if (l.path == "ListMultipartUploadsResult/NextKeyMarker") {
+          nextKey = l.text;
+        } else if (l.path == "ListMultipartUploadsResult/NextUploadIdMarker") {
+          nextId = l.text;
+        }
+      }
+      if (!truncated || (nextKey.empty() && nextId.empty())) break;
+      keyMarker = nextKey;
+      idMarker = nextId;
+    }
+    std::sort(out->begin(), out->end(), [](const FileEntry& a, const FileEntry& b) { return a.path < b.path; });
+    return Status::OK();
   }
 
   Status removeTemporary(const std::string& path) override {
-    return Status::InvalidArgument("'" + path + "' is not a temporary file: S3 storage has none");
+    size_t slash = path.rfind('/');
+    std::string parent = slash == std::string::npos ? "" : path.substr(0, slash + 1);
+    std::string name = path.substr(parent.size());
+    size_t marker = name.find(".tmp.");
+    if (name.size() < 2 || name[0] != '.' || marker == std::string::npos || marker < 2 ||
+        marker + 5 >= name.size()) {
+      return Status::InvalidArgument("'" + path + "' is not a temporary file (an unfinished multipart upload)");
+    }
+    std::string rel = parent + name.substr(1, marker - 1);
+    if (Status s = validateStoragePath(rel); !s.ok()) return s;
+    std::string key = layout_.keyFor(rel);
+    Response r = client_->perform(Request{"DELETE", key, canonicalQuery({{"uploadId", name.substr(marker + 5)}})});
+    if (r.status == 404) return Status::NotFound("no unfinished upload " + path + " (" + describe(rel) + ")");
+    if (!ok2xx(r)) return client_->failure("abort the multipart upload of", key, r);
+    return Status::OK();
   }
 
   Status removeAll(const std::string& dirPrefix) override {
-    std::vector<FileEntry> files;
+    std::vector<FileEntry> files, temporary;
     if (Status s = list(dirPrefix, &files); !s.ok()) return s;
     for (const auto& f : files) {
       std::string key = layout_.keyFor(f.path);
       Response r = client_->perform(Request{"DELETE", key, ""});
       if (!ok2xx(r) && r.status != 404) return client_->failure("remove", key, r);
+    }
+    if (Status s = listTemporary(dirPrefix, &temporary); !s.ok()) return s;
+    for (const auto& t : temporary) {
+      if (Status s = removeTemporary(t.path); !s.ok() && !s.isNotFound()) return s;
     }
     return Status::OK();
   }

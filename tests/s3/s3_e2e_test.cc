@@ -214,15 +214,30 @@ TEST_F(S3Job, GcOnS3RemovesWhatNoCheckpointNeedsAndRefusesASnapshot) {
   // A job directory whose chk-2 never completed (no _metadata) and a stray shared file.
   ASSERT_TRUE(storage_->put("job-d/chk-2/counts-0.kg", "partial").ok());
   ASSERT_TRUE(storage_->put("job-d/shared/orphan.sst", "orphan").ok());
+  // And a multipart upload a crashed job left unfinished (started by the independent client).
+  int status = 0;
+  std::string aws = "env AWS_ACCESS_KEY_ID=" + s3test::rgw().accessKey + " AWS_SECRET_ACCESS_KEY=" +
+                    s3test::rgw().secretKey + " AWS_DEFAULT_REGION=us-east-1 " +
+                    (fs::exists("/usr/bin/aws") ? "/usr/bin/aws" : "aws") + " --endpoint-url " + s3test::rgw().endpoint +
+                    " s3api ";
+  std::string created = s3test::run(aws + "create-multipart-upload --bucket " + s3test::rgw().bucket + " --key " + prefix_ +
+                                        "/job-d/chk-2/counts-1.kg 2>&1",
+                                    &status);
+  ASSERT_EQ(status, 0) << created;
   e2e::Result dry = cli({"gc", "--dry-run", root_ + "/job-d"});
   EXPECT_EQ(dry.exitCode, 0) << dry.out << dry.err;
-  EXPECT_NE(dry.out.find("would remove 2 files"), std::string::npos) << dry.out;
+  EXPECT_NE(dry.out.find("would remove 3 files"), std::string::npos) << dry.out;
+  EXPECT_NE(dry.out.find("unfinished upload"), std::string::npos) << dry.out;
   EXPECT_TRUE(storage_->exists("job-d/chk-2/counts-0.kg"));
   e2e::Result gc = cli({"gc", root_ + "/job-d"});
   EXPECT_EQ(gc.exitCode, 0) << gc.out << gc.err;
   EXPECT_FALSE(storage_->exists("job-d/chk-2/counts-0.kg"));
   EXPECT_FALSE(storage_->exists("job-d/shared/orphan.sst"));
   EXPECT_FALSE(storage_->exists("job-d/.lock"));  // gc's own lease is gone again
+  std::string uploads = s3test::run(aws + "list-multipart-uploads --bucket " + s3test::rgw().bucket + " --prefix " +
+                                        prefix_ + "/ --query Uploads[].Key --output text 2>&1",
+                                    &status);
+  EXPECT_EQ(uploads, "None\n");
   ASSERT_TRUE(storage_->put("job-e/chk-1/_metadata", "x").ok());
   e2e::Result single = cli({"gc", root_ + "/job-e/chk-1"});
   EXPECT_EQ(single.exitCode, 2) << single.out << single.err;

@@ -267,6 +267,31 @@ TEST_F(S3StorageTest, AFailedOrAbandonedMultipartUploadIsAborted) {
   EXPECT_EQ(aws("list-multipart-uploads --prefix " + prefix_ + "/ --query Uploads[].Key"), "None\n");
 }
 
+TEST_F(S3StorageTest, UnfinishedMultipartUploadsAreTheTemporaryFilesAndCanBeAborted) {
+  auto s = open(options());
+  // Uploads a crashed writer left (started by the independent client, never completed).
+  aws("create-multipart-upload --key " + prefix_ + "/job/chk-3/sst-9");
+  aws("create-multipart-upload --key " + prefix_ + "/job/shared/sst-1");
+  ASSERT_OK(s->put("job/chk-3/done", "x"));
+  std::vector<js::FileEntry> temporary;
+  ASSERT_OK(s->listTemporary("job/chk-3", &temporary));
+  ASSERT_EQ(temporary.size(), 1u);
+  EXPECT_EQ(temporary[0].path.rfind("job/chk-3/.sst-9.tmp.", 0), 0u) << temporary[0].path;
+  std::vector<js::FileEntry> files;
+  ASSERT_OK(s->list("job", &files));
+  EXPECT_EQ(files.size(), 1u);  // list() never shows them
+  ASSERT_OK(s->removeTemporary(temporary[0].path));
+  EXPECT_TRUE(s->removeTemporary(temporary[0].path).isNotFound());
+  EXPECT_TRUE(s->removeTemporary("job/chk-3/sst-9").isInvalidArgument());
+  ASSERT_OK(s->listTemporary("", &temporary));
+  ASSERT_EQ(temporary.size(), 1u);
+  EXPECT_EQ(temporary[0].path.rfind("job/shared/.sst-1.tmp.", 0), 0u) << temporary[0].path;
+  ASSERT_OK(s->removeAll("job"));  // aborts the uploads under it too
+  ASSERT_OK(s->listTemporary("", &temporary));
+  EXPECT_TRUE(temporary.empty());
+  EXPECT_EQ(aws("list-multipart-uploads --prefix " + prefix_ + "/ --query Uploads[].Key"), "None\n");
+}
+
 TEST_F(S3StorageTest, RetriesInjected5xxThenGivesAClearError) {
   js::S3Options o = options();
   std::atomic<int> puts{0};

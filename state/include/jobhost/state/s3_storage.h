@@ -14,8 +14,11 @@
 //     concurrent creators of one large file can both succeed, the later one winning.
 //     Checkpoint files have unique names, so only `_metadata`-sized (small) files need
 //     the strict rule, and those always go up with the conditional PutObject.
-//   - no rename, no temporary names: an object is visible exactly when complete, so
-//     listTemporary() is always empty and removeTemporary() is InvalidArgument.
+//   - no rename: an object is visible exactly when complete. The "temporary files" of
+//     this storage are its unfinished multipart uploads (left by a crash): listTemporary()
+//     names them "<dir>/.<name>.tmp.<uploadId>" (size 0), removeTemporary() aborts one,
+//     removeAll() aborts those under its prefix too. As for local storage, only the owner
+//     of a directory (the holder of its lease) may remove them.
 //   - list() uses ListObjectsV2 with pagination (S3Options::listPageSize keys a page).
 //   - retries with exponential backoff and jitter on HTTP 5xx, 429, "SlowDown",
 //     connection failures, resets and time-outs, at most S3Options::maxAttempts tries;

@@ -60,14 +60,18 @@ case $cmd in
   *) usage ;;
 esac
 
-for tool in ceph-mon ceph-osd radosgw radosgw-admin ceph-authtool monmaptool ceph; do
+if ! command -v curl >/dev/null && ! command -v aws >/dev/null; then
+  echo "rgw.sh: neither curl nor aws found (one creates the bucket): apt-get install -y curl" >&2
+  exit 3
+fi
+for tool in ceph-mon ceph-osd radosgw radosgw-admin ceph-authtool monmaptool ceph python3; do
   if ! command -v "$tool" >/dev/null 2>&1; then
     echo "rgw.sh: $tool not found; install Ceph: apt-get install -y --no-install-recommends ceph-mon ceph-osd radosgw ceph-common" >&2
     exit 3
   fi
 done
 
-started=$(date +%s.%N)
+started=$(date +%s%N)
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
 if [[ ${#dir} -gt 60 ]]; then
@@ -158,23 +162,29 @@ for _ in $(seq 300); do
 done
 cat "$dir/run/client.rgw.gw.pid.ceph" >"$dir/run/rgw.pid"
 endpoint=http://127.0.0.1:$rgw_port
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$rgw_port") 2>/dev/null; }
 for _ in $(seq 600); do
-  curl -s -o /dev/null "$endpoint" && break
+  port_open && break
   sleep 0.1
 done
-curl -s -o /dev/null "$endpoint" || { echo "rgw.sh: radosgw does not answer at $endpoint" >&2; exit 1; }
+port_open || { echo "rgw.sh: radosgw does not answer at $endpoint" >&2; exit 1; }
 
 user_json=$(radosgw-admin "${C[@]}" -n client.admin user create --uid=jobhost-test --display-name=jobhost-test 2>"$dir/log/user-create.err")
 access_key=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["keys"][0]["access_key"])' <<<"$user_json")
 secret_key=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["keys"][0]["secret_key"])' <<<"$user_json")
 bucket=jobhost-test
 
-# The bucket: a signed PUT (curl's own SigV4).
+# The bucket: a signed PUT (curl's own SigV4), else through awscli.
 code=""
 for _ in $(seq 50); do
-  code=$(curl -s -o "$dir/log/bucket-create.out" -w '%{http_code}' -X PUT \
-    --aws-sigv4 "aws:amz:us-east-1:s3" --user "$access_key:$secret_key" \
-    -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" "$endpoint/$bucket") || true
+  if command -v curl >/dev/null; then
+    code=$(curl -s -o "$dir/log/bucket-create.out" -w '%{http_code}' -X PUT \
+      --aws-sigv4 "aws:amz:us-east-1:s3" --user "$access_key:$secret_key" \
+      -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" "$endpoint/$bucket") || true
+  elif AWS_ACCESS_KEY_ID=$access_key AWS_SECRET_ACCESS_KEY=$secret_key AWS_DEFAULT_REGION=us-east-1 \
+    aws --endpoint-url "$endpoint" s3api create-bucket --bucket "$bucket" >"$dir/log/bucket-create.out" 2>&1; then
+    code=200
+  fi
   [[ $code == 200 ]] && break
   sleep 0.1
 done
@@ -184,10 +194,10 @@ if [[ $code != 200 ]]; then
 fi
 
 trap - EXIT
-ended=$(date +%s.%N)
+ended=$(date +%s%N)
 echo "S3_ENDPOINT=$endpoint"
 echo "S3_ACCESS_KEY=$access_key"
 echo "S3_SECRET_KEY=$secret_key"
 echo "S3_BUCKET=$bucket"
-printf 'rgw.sh: single-node Ceph RGW at %s started in %.1f s (DIR %s)\n' "$endpoint" \
-  "$(echo "$ended - $started" | bc -l)" "$dir" >&2
+ms=$(((ended - started) / 1000000))
+printf 'rgw.sh: single-node Ceph RGW at %s started in %d.%d s (DIR %s)\n' "$endpoint" $((ms / 1000)) $((ms % 1000 / 100)) "$dir" >&2

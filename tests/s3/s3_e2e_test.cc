@@ -245,6 +245,70 @@ TEST_F(S3Job, GcOnS3RemovesWhatNoCheckpointNeedsAndRefusesASnapshot) {
   ::unsetenv("AWS_ENDPOINT_URL");
 }
 
+// tests/s3/fault_proxy.py in front of RGW: the job's own HTTP traffic gets real error
+// answers from a server.
+class FaultProxy {
+ public:
+  FaultProxy(const fs::path& dir, const std::string& rule)
+      : portFile_(dir / ("proxy-" + fileName(rule) + ".port")),
+        out_(dir / ("proxy-" + fileName(rule) + ".out")),
+        p_({"/usr/bin/python3", JOBHOST_FAULT_PROXY, s3test::rgw().endpoint, rule, portFile_.string()}, out_,
+           dir / ("proxy-" + fileName(rule) + ".err")) {
+    for (int i = 0; i < 500 && !fs::exists(portFile_); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (fs::exists(portFile_)) endpoint_ = "http://127.0.0.1:" + e2e::readFile(portFile_);
+  }
+  ~FaultProxy() { p_.signal(SIGKILL); }
+  const std::string& endpoint() const { return endpoint_; }
+  size_t injected() const {
+    std::string out = e2e::readFile(out_);
+    return static_cast<size_t>(std::count(out.begin(), out.end(), '\n'));
+  }
+  std::string log() const { return e2e::readFile(out_); }
+
+ private:
+  static std::string fileName(std::string rule) {
+    std::replace(rule.begin(), rule.end(), '/', '_');
+    return rule;
+  }
+
+  fs::path portFile_, out_;
+  e2e::Process p_;
+  std::string endpoint_;
+};
+
+TEST_F(S3Job, SlowDownAnswersAreRetriedAndAFailedUploadDeclinesOnlyItsCheckpoint) {
+  fs::path in = input(300);
+  const auto expected = e2e::expectedCounts(e2e::readFile(in));
+  struct Case {
+    std::string rule;
+    bool declines;
+  };
+  for (const Case& c : {Case{"slowdown-every-4", false}, Case{"forbid-put-/chk-3/", true}}) {
+    SCOPED_TRACE(c.rule);
+    FaultProxy proxy(tmp.path, c.rule);
+    ASSERT_FALSE(proxy.endpoint().empty()) << "the proxy did not start";
+    std::vector<std::string> args = {"run", "-c", "WordCount", "-p", "2"};
+    for (auto& f : s3Flags()) args.push_back(f);
+    for (auto& a : args)
+      if (a.rfind("s3.endpoint=", 0) == 0) a = "s3.endpoint=" + proxy.endpoint();
+    args.insert(args.end(), {"-D", "execution.checkpointing.interval=100ms", "-D",
+                             "execution.checkpointing.tolerable-failed-checkpoints=5", kPlugin, "--input", in.string(),
+                             "--rate", "2000"});
+    e2e::Result r = cli(args);
+    ASSERT_EQ(r.exitCode, 0) << r.err;
+    EXPECT_EQ(e2e::finalCounts(r.out), expected);
+    EXPECT_GT(proxy.injected(), 0u) << "no fault was injected; the job's log:\n" << r.err;
+    if (c.declines) {
+      EXPECT_NE(r.err.find("checkpoint 3 failed and was discarded"), std::string::npos) << r.err;
+      EXPECT_NE(r.err.find("HTTP 403 AccessDenied"), std::string::npos) << r.err;
+      EXPECT_NE(r.err.find("completed checkpoint 4"), std::string::npos) << r.err;  // and the job went on
+    } else {
+      EXPECT_EQ(r.err.find("failed and was discarded"), std::string::npos) << r.err;  // retries absorbed them
+      EXPECT_NE(r.err.find("completed checkpoint"), std::string::npos) << r.err;
+    }
+  }
+}
+
 TEST_F(S3Job, BadS3LocationsAreOneClearErrorBeforeTheJobStarts) {
   struct Case {
     std::string dir, messagePart;

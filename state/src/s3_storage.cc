@@ -206,7 +206,8 @@ struct Response {
   std::string errorCode;     // <Error><Code> of the body
   std::string errorMessage;  // <Error><Message>, or libcurl's error text
   bool transportError = false;
-  bool writeFailed = false;
+  bool writeFailed = false;  // writing the body into Request::sinkFd failed (errno in writeErrno)
+  int writeErrno = 0;
 };
 
 struct Transfer {
@@ -244,6 +245,7 @@ size_t onWrite(char* data, size_t size, size_t n, void* ud) {
       if (w < 0) {
         if (errno == EINTR) continue;
         t->resp->writeFailed = true;
+        t->resp->writeErrno = errno;
         return 0;
       }
       p += w;
@@ -417,7 +419,10 @@ class S3Client {
     }
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
     if (req.sinkFd >= 0) {
-      if (::ftruncate(req.sinkFd, 0) != 0 || ::lseek(req.sinkFd, 0, SEEK_SET) < 0) resp->writeFailed = true;
+      if (::ftruncate(req.sinkFd, 0) != 0 || ::lseek(req.sinkFd, 0, SEEK_SET) < 0) {
+        resp->writeFailed = true;
+        resp->writeErrno = errno;
+      }
     }
     if (req.sink != nullptr) req.sink->clear();
     CURLcode rc = resp->writeFailed ? CURLE_WRITE_ERROR : curl_easy_perform(h);
@@ -820,7 +825,7 @@ class S3Storage final : public CheckpointStorage {
     Response r = client_->perform(req);
     Status result;
     if (r.writeFailed) {
-      result = fromErrno("cannot write " + localDest, errno);
+      result = fromErrno("cannot write " + localDest, r.writeErrno);
     } else if (!ok2xx(r)) {
       result = notFoundOr("read", path, key, r);
     } else if (::fsync(fd) != 0) {

@@ -1,6 +1,7 @@
 #include "checkpoint/job_directory_lock.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <unistd.h>
 
@@ -71,6 +72,15 @@ std::string holderText(const LockHolder& me) {
   return text;
 }
 
+std::string hostName();
+
+/// A lease whose holder ran on this host under a pid that no longer exists: it was
+/// killed and can be taken over at once instead of after its expiry. (A reused pid only
+/// makes us wait for the expiry.)
+bool holderIsGone(const LeaseText& lease, const std::optional<LockHolder>& h) {
+  return h && h->pid > 0 && lease.host == hostName() && ::kill(h->pid, 0) != 0 && errno == ESRCH;
+}
+
 std::string hostName() {
   char buf[256] = {0};
   if (::gethostname(buf, sizeof buf - 1) != 0) return "?";
@@ -135,6 +145,12 @@ class ObjectStoreLease {
       if (lease.expiresMs < nowMs()) {
         spdlog::info("replacing the expired lease {} of {} (expired {} s ago)", where(),
                      h ? describeHolder(*h) : std::string("?"), (nowMs() - lease.expiresMs) / 1000);
+        (void)storage_->remove(state::kLockFileName);
+        continue;
+      }
+      if (holderIsGone(lease, h)) {
+        spdlog::info("replacing the lease {} of {}: that process no longer runs on this host", where(),
+                     describeHolder(*h));
         (void)storage_->remove(state::kLockFileName);
         continue;
       }
@@ -237,7 +253,7 @@ std::optional<LockHolder> JobDirectoryLock::holder(const std::string& dir) {
     if (!storage.ok() || !(*storage)->get(state::kLockFileName, &text).ok()) return std::nullopt;
     LeaseText lease;
     auto h = parseHolder(text, &lease);
-    if (lease.expiresMs < nowMs()) return std::nullopt;
+    if (lease.expiresMs < nowMs() || holderIsGone(lease, h)) return std::nullopt;
     return h.value_or(LockHolder{});
   }
   int fd = ::open(lockPath(dir).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);

@@ -17,7 +17,9 @@
 // put: another acquirer can only slip in if the renewal itself is late past the expiry
 // window); release deletes it if it is still ours. A holder killed with SIGKILL leaves
 // the lease behind until it expires: an acquirer before then is refused with the holder
-// and the expiry named; after it, the stale lease is replaced. Guarantee: while the
+// and the expiry named, unless it runs on the holder's host and the holder's pid no longer
+// exists (then it takes the lease over at once); after the expiry the stale lease is
+// replaced. Guarantee: while the
 // holder runs and can reach the store at least once per kLeaseSeconds/3, nobody else
 // acquires the lock; a holder cut off from the store longer than kLeaseSeconds may lose
 // it (it logs an error when a renewal finds the lease gone or someone else's). Workers

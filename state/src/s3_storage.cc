@@ -410,7 +410,8 @@ class S3Client {
     } else if (req.method == "POST") {
       hdrs = curl_slist_append(hdrs, "Content-Type: application/xml");
       curl_easy_setopt(h, CURLOPT_POST, 1L);
-      curl_easy_setopt(h, CURLOPT_POSTFIELDS, req.body.data());
+      // Never a null pointer: libcurl would then read the body from stdin.
+      curl_easy_setopt(h, CURLOPT_POSTFIELDS, req.body.empty() ? "" : req.body.data());
       curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(req.body.size()));
     } else if (req.method == "HEAD") {
       curl_easy_setopt(h, CURLOPT_NOBODY, 1L);

@@ -124,6 +124,20 @@ TEST_F(S3Job, WordCountAndIncrementalRocksDbAtParallelism2KilledAndRestoredFromS
     e2e::Result inspected = cli({"inspect", snapshot});
     EXPECT_EQ(inspected.exitCode, 0) << inspected.err;
     EXPECT_NE(inspected.out.find(cls), std::string::npos) << inspected.out;
+    // convert writes a canonical savepoint onto S3 too, and refuses a prefix with objects.
+    std::string converted = root_ + "/converted-" + cls;
+    e2e::Result conv = cli({"convert", snapshot, converted});
+    EXPECT_EQ(conv.exitCode, 0) << conv.out << conv.err;
+    EXPECT_TRUE(storage_->exists("converted-" + cls + "/_metadata"));
+    e2e::Result again = cli({"convert", snapshot, converted});
+    EXPECT_EQ(again.exitCode, 2) << again.out << again.err;
+    EXPECT_NE(again.err.find("already holds objects"), std::string::npos) << again.err;
+    std::vector<std::string> fromConverted = {"run", "-c", cls, "-p", "2", "-s", converted};
+    for (auto& f : s3Flags()) fromConverted.push_back(f);
+    fromConverted.insert(fromConverted.end(), {kPlugin, "--input", in.string()});
+    e2e::Result rc = cli(fromConverted);
+    ASSERT_EQ(rc.exitCode, 0) << rc.err;
+    EXPECT_EQ(e2e::finalCounts(r1.out + rc.out), expected);
     // checkpoints lists the killed job's checkpoints on S3, the one restored among them.
     e2e::Result listed = cli({"checkpoints", root_ + "/" + job});
     EXPECT_EQ(listed.exitCode, 0) << listed.err;

@@ -330,6 +330,36 @@ TEST_F(S3Job, SlowDownAnswersAreRetriedAndAFailedUploadDeclinesOnlyItsCheckpoint
   }
 }
 
+TEST_F(S3Job, StopWithASavepointOntoS3AndRestoreFromItKeepsExactCounts) {
+  fs::path in = input(300);
+  std::vector<std::string> args = {"run", "-c", "WordCount", "-p", "2"};
+  for (auto& f : s3Flags()) args.push_back(f);
+  args.insert(args.end(), {kPlugin, "--input", in.string(), "--rate", "3000"});
+  e2e::Process p(jobhost(args), tmp / "stop.out", tmp / "stop.err");
+  std::string job;
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < until && p.running() && job.empty()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    auto jobs = jobsWithCheckpoint();
+    if (!jobs.empty()) job = jobs[0];
+  }
+  ASSERT_FALSE(job.empty()) << e2e::readFile(tmp / "stop.err");
+  e2e::Result stop = cli({"stop", "-p", root_ + "/stopped", job});
+  ASSERT_EQ(stop.exitCode, 0) << stop.out << stop.err;
+  size_t at = stop.out.find("Path: ");
+  ASSERT_NE(at, std::string::npos) << stop.out;
+  std::string savepoint = stop.out.substr(at + 6, stop.out.find('\n', at) - at - 6);
+  EXPECT_EQ(savepoint.rfind(root_ + "/stopped/savepoint-", 0), 0u) << savepoint;
+  e2e::Result r1 = p.wait();
+  EXPECT_EQ(r1.exitCode, 0) << r1.err;
+  std::vector<std::string> args2 = {"run", "-c", "WordCount", "-p", "2", "-s", savepoint};
+  for (auto& f : s3Flags()) args2.push_back(f);
+  args2.insert(args2.end(), {kPlugin, "--input", in.string()});
+  e2e::Result r2 = cli(args2);
+  ASSERT_EQ(r2.exitCode, 0) << r2.err;
+  EXPECT_EQ(e2e::finalCounts(r1.out + r2.out), e2e::expectedCounts(e2e::readFile(in)));
+}
+
 TEST_F(S3Job, BadS3LocationsAreOneClearErrorBeforeTheJobStarts) {
   struct Case {
     std::string dir, messagePart;

@@ -124,6 +124,10 @@ TEST_F(S3Job, WordCountAndIncrementalRocksDbAtParallelism2KilledAndRestoredFromS
     e2e::Result inspected = cli({"inspect", snapshot});
     EXPECT_EQ(inspected.exitCode, 0) << inspected.err;
     EXPECT_NE(inspected.out.find(cls), std::string::npos) << inspected.out;
+    // state ls reads it on S3 too.
+    e2e::Result states = cli({"state", "ls", snapshot});
+    EXPECT_EQ(states.exitCode, 0) << states.err;
+    EXPECT_NE(states.out.find("counts"), std::string::npos) << states.out;
     // convert writes a canonical savepoint onto S3 too, and refuses a prefix with objects.
     std::string converted = root_ + "/converted-" + cls;
     e2e::Result conv = cli({"convert", snapshot, converted});

@@ -3,8 +3,10 @@
 #include <spdlog/spdlog.h>
 
 #include <filesystem>
+#include <map>
 #include <iostream>
 
+#include "jobhost/state/s3_storage.h"
 #include "jobhost/stream.h"
 #include "config/rocksdb_settings.h"
 #include "job_work_directory.h"
@@ -31,10 +33,11 @@ std::string localPathOf(const Configuration& config, const std::string& key) {
       throw ConfigError(key + " = '" + v + "': a file URI needs an absolute path, e.g. file:///var/lib/jobhost");
     return path;
   }
+  if (state::isObjectStoreUri(v)) return v;  // s3://bucket/prefix: checkpoint storage on an object store
   auto colon = v.find("://");
   if (colon != std::string::npos)
     throw ConfigError(key + " = '" + v + "' (from " + config.origin(key) + "): the storage scheme '" +
-                      v.substr(0, colon) + "' is not supported; use a local path or file:///");
+                      v.substr(0, colon) + "' is not supported; use a local path, file:/// or s3://bucket/prefix");
   return v;
 }
 
@@ -62,6 +65,13 @@ void loadUserConfiguration(const std::optional<std::string>& configFile, const s
   if (file) config->loadYamlFile(*file);
   for (const auto& d : defines) config->setFromArgument(d);
   if (parallelism) config->set("parallelism.default", std::to_string(*parallelism), Configuration::Layer::kCommandLine);
+  // S3 checkpoint storage (s3://…) is opened with these everywhere in this process.
+  std::map<std::string, std::string> s3Keys;
+  for (const auto& [k, v] : config->effective())
+    if (k.rfind("s3.", 0) == 0) s3Keys[k] = v;
+  auto s3 = state::s3OptionsFrom(s3Keys);
+  if (!s3.ok()) throw ConfigError(s3.status().message());
+  state::setDefaultS3Options(*s3);
 }
 
 std::unique_ptr<Job> createJob(const JobClassInfo& info) {
@@ -152,8 +162,16 @@ int setupJob(const RunOptions& o, JobSetup* s, const PluginOpenOptions& pluginOp
         static_cast<int>(config.getInt("execution.checkpointing.tolerable-failed-checkpoints", 0, 1000000));
     createRestartStrategy(config);  // validates the restart-strategy.* keys now
     std::string dir = localPathOf(config, "state.checkpoints.dir");
-    s->checkpointDir = fs::absolute(dir.empty() ? defaultCheckpointDir() : dir).string();
+    s->checkpointDir = state::isObjectStoreUri(dir) ? dir : fs::absolute(dir.empty() ? defaultCheckpointDir() : dir).string();
     s->savepointDir = localPathOf(config, "state.savepoints.dir");
+    // An object store's URI and credentials are checked now, not at the first checkpoint.
+    for (auto [key, uri] : {std::pair<const char*, std::string*>{"state.checkpoints.dir", &s->checkpointDir},
+                            {"state.savepoints.dir", &s->savepointDir}}) {
+      if (!state::isObjectStoreUri(*uri)) continue;
+      while (uri->size() > uri->find("://") + 3 && uri->back() == '/') uri->pop_back();
+      auto opened = state::openStorage(*uri);
+      if (!opened.ok()) throw ConfigError(std::string(key) + " = '" + *uri + "': " + opened.status().message());
+    }
     std::string retention = config.getString("execution.checkpointing.externalized-checkpoint-retention");
     if (retention != "RETAIN_ON_CANCELLATION" && retention != "DELETE_ON_CANCELLATION")
       throw ConfigError("execution.checkpointing.externalized-checkpoint-retention = '" + retention +

@@ -1,6 +1,8 @@
 // The supervisor of `jobhost run`: see job_supervisor.h.
 #include "job_supervisor.h"
 
+#include "jobhost/state/s3_storage.h"
+
 #include <capnp/message.h>
 #include <capnp/serialize.h>
 #include <fcntl.h>
@@ -160,15 +162,17 @@ int JobSupervisor::prepare() {
   }
   if (checkpointing) {
     fs::path jobDir = fs::path(setup_.checkpointDir) / jobId_;
-    std::error_code ec;
-    fs::create_directories(jobDir / state::kSharedDirName, ec);
-    if (!ec) fs::create_directories(jobDir / state::kTaskOwnedDirName, ec);
-    if (ec) {
-      std::cerr << "error: cannot create the checkpoint directory " << jobDir.string() << ": " << ec.message()
-                << " (set state.checkpoints.dir to a writable directory)\n";
-      return kExitUsage;
+    if (!state::isObjectStoreUri(setup_.checkpointDir)) {  // an object store has no directories to make
+      std::error_code ec;
+      fs::create_directories(jobDir / state::kSharedDirName, ec);
+      if (!ec) fs::create_directories(jobDir / state::kTaskOwnedDirName, ec);
+      if (ec) {
+        std::cerr << "error: cannot create the checkpoint directory " << jobDir.string() << ": " << ec.message()
+                  << " (set state.checkpoints.dir to a writable directory)\n";
+        return kExitUsage;
+      }
+      syncDirectories(jobDir);
     }
-    syncDirectories(jobDir);
     auto lock = JobDirectoryLock::acquire(jobDir.string(), me);
     if (!lock.ok()) {
       std::cerr << "error: " << lock.status().message() << "\n";
@@ -224,7 +228,7 @@ state::Result<std::string> JobSupervisor::savepoint(const std::optional<std::str
   sendLocked([&](wire::ToWorker::Builder b) {
     auto sp = b.initSavepoint();
     sp.setRequestId(id);
-    sp.setTargetDir(fs::absolute(dir).string());
+    sp.setTargetDir(state::isObjectStoreUri(dir) ? dir : fs::absolute(dir).string());
     sp.setCanonical(format == state::SnapshotFormat::kCanonical);
     sp.setStop(stop);
     sp.setDrain(stop && drain);
@@ -457,6 +461,9 @@ void JobSupervisor::discardCheckpointsOnCancel() {
     // user took into this directory, say) is not a checkpoint and stays, and so does the
     // directory then.
     fs::path dir(jobDir_);
+    if (state::isObjectStoreUri(jobDir_)) {
+      jobLock_.reset();  // deletes the lease object; an object store has no directories left over
+    } else {
     for (const auto& e : fs::directory_iterator(dir, ec))
       if (e.is_directory(ec) && (e.path().filename() == state::kSharedDirName ||
                                  e.path().filename() == state::kTaskOwnedDirName ||
@@ -469,6 +476,7 @@ void JobSupervisor::discardCheckpointsOnCancel() {
     if (ec == std::errc::directory_not_empty) {
       spdlog::info("kept {}: it holds files that are not checkpoints", jobDir_);
       ec.clear();
+    }
     }
   }
   if (!s.ok() || ec)

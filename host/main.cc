@@ -20,6 +20,7 @@ using namespace jobhost::host;
 
 namespace {
 
+
 const char* kExitCodes =
     "Exit codes:\n"
     "  0    success (the job finished, or the check passed)\n"

@@ -1,5 +1,7 @@
 #include "checkpoint/checkpoint_coordinator.h"
 
+#include "jobhost/state/s3_storage.h"
+
 #include "config/units.h"
 #include "jobhost/state/checkpoint_layout.h"
 
@@ -498,7 +500,54 @@ state::Result<fs::path> existingPath(const std::string& input) {
 
 }  // namespace
 
+/// The newest complete, readable checkpoint of the job directory `storage` (named `input`).
+state::Result<ResolvedSnapshot> latestOfJobDirectory(const std::string& input, const std::string& dir) {
+  auto storage = state::openStorage(dir);
+  if (!storage.ok()) return storage.status();
+  auto registry = state::SnapshotRegistry::load(std::move(*storage));
+  if (!registry.ok()) return registry.status();
+  std::vector<uint64_t> ids = registry->checkpointIds();
+  std::vector<std::string> unreadableNewer;
+  for (const auto& [d, reason] : registry->unreadable())
+    if (auto id = state::parseCheckpointDirName(d); id && (ids.empty() || *id > ids.back()))
+      unreadableNewer.push_back(d + " (" + reason + ")");
+  if (ids.empty()) {
+    std::string more = unreadableNewer.empty() ? "" : "; unreadable: " + unreadableNewer.front();
+    return Status::NotFound("'" + input + "' is not a snapshot: it has no _metadata and no completed chk-<n>" + more);
+  }
+  auto r = openSnapshotDir(fs::path(dir) / state::checkpointDirName(ids.back()));
+  if (!r.ok()) return r.status();
+  r->note = "using the latest complete checkpoint in " + dir + ": " + state::checkpointDirName(ids.back());
+  for (const auto& u : unreadableNewer) r->note += "; skipped the newer " + u + ", whose _metadata cannot be read";
+  return r;
+}
+
+/// A snapshot on an object store: s3://…/chk-<n>[/_metadata], a savepoint, or (if
+/// jobDirectoryToo) a job's checkpoint directory.
+state::Result<ResolvedSnapshot> resolveObjectStoreSnapshot(const std::string& input, bool jobDirectoryToo) {
+  std::string dir = input;
+  const size_t bucketStart = dir.find("://") + 3;
+  while (dir.size() > bucketStart && dir.back() == '/') dir.pop_back();
+  if (dir.size() <= bucketStart) return Status::InvalidArgument("'" + input + "' names no bucket: pass s3://bucket/prefix/...");
+  const std::string meta = std::string("/") + state::kMetadataFileName;
+  bool namedMetadata = dir.size() > meta.size() && dir.compare(dir.size() - meta.size(), meta.size(), meta) == 0;
+  if (namedMetadata) dir.resize(dir.size() - meta.size());
+  size_t slash = dir.rfind('/');
+  if (slash != std::string::npos && slash > bucketStart && slash + 1 < dir.size()) {
+    auto parent = state::openStorage(dir.substr(0, slash));
+    if (!parent.ok()) return parent.status();
+    std::string name = dir.substr(slash + 1);
+    if ((*parent)->exists(name + meta)) return openSnapshotDir(fs::path(dir));
+    if (namedMetadata) return Status::NotFound("snapshot path '" + input + "' does not exist");
+  }
+  if (!jobDirectoryToo)
+    return Status::InvalidArgument("'" + input + "' is not a snapshot: pass a chk-<n> or savepoint directory (one that "
+                                   "holds a _metadata object) or that _metadata object");
+  return latestOfJobDirectory(input, dir);
+}
+
 state::Result<ResolvedSnapshot> openSnapshot(const std::string& input) {
+  if (state::isObjectStoreUri(input)) return resolveObjectStoreSnapshot(input, false);
   auto p = existingPath(input);
   if (!p.ok()) return p.status();
   if (fs::is_regular_file(*p) && p->filename() == state::kMetadataFileName) return openSnapshotDir(p->parent_path());
@@ -508,6 +557,7 @@ state::Result<ResolvedSnapshot> openSnapshot(const std::string& input) {
 }
 
 state::Result<ResolvedSnapshot> resolveSnapshot(const std::string& input) {
+  if (state::isObjectStoreUri(input)) return resolveObjectStoreSnapshot(input, true);
   auto p = existingPath(input);
   if (!p.ok()) return p.status();
   if (fs::is_regular_file(*p)) {
@@ -519,24 +569,7 @@ state::Result<ResolvedSnapshot> resolveSnapshot(const std::string& input) {
   if (!fs::is_directory(*p)) return Status::InvalidArgument("'" + input + "' is neither a file nor a directory");
   if (fs::exists(*p / state::kMetadataFileName)) return openSnapshotDir(*p);
   // A job's checkpoint directory: its newest complete checkpoint that can be read.
-  auto storage = state::openStorage(p->string());
-  if (!storage.ok()) return storage.status();
-  auto registry = state::SnapshotRegistry::load(std::move(*storage));
-  if (!registry.ok()) return registry.status();
-  std::vector<uint64_t> ids = registry->checkpointIds();
-  std::vector<std::string> unreadableNewer;
-  for (const auto& [dir, reason] : registry->unreadable())
-    if (auto id = state::parseCheckpointDirName(dir); id && (ids.empty() || *id > ids.back()))
-      unreadableNewer.push_back(dir + " (" + reason + ")");
-  if (ids.empty()) {
-    std::string more = unreadableNewer.empty() ? "" : "; unreadable: " + unreadableNewer.front();
-    return Status::NotFound("'" + input + "' is not a snapshot: it has no _metadata and no completed chk-<n>" + more);
-  }
-  auto r = openSnapshotDir(*p / state::checkpointDirName(ids.back()));
-  if (!r.ok()) return r.status();
-  r->note = "using the latest complete checkpoint in " + p->string() + ": " + state::checkpointDirName(ids.back());
-  for (const auto& u : unreadableNewer) r->note += "; skipped the newer " + u + ", whose _metadata cannot be read";
-  return r;
+  return latestOfJobDirectory(input, p->string());
 }
 
 }  // namespace jobhost::host

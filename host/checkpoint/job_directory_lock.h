@@ -10,11 +10,25 @@
 // control sockets. The file records who holds it (pid, job id, class, purpose) so a
 // refusal can name the holder.
 //
-// Local directories only (flock); an object store needs its own lease (issue 17).
+// On an object store (s3://…) there is no flock: the lock is a lease object `<dir>/.lock`
+// created with a conditional put (If-None-Match: *, so exactly one of two racing
+// acquirers gets it), recording the holder, an owner id and an expiry (kLeaseSeconds
+// ahead). A thread of the holder renews it every kLeaseSeconds/3 (delete + conditional
+// put: another acquirer can only slip in if the renewal itself is late past the expiry
+// window); release deletes it if it is still ours. A holder killed with SIGKILL leaves
+// the lease behind until it expires: an acquirer before then is refused with the holder
+// and the expiry named, unless it runs on the holder's host and the holder's pid no longer
+// exists (then it takes the lease over at once); after the expiry the stale lease is
+// replaced. Guarantee: while the
+// holder runs and can reach the store at least once per kLeaseSeconds/3, nobody else
+// acquires the lock; a holder cut off from the store longer than kLeaseSeconds may lose
+// it (it logs an error when a renewal finds the lease gone or someone else's). Workers
+// do not share the lease (the supervisor renews it for the job).
 //
 // Thread-safety: a JobDirectoryLock is used by one thread; holder() is thread-safe.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -32,8 +46,13 @@ struct LockHolder {
 /// "job 3f0c9a... (WordCount, pid 4242)" / "jobhost gc (pid 4242)".
 std::string describeHolder(const LockHolder& h);
 
+class ObjectStoreLease;  // job_directory_lock.cc
+
 class JobDirectoryLock {
  public:
+  /// Lifetime of an object-store lease without renewal.
+  static constexpr int kLeaseSeconds = 30;
+
   /// Takes the lock of directory `dir` (which must exist), without waiting. If another
   /// process holds it: an error whose message names `dir` and the holder, and *heldBy
   /// (if given) is set. Other errors (cannot create the lock file) name the OS reason.
@@ -43,14 +62,16 @@ class JobDirectoryLock {
   /// Does not take it.
   static std::optional<LockHolder> holder(const std::string& dir);
 
-  JobDirectoryLock(JobDirectoryLock&& o) noexcept : fd_(o.fd_), dir_(std::move(o.dir_)) { o.fd_ = -1; }
+  JobDirectoryLock(JobDirectoryLock&& o) noexcept : fd_(o.fd_), dir_(std::move(o.dir_)), lease_(std::move(o.lease_)) {
+    o.fd_ = -1;
+  }
   JobDirectoryLock& operator=(JobDirectoryLock&& o) noexcept;
   JobDirectoryLock(const JobDirectoryLock&) = delete;
   JobDirectoryLock& operator=(const JobDirectoryLock&) = delete;
   ~JobDirectoryLock() { release(); }
 
   /// The locked file's descriptor (close-on-exec). A child process that should share the
-  /// lock gets a dup of it without FD_CLOEXEC.
+  /// lock gets a dup of it without FD_CLOEXEC. -1 for an object-store lease.
   int fd() const { return fd_; }
   const std::string& directory() const { return dir_; }
   /// Releases the lock (also when the directory was deleted meanwhile).
@@ -60,6 +81,7 @@ class JobDirectoryLock {
   JobDirectoryLock(int fd, std::string dir) : fd_(fd), dir_(std::move(dir)) {}
   int fd_ = -1;
   std::string dir_;
+  std::shared_ptr<ObjectStoreLease> lease_;  // object stores only
 };
 
 }  // namespace jobhost::host

@@ -9,6 +9,7 @@
 #include <iostream>
 #include <thread>
 
+#include "jobhost/state/s3_storage.h"
 #include "checkpoint/checkpoint_coordinator.h"
 #include "checkpoint/job_directory_lock.h"
 #include "config/units.h"
@@ -64,6 +65,11 @@ std::optional<JobEndpoint> findJob(const std::string& idOrPrefix) {
 
 std::optional<std::string> absoluteDir(const std::optional<std::string>& dir) {
   if (!dir || dir->empty()) return std::nullopt;
+  if (state::isObjectStoreUri(*dir)) {  // s3://bucket/prefix: the job opens it as it is
+    std::string s = *dir;
+    while (!s.empty() && s.back() == '/') s.pop_back();
+    return s;
+  }
   std::string s = fs::absolute(*dir).lexically_normal().string();
   while (s.size() > 1 && s.back() == '/') s.pop_back();
   return s;
@@ -179,7 +185,9 @@ int disposeSavepointCommand(const std::string& path) {
   state::Status s = registry->discard(dir.filename().string(), &removed);
   if (!s.ok()) {
     std::cerr << "error: " << s.message() << "\n";
-    if (!fs::exists(dir / state::kMetadataFileName))
+    bool gone = state::isObjectStoreUri(r->directory) ? !r->storage->exists(dir.filename().string() + "/" + state::kMetadataFileName)
+                                                      : !fs::exists(dir / state::kMetadataFileName);
+    if (gone)
       std::cerr << "The snapshot no longer exists (its _metadata was removed first); what is left is garbage: "
                 << (checkpoint ? "jobhost gc " + owner.string() : "rm -r " + dir.string()) << "\n";
     return kExitJobFailed;

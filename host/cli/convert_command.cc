@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "jobhost/state/s3_storage.h"
 #include "checkpoint/checkpoint_coordinator.h"
 #include "cli/commands.h"
 #include "job_runner.h"
@@ -24,20 +25,32 @@ int convertCommand(const std::string& from, const std::string& outDir) {
     return kExitIncompatible;
   }
   std::error_code ec;
-  fs::path out = fs::absolute(outDir, ec);
-  if (fs::exists(out, ec) && !fs::is_empty(out, ec)) {
-    std::cerr << "error: " << out.string() << " already exists and is not empty; choose a new directory\n";
-    return kExitUsage;
-  }
-  fs::create_directories(out, ec);
-  if (ec) {
-    std::cerr << "error: cannot create " << out.string() << ": " << ec.message() << "\n";
-    return kExitUsage;
+  const bool objectStore = state::isObjectStoreUri(outDir);
+  fs::path out = objectStore ? fs::path(outDir) : fs::absolute(outDir, ec);
+  if (!objectStore) {
+    if (fs::exists(out, ec) && !fs::is_empty(out, ec)) {
+      std::cerr << "error: " << out.string() << " already exists and is not empty; choose a new directory\n";
+      return kExitUsage;
+    }
+    fs::create_directories(out, ec);
+    if (ec) {
+      std::cerr << "error: cannot create " << out.string() << ": " << ec.message() << "\n";
+      return kExitUsage;
+    }
   }
   auto storage = state::openStorage(out.string());
   if (!storage.ok()) {
     std::cerr << "error: " << storage.status().message() << "\n";
     return kExitUsage;
+  }
+  if (objectStore) {  // an object store has no directories: "exists" means "has objects"
+    std::vector<state::FileEntry> existing;
+    state::Status s = (*storage)->list("", &existing);
+    if (!s.ok() || !existing.empty()) {
+      std::cerr << "error: " << out.string()
+                << (s.ok() ? " already holds objects; choose a new prefix" : ": " + s.message()) << "\n";
+      return kExitUsage;
+    }
   }
   const state::CheckpointMetadata& m = src->metadata;
   state::CheckpointMetadata converted = m;
@@ -47,7 +60,8 @@ int convertCommand(const std::string& from, const std::string& outDir) {
   converted.stats = {};
   auto fail = [&](const std::string& what) {
     std::cerr << "error: cannot convert " << src->directory << ": " << what << "\n";
-    fs::remove_all(out, ec);
+    if (objectStore) (*storage)->removeAll("").ignoreError();
+    else fs::remove_all(out, ec);
     return kExitIncompatible;
   };
   size_t done = 0, total = 0;

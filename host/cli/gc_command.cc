@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "jobhost/state/s3_storage.h"
 #include "checkpoint/job_directory_lock.h"
 #include "cli/commands.h"
 #include "cli/table.h"
@@ -69,26 +70,64 @@ int collectWorkDirectories(const GcOptions& o) {
   return rc;
 }
 
+/// The checks of collectJobDirectory() for a job directory on an object store, by listing.
+int checkObjectStoreJobDirectory(const std::string& jobDir) {
+  auto storage = state::openStorage(jobDir);
+  if (!storage.ok()) {
+    std::cerr << "error: " << storage.status().message() << "\n";
+    return kExitUsage;
+  }
+  std::vector<state::FileEntry> files;
+  if (state::Status s = (*storage)->list("", &files); !s.ok()) {
+    std::cerr << "error: cannot list " << jobDir << ": " << s.message() << " — nothing was removed\n";
+    return kExitJobFailed;
+  }
+  bool looksLikeJobDir = false;
+  for (const auto& f : files) {
+    if (f.path == state::kMetadataFileName) {
+      std::cerr << "error: '" << jobDir
+                << "' is a single snapshot; pass the job directory that holds chk-<n>/ and shared/ (to delete a "
+                   "snapshot: jobhost savepoint -d)\n";
+      return kExitUsage;
+    }
+    std::string first = f.path.substr(0, f.path.find('/'));
+    looksLikeJobDir |= first == state::kSharedDirName || state::parseCheckpointDirName(first).has_value();
+  }
+  if (!looksLikeJobDir) {
+    std::cerr << "error: '" << jobDir << "' is not a job's checkpoint directory (no chk-<n>/ or shared/ in it); "
+              << "pass <state.checkpoints.dir>/<jobId>\n";
+    return kExitUsage;
+  }
+  return kExitOk;
+}
+
 int collectJobDirectory(const std::string& jobDirArg, bool dryRun) {
   std::error_code ec;
-  fs::path jobDir = fs::weakly_canonical(fs::absolute(jobDirArg), ec);
-  if (ec || !fs::is_directory(jobDir)) {
+  fs::path jobDir = state::isObjectStoreUri(jobDirArg) ? fs::path(jobDirArg) : fs::weakly_canonical(fs::absolute(jobDirArg), ec);
+  if (state::isObjectStoreUri(jobDirArg)) {
+    std::string trimmed = jobDirArg;
+    while (!trimmed.empty() && trimmed.back() == '/') trimmed.pop_back();
+    jobDir = fs::path(trimmed);
+    if (int rc = checkObjectStoreJobDirectory(trimmed); rc != kExitOk) return rc;
+  } else if (ec || !fs::is_directory(jobDir)) {
     std::cerr << "error: '" << jobDirArg << "' is not a directory; pass <state.checkpoints.dir>/<jobId>\n";
     return kExitUsage;
   }
-  if (fs::exists(jobDir / state::kMetadataFileName)) {
-    std::cerr << "error: '" << jobDirArg
-              << "' is a single snapshot; pass the job directory that holds chk-<n>/ and shared/ (to delete a "
-                 "snapshot: jobhost savepoint -d)\n";
-    return kExitUsage;
-  }
-  bool looksLikeJobDir = fs::exists(jobDir / state::kSharedDirName);
-  for (const auto& e : fs::directory_iterator(jobDir, ec))
-    looksLikeJobDir |= state::parseCheckpointDirName(e.path().filename().string()).has_value();
-  if (!looksLikeJobDir) {
-    std::cerr << "error: '" << jobDirArg << "' is not a job's checkpoint directory (no chk-<n>/ or shared/ in it); "
-              << "pass <state.checkpoints.dir>/<jobId>\n";
-    return kExitUsage;
+  if (!state::isObjectStoreUri(jobDirArg)) {
+    if (fs::exists(jobDir / state::kMetadataFileName)) {
+      std::cerr << "error: '" << jobDirArg
+                << "' is a single snapshot; pass the job directory that holds chk-<n>/ and shared/ (to delete a "
+                   "snapshot: jobhost savepoint -d)\n";
+      return kExitUsage;
+    }
+    bool looksLikeJobDir = fs::exists(jobDir / state::kSharedDirName);
+    for (const auto& e : fs::directory_iterator(jobDir, ec))
+      looksLikeJobDir |= state::parseCheckpointDirName(e.path().filename().string()).has_value();
+    if (!looksLikeJobDir) {
+      std::cerr << "error: '" << jobDirArg << "' is not a job's checkpoint directory (no chk-<n>/ or shared/ in it); "
+                << "pass <state.checkpoints.dir>/<jobId>\n";
+      return kExitUsage;
+    }
   }
   auto lock = JobDirectoryLock::acquire(jobDir.string(), {static_cast<int>(::getpid()), "", "", "gc"});
   if (!lock.ok()) {
@@ -143,6 +182,15 @@ int collectJobDirectory(const std::string& jobDirArg, bool dryRun) {
 }  // namespace
 
 int gcCommand(const GcOptions& o) {
+  if (o.jobDir && state::isObjectStoreUri(*o.jobDir)) {
+    try {  // the s3.* keys of the configuration (endpoint, keys) for the job directory
+      Configuration config;
+      loadUserConfiguration(o.configFile, o.defines, std::nullopt, &config);
+    } catch (const ConfigError& e) {
+      std::cerr << "error: " << e.what() << "\n";
+      return kExitUsage;
+    }
+  }
   int rc = o.jobDir ? collectJobDirectory(*o.jobDir, o.dryRun) : kExitOk;
   if (rc == kExitUsage) return rc;  // a wrong argument: nothing else is touched either
   int work = collectWorkDirectories(o);

@@ -6,6 +6,7 @@
 #include <set>
 #include <sstream>
 
+#include "jobhost/state/s3_storage.h"
 #include "checkpoint/checkpoint_coordinator.h"
 #include "cli/commands.h"
 #include "cli/row_output.h"
@@ -138,26 +139,51 @@ int inspectCommand(const std::string& path, bool json) {
   return kExitOk;
 }
 
-int checkpointsCommand(const std::string& jobDir) {
+int checkpointsCommand(const std::string& jobDirArg) {
   std::error_code ec;
-  if (!fs::is_directory(jobDir, ec)) {
+  std::string jobDir = jobDirArg;
+  bool objectStore = state::isObjectStoreUri(jobDir);
+  while (objectStore && !jobDir.empty() && jobDir.back() == '/') jobDir.pop_back();
+  // On an object store: chk-<n> "directories" and their _metadata from one listing.
+  std::map<uint64_t, bool> listed;  // id -> has _metadata
+  if (objectStore) {
+    auto storage = state::openStorage(jobDir);
+    std::vector<state::FileEntry> files;
+    state::Status s = storage.ok() ? (*storage)->list("", &files) : storage.status();
+    if (!s.ok()) {
+      std::cerr << "error: cannot list " << jobDir << ": " << s.message() << "\n";
+      return s.isInvalidArgument() ? kExitUsage : kExitJobFailed;
+    }
+    for (const auto& f : files) {
+      size_t slash = f.path.find('/');
+      if (slash == std::string::npos) continue;
+      if (auto id = state::parseCheckpointDirName(f.path.substr(0, slash))) {
+        listed[*id] |= f.path.substr(slash + 1) == state::kMetadataFileName;
+      }
+    }
+  }
+  if (!objectStore && !fs::is_directory(jobDir, ec)) {
     std::cerr << "error: '" << jobDir << "' is not a directory; pass <state.checkpoints.dir>/<jobId>\n";
     return kExitUsage;
   }
   std::vector<std::pair<uint64_t, fs::path>> chks;
-  for (const auto& e : fs::directory_iterator(jobDir, ec)) {
-    auto id = state::parseCheckpointDirName(e.path().filename().string());
-    if (id && e.is_directory()) chks.emplace_back(*id, e.path());
+  if (objectStore) {
+    for (const auto& [id, complete] : listed) chks.emplace_back(id, fs::path(jobDir) / state::checkpointDirName(id));
+  } else {
+    for (const auto& e : fs::directory_iterator(jobDir, ec)) {
+      auto id = state::parseCheckpointDirName(e.path().filename().string());
+      if (id && e.is_directory()) chks.emplace_back(*id, e.path());
+    }
   }
   std::sort(chks.begin(), chks.end());
   if (chks.empty()) {
-    std::cout << "no checkpoints in " << fs::absolute(jobDir).string() << "\n";
+    std::cout << "no checkpoints in " << (objectStore ? jobDir : fs::absolute(jobDir).string()) << "\n";
     return kExitOk;
   }
   Table t({"ID", "STATUS", "KIND", "TIME", "NEW", "TOTAL", "ALIGNMENT", "DEPENDS ON", "PATH (pass to -s)"});
   for (const auto& [id, p] : chks) {
-    fs::path abs = fs::absolute(p);
-    if (!fs::exists(abs / state::kMetadataFileName)) {
+    fs::path abs = objectStore ? p : fs::absolute(p);
+    if (objectStore ? !listed[id] : !fs::exists(abs / state::kMetadataFileName)) {
       t.add({std::to_string(id), "INCOMPLETE", "-", "-", "-", "-", "-", "-", abs.string()});
       continue;
     }

@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include "jobhost/state/s3_storage.h"
 #include "cli/table.h"
 #include "config/configuration.h"
 #include "control/control_server.h"
@@ -67,6 +68,11 @@ int uiCommand(const UiCommandOptions& o) {
     Configuration config;
     loadUserConfiguration(o.configFile, o.defines, std::nullopt, &config);
     std::string dir = o.checkpointDir.value_or(config.get("state.checkpoints.dir").value_or(""));
+    if (state::isObjectStoreUri(dir)) {
+      std::cerr << "error: jobhost ui does not support s3:// checkpoint directories yet (" << dir
+                << "); pass a local one with --checkpoint-dir DIR (running jobs are shown either way)\n";
+      return kExitUsage;
+    }
     fs::path root = fs::absolute(dir.empty() ? defaultCheckpointDir() : dir).lexically_normal();
     if (!root.has_filename() && root.has_parent_path() && root != root.root_path()) root = root.parent_path();
     d.dashboard.checkpointDir = root.string();

@@ -50,6 +50,17 @@ const std::vector<ConfigKey>& knownConfigKeys() {
       {"pipeline.auto-watermark-interval", "200 ms",
        "How often watermark assigners (assignTimestampsAndWatermarks) emit a watermark; 0 disables periodic "
        "watermarks (a bounded input still ends with the maximum watermark)."},
+      {"s3.endpoint", nullptr,
+       "S3 checkpoint storage (s3://bucket/prefix): the endpoint URL, e.g. http://127.0.0.1:7480. Default: "
+       "$AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, else https://s3.<region>.amazonaws.com."},
+      {"s3.path.style.access", "false", "S3: address buckets as <endpoint>/<bucket> instead of <bucket>.<endpoint>."},
+      {"s3.access-key", nullptr, "S3: access key. Default: $AWS_ACCESS_KEY_ID."},
+      {"s3.secret-key", nullptr, "S3: secret key (never logged or shown). Default: $AWS_SECRET_ACCESS_KEY."},
+      {"s3.entropy.key", nullptr,
+       "S3: a path component of the checkpoint directory replaced by entropy in data files' keys (removed for "
+       "_metadata)."},
+      {"s3.entropy.length", "4", "S3: characters of entropy that replace s3.entropy.key (1-32)."},
+      {"s3.upload.min.part.size", "5mb", "S3: files above this size go up as multipart uploads in parts of this size."},
       {"state.local.dir", nullptr,
        "Working directories of rocksdb instances (<dir>/<jobId>/attempt-<n>, private). Default: "
        "$XDG_RUNTIME_DIR/jobhost/work, else /tmp/jobhost-<uid>/work."},

@@ -1,3 +1,4 @@
+#include "jobhost/state/s3_storage.h"
 #include "control/control_server.h"
 #include "private_directory.h"
 
@@ -89,14 +90,15 @@ rpc::JobState toWire(JobState s) {
 
 capnp::Text::Reader text(const std::string& s) { return capnp::Text::Reader(s.data(), s.size()); }
 
-/// A target directory from the wire: empty (the job's default) or an absolute path
-/// without `..` components, NUL bytes or absurd lengths.
+/// A target directory from the wire: empty (the job's default), an absolute path or an
+/// s3:// URI, without `..` components, NUL bytes or absurd lengths.
 std::optional<std::string> targetDirFromWire(capnp::Text::Reader t) {
   std::string s(t.cStr(), t.size());
   if (s.empty()) return std::nullopt;
   if (s.size() > kMaxTextBytes) throw CallFailure("target directory is longer than 4096 bytes");
   if (s.find('\0') != std::string::npos) throw CallFailure("target directory contains a NUL byte");
-  if (s[0] != '/') throw CallFailure("target directory '" + s + "' is not absolute");
+  if (s[0] != '/' && !state::isObjectStoreUri(s))
+    throw CallFailure("target directory '" + s + "' is not absolute (nor s3://bucket/prefix)");
   size_t pos = 0;
   while (pos <= s.size()) {
     size_t next = s.find('/', pos);

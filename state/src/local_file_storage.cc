@@ -29,6 +29,7 @@
 
 #include "jobhost/state/checkpoint_storage.h"
 #include "jobhost/state/file_system.h"
+#include "jobhost/state/s3_storage.h"
 #include "jobhost/state/status.h"
 
 namespace jobhost::state {
@@ -680,9 +681,10 @@ Result<std::unique_ptr<CheckpointStorage>> openStorage(const std::string& uriOrP
   }
   if (hasScheme) {
     std::string scheme = uriOrPath.substr(0, schemeEnd);
+    if (toLower(scheme) == "s3") return openS3Storage(uriOrPath, defaultS3Options());
     if (toLower(scheme) != "file") {
       return Status::InvalidArgument("unsupported storage scheme '" + scheme +
-                                     "'; use a local path or file:///");
+                                     "'; use a local path, file:/// or s3://bucket/prefix");
     }
     localPath = uriOrPath.substr(schemeEnd + 3);
     if (localPath.empty() || localPath.front() != '/') {

@@ -95,7 +95,7 @@ if [[ $generator == DEB ]]; then
   # Debian 12 package names of the libraries jobhost links. spdlog's shlibs name the
   # virtual package libspdlog1.10-fmt9 (provided by libspdlog1.10): spdlog's ABI
   # includes the fmt it was built with.
-  for dep in librocksdb7.8 libcapnp-0.9.2 'libspdlog1.10(-fmt9)?' libfmt9 libyaml-cpp0.7 libboost-filesystem1.74.0; do
+  for dep in librocksdb7.8 libcapnp-0.9.2 'libspdlog1.10(-fmt9)?' libfmt9 libyaml-cpp0.7 libboost-filesystem1.74.0 libcurl4 libexpat1; do
     grep -qE "(^|[ ,|])${dep//./\\.}([ ,(|]|$)" <<<"$depends" || fail "Depends lacks $dep: $depends"
   done
   grep -qw libboost-dev <<<"$(dpkg-deb -f "$pkg" Recommends)" || fail "Recommends lacks libboost-dev"

@@ -208,8 +208,8 @@ TEST(OpenStorageTest, RejectsOtherSchemesEmptyInputAndNonAbsoluteFileUris) {
     std::string messagePart;
   };
   const std::vector<Case> cases = {
-      {"s3://bucket/ckpt", "unsupported storage scheme 's3'; use a local path or file:///"},
-      {"hdfs://nn:8020/ckpt", "unsupported storage scheme 'hdfs'"},
+      {"s3:///ckpt", "no bucket"},
+      {"hdfs://nn:8020/ckpt", "unsupported storage scheme 'hdfs'; use a local path, file:/// or s3://bucket/prefix"},
       {"file://host/ckpt", "file:///"},
       {"file://", "file:///"},
       {"", "empty"},

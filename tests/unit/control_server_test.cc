@@ -230,6 +230,13 @@ TEST_F(ControlServerTest, DefaultTargetIsSentAsEmptyAndRelativeTargetsAreRefused
   auto dots = callSavepoint(path, "/a/../b", state::SnapshotFormat::kCanonical);
   ASSERT_FALSE(dots.ok());
   EXPECT_TRUE(contains(dots.status().message(), "'..'")) << dots.status();
+  // An object-store target goes to the job as it is (issue 17).
+  auto s3 = callSavepoint(path, "s3://bucket/savepoints", state::SnapshotFormat::kCanonical);
+  ASSERT_TRUE(s3.ok()) << s3.status();
+  EXPECT_EQ(job.lastTarget, std::optional<std::string>("s3://bucket/savepoints"));
+  auto s3dots = callSavepoint(path, "s3://bucket/../x", state::SnapshotFormat::kCanonical);
+  ASSERT_FALSE(s3dots.ok());
+  EXPECT_TRUE(contains(s3dots.status().message(), "'..'")) << s3dots.status();
 }
 
 TEST_F(ControlServerTest, CancelAndStopReachTheJob) {

@@ -1,0 +1,395 @@
+// End-to-end on a real Ceph RGW (tests/s3/rgw_environment.h): `jobhost run` with
+// checkpoints on s3://, kill -9, restore from the job's checkpoint directory on s3://,
+// exact counts; the object-store job-directory lease; clear errors from commands that do
+// not read s3:// yet.
+#include <signal.h>
+
+#include <chrono>
+#include <thread>
+
+#include "checkpoint/job_directory_lock.h"
+#include "e2e/cli_fixture.h"
+#include "jobhost/state/checkpoint_layout.h"
+#include "jobhost/state/s3_storage.h"
+#include "s3/rgw_environment.h"
+
+namespace js = jobhost::state;
+using e2e::kPlugin;
+namespace fs = std::filesystem;
+
+namespace {
+
+class S3Job : public e2e::Cli {
+ protected:
+  void SetUp() override {
+    const auto& r = s3test::rgw();
+    if (!r.started) {
+      if (s3test::requireS3()) FAIL() << "JOBHOST_REQUIRE_S3=1 but no S3 store: " << r.skipReason;
+      GTEST_SKIP() << "no S3 store, skipping (set JOBHOST_REQUIRE_S3=1 to fail instead): " << r.skipReason;
+    }
+    // The jobs get the credentials from the standard variables, the rest from -D.
+    ::setenv("AWS_ACCESS_KEY_ID", r.accessKey.c_str(), 1);
+    ::setenv("AWS_SECRET_ACCESS_KEY", r.secretKey.c_str(), 1);
+    prefix_ = std::string("e2e/") + ::testing::UnitTest::GetInstance()->current_test_info()->name() + "-" +
+              std::to_string(::getpid());
+    root_ = "s3://" + r.bucket + "/" + prefix_;
+    js::S3Options o;
+    o.endpoint = r.endpoint;
+    o.pathStyleAccess = true;
+    o.accessKey = r.accessKey;
+    o.secretKey = r.secretKey;
+    js::setDefaultS3Options(o);  // for JobDirectoryLock in this process
+    storage_ = js::openS3Storage(root_, o).value();
+  }
+
+  std::vector<std::string> s3Flags() const {
+    return {"-D", "state.checkpoints.dir=" + root_, "-D", "execution.checkpointing.interval=150ms", "-D",
+            "s3.endpoint=" + s3test::rgw().endpoint, "-D", "s3.path.style.access=true"};
+  }
+
+  // Job ids under the root with a complete checkpoint.
+  std::vector<std::string> jobsWithCheckpoint() {
+    std::vector<js::FileEntry> files;
+    std::vector<std::string> jobs;
+    if (!storage_->list("", &files).ok()) return jobs;
+    for (const auto& f : files) {
+      auto slash = f.path.find('/');
+      if (f.path.ends_with("/_metadata") && f.path.find("/chk-") != std::string::npos) {
+        std::string job = f.path.substr(0, slash);
+        if (std::find(jobs.begin(), jobs.end(), job) == jobs.end()) jobs.push_back(job);
+      }
+    }
+    return jobs;
+  }
+
+  std::string prefix_, root_;
+  std::unique_ptr<js::CheckpointStorage> storage_;
+};
+
+// WordCount (heap) and WordCountIncremental (rocksdb incremental) at p=2 checkpointing to
+// S3: kill -9 after a checkpoint, restore from the job directory on S3, exact counts; for
+// rocksdb also a savepoint to S3, moved to another prefix with awscli, restored at p=1.
+TEST_F(S3Job, WordCountAndIncrementalRocksDbAtParallelism2KilledAndRestoredFromS3KeepExactCounts) {
+  fs::path in = input(300);
+  const auto expected = e2e::expectedCounts(e2e::readFile(in));
+  std::vector<std::string> jobsBefore;
+  for (std::string cls : {"WordCount", "WordCountIncremental"}) {
+    SCOPED_TRACE(cls);
+    std::vector<std::string> args = {"run", "-c", cls, "-p", "2"};
+    for (auto& f : s3Flags()) args.push_back(f);
+    args.insert(args.end(), {kPlugin, "--input", in.string(), "--rate", "3000"});
+    e2e::Process p(jobhost(args), tmp / (cls + "-1.out"), tmp / (cls + "-1.err"));
+    std::string job;
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (std::chrono::steady_clock::now() < until && p.running() && job.empty()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      for (const auto& j : jobsWithCheckpoint())
+        if (std::find(jobsBefore.begin(), jobsBefore.end(), j) == jobsBefore.end()) job = j;
+    }
+    ASSERT_FALSE(job.empty()) << e2e::readFile(tmp / (cls + "-1.err"));
+    jobsBefore.push_back(job);
+    // A savepoint into S3 through the job's control socket (rocksdb: native format).
+    std::string savepoint;
+    if (cls == "WordCountIncremental") {
+      e2e::Result sp = cli({"savepoint", job, root_ + "/savepoints"});
+      ASSERT_EQ(sp.exitCode, 0) << sp.out << sp.err;
+      size_t at = sp.out.find("Path: ");
+      ASSERT_NE(at, std::string::npos) << sp.out;
+      savepoint = sp.out.substr(at + 6, sp.out.find('\n', at) - at - 6);
+      EXPECT_EQ(savepoint.rfind(root_ + "/savepoints/savepoint-", 0), 0u) << savepoint;
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(400));  // a few more checkpoints
+    }
+    p.signal(SIGKILL);
+    e2e::Result r1 = p.wait();
+    ASSERT_EQ(r1.exitCode, 128 + SIGKILL) << "the first run ended before it was killed: " << r1.err;
+    // Killed: its lease object is left behind (until it expires or is taken over).
+    EXPECT_TRUE(storage_->exists(job + "/" + js::kLockFileName));
+
+    // Restore from the job's checkpoint directory: its newest complete checkpoint.
+    std::vector<std::string> args2 = {"run", "-c", cls, "-p", "2", "-s", root_ + "/" + job};
+    for (auto& f : s3Flags()) args2.push_back(f);
+    args2.insert(args2.end(), {kPlugin, "--input", in.string()});
+    e2e::Result r2 = cli(args2);
+    ASSERT_EQ(r2.exitCode, 0) << r2.err;
+    EXPECT_NE(r2.err.find("using the latest complete checkpoint in " + root_ + "/" + job), std::string::npos) << r2.err;
+    EXPECT_NE(r2.err.find("restoring from snapshot " + root_ + "/" + job + "/chk-"), std::string::npos) << r2.err;
+    EXPECT_EQ(e2e::finalCounts(r1.out + r2.out), expected);
+
+    // inspect reads the checkpoint the restore used, on S3 (endpoint from the environment).
+    size_t at = r2.err.find("restoring from snapshot ");
+    ASSERT_NE(at, std::string::npos);
+    std::string snapshot = r2.err.substr(at + 24, r2.err.find('\n', at) - at - 24);
+    ::setenv("AWS_ENDPOINT_URL", s3test::rgw().endpoint.c_str(), 1);
+    e2e::Result inspected = cli({"inspect", snapshot});
+    EXPECT_EQ(inspected.exitCode, 0) << inspected.err;
+    EXPECT_NE(inspected.out.find(cls), std::string::npos) << inspected.out;
+    // state ls reads it on S3 too.
+    e2e::Result states = cli({"state", "ls", snapshot});
+    EXPECT_EQ(states.exitCode, 0) << states.err;
+    EXPECT_NE(states.out.find("counts"), std::string::npos) << states.out;
+    // convert writes a canonical savepoint onto S3 too, and refuses a prefix with objects.
+    std::string converted = root_ + "/converted-" + cls;
+    e2e::Result conv = cli({"convert", snapshot, converted});
+    EXPECT_EQ(conv.exitCode, 0) << conv.out << conv.err;
+    EXPECT_TRUE(storage_->exists("converted-" + cls + "/_metadata"));
+    e2e::Result again = cli({"convert", snapshot, converted});
+    EXPECT_EQ(again.exitCode, 2) << again.out << again.err;
+    EXPECT_NE(again.err.find("already holds objects"), std::string::npos) << again.err;
+    std::vector<std::string> fromConverted = {"run", "-c", cls, "-p", "2", "-s", converted};
+    for (auto& f : s3Flags()) fromConverted.push_back(f);
+    fromConverted.insert(fromConverted.end(), {kPlugin, "--input", in.string()});
+    e2e::Result rc = cli(fromConverted);
+    ASSERT_EQ(rc.exitCode, 0) << rc.err;
+    EXPECT_EQ(e2e::finalCounts(r1.out + rc.out), expected);
+    // checkpoints lists the killed job's checkpoints on S3, the one restored among them.
+    e2e::Result listed = cli({"checkpoints", root_ + "/" + job});
+    EXPECT_EQ(listed.exitCode, 0) << listed.err;
+    EXPECT_NE(listed.out.find("COMPLETED"), std::string::npos) << listed.out;
+    EXPECT_NE(listed.out.find(snapshot), std::string::npos) << listed.out;
+    // gc of the killed job's directory: the lease it left names a pid of this host that no
+    // longer runs, so gc takes it over at once (and releases it).
+    e2e::Result gc = cli({"gc", "--dry-run", root_ + "/" + job});
+    EXPECT_EQ(gc.exitCode, 0) << gc.out << gc.err;
+    EXPECT_NE(gc.err.find("that process no longer runs on this host"), std::string::npos) << gc.err;
+    EXPECT_FALSE(storage_->exists(job + "/" + js::kLockFileName));
+    ::unsetenv("AWS_ENDPOINT_URL");
+
+    if (!savepoint.empty()) {
+      // The savepoint, moved to another prefix by an independent client, restores there.
+      std::string moved = root_ + "/moved/" + savepoint.substr(savepoint.rfind('/') + 1);
+      int status = 0;
+      std::string cp = "env AWS_ACCESS_KEY_ID=" + s3test::rgw().accessKey + " AWS_SECRET_ACCESS_KEY=" +
+                       s3test::rgw().secretKey + " AWS_DEFAULT_REGION=us-east-1 " +
+                       (fs::exists("/usr/bin/aws") ? "/usr/bin/aws" : "aws") + " --endpoint-url " +
+                       s3test::rgw().endpoint + " s3 mv --recursive --only-show-errors " + savepoint + " " + moved + " 2>&1";
+      std::string cpOut = s3test::run(cp, &status);
+      ASSERT_EQ(status, 0) << cp << "\n" << cpOut;
+      std::vector<std::string> args3 = {"run", "-c", cls, "-p", "1", "-s", moved};
+      for (auto& f : s3Flags()) args3.push_back(f);
+      args3.insert(args3.end(), {kPlugin, "--input", in.string()});
+      e2e::Result r3 = cli(args3);
+      ASSERT_EQ(r3.exitCode, 0) << r3.err;
+      EXPECT_NE(r3.err.find("restoring from snapshot " + moved), std::string::npos) << r3.err;
+      EXPECT_EQ(e2e::finalCounts(r1.out + r3.out), expected);
+      // savepoint -d disposes of it on S3: every object of it goes.
+      ::setenv("AWS_ENDPOINT_URL", s3test::rgw().endpoint.c_str(), 1);
+      e2e::Result disposed = cli({"savepoint", "-d", moved});
+      ::unsetenv("AWS_ENDPOINT_URL");
+      EXPECT_EQ(disposed.exitCode, 0) << disposed.out << disposed.err;
+      EXPECT_NE(disposed.out.find("Savepoint '" + moved + "' disposed"), std::string::npos) << disposed.out;
+      std::vector<js::FileEntry> left;
+      ASSERT_TRUE(storage_->list(moved.substr(root_.size() + 1), &left).ok());
+      EXPECT_TRUE(left.empty()) << left.size() << " objects left, e.g. " << (left.empty() ? "" : left[0].path);
+    }
+  }
+  // The restored runs finished and gc took the killed runs' leases over: none is left.
+  std::vector<js::FileEntry> files;
+  ASSERT_TRUE(storage_->list("", &files).ok());
+  std::vector<std::string> leases;
+  for (const auto& f : files)
+    if (f.path.ends_with("/.lock")) leases.push_back(f.path);
+  EXPECT_EQ(leases, std::vector<std::string>{});
+}
+
+TEST_F(S3Job, TheObjectStoreLeaseAdmitsOneHolderAndNamesIt) {
+  std::string dir = root_ + "/job-a";
+  jobhost::host::LockHolder me{static_cast<int>(::getpid()), "job-a", "WordCount", "running job"};
+  auto first = jobhost::host::JobDirectoryLock::acquire(dir, me);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_TRUE(storage_->exists("job-a/.lock"));
+  std::optional<jobhost::host::LockHolder> heldBy;
+  auto second = jobhost::host::JobDirectoryLock::acquire(dir, {1, "", "", "gc"}, &heldBy);
+  ASSERT_FALSE(second.ok());
+  EXPECT_NE(second.status().message().find("in use by job job-a (WordCount, pid " + std::to_string(::getpid())),
+            std::string::npos)
+      << second.status();
+  EXPECT_NE(second.status().message().find("expires in"), std::string::npos) << second.status();
+  ASSERT_TRUE(heldBy.has_value());
+  EXPECT_EQ(heldBy->jobId, "job-a");
+  auto h = jobhost::host::JobDirectoryLock::holder(dir);
+  ASSERT_TRUE(h.has_value());
+  EXPECT_EQ(h->purpose, "running job");
+  first->release();
+  EXPECT_FALSE(storage_->exists("job-a/.lock"));
+  auto third = jobhost::host::JobDirectoryLock::acquire(dir, {1, "", "", "gc"});
+  EXPECT_TRUE(third.ok()) << third.status();
+
+  // A live-looking lease of another host is refused until it expires, naming it.
+  ASSERT_TRUE(storage_->put("job-f/.lock", "pid 1\njob other\nclass WordCount\nhost elsewhere\nowner elsewhere:1:x\n"
+                                           "expires " + std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                std::chrono::system_clock::now().time_since_epoch()).count() + 20000) +
+                                           "\n").ok());
+  auto foreign = jobhost::host::JobDirectoryLock::acquire(root_ + "/job-f", me);
+  ASSERT_FALSE(foreign.ok());
+  EXPECT_NE(foreign.status().message().find("in use by job other (WordCount, pid 1) on host elsewhere"), std::string::npos)
+      << foreign.status();
+  EXPECT_NE(foreign.status().message().find("retry after the lease expires"), std::string::npos) << foreign.status();
+  // A lease whose holder stopped renewing it (killed) is replaced once it has expired.
+  ASSERT_TRUE(storage_->put("job-b/.lock", "pid 1\njob old\nowner gone:1:x\nexpires 1000\n").ok());
+  auto stale = jobhost::host::JobDirectoryLock::acquire(root_ + "/job-b", me);
+  EXPECT_TRUE(stale.ok()) << stale.status();
+  std::string text;
+  ASSERT_TRUE(storage_->get("job-b/.lock", &text).ok());
+  EXPECT_NE(text.find("job job-a"), std::string::npos) << text;
+}
+
+TEST_F(S3Job, GcOnS3RemovesWhatNoCheckpointNeedsAndRefusesASnapshot) {
+  ::setenv("AWS_ENDPOINT_URL", s3test::rgw().endpoint.c_str(), 1);
+  // A job directory whose chk-2 never completed (no _metadata) and a stray shared file.
+  ASSERT_TRUE(storage_->put("job-d/chk-2/counts-0.kg", "partial").ok());
+  ASSERT_TRUE(storage_->put("job-d/shared/orphan.sst", "orphan").ok());
+  // And a multipart upload a crashed job left unfinished (started by the independent client).
+  int status = 0;
+  std::string aws = "env AWS_ACCESS_KEY_ID=" + s3test::rgw().accessKey + " AWS_SECRET_ACCESS_KEY=" +
+                    s3test::rgw().secretKey + " AWS_DEFAULT_REGION=us-east-1 " +
+                    (fs::exists("/usr/bin/aws") ? "/usr/bin/aws" : "aws") + " --endpoint-url " + s3test::rgw().endpoint +
+                    " s3api ";
+  std::string created = s3test::run(aws + "create-multipart-upload --bucket " + s3test::rgw().bucket + " --key " + prefix_ +
+                                        "/job-d/chk-2/counts-1.kg 2>&1",
+                                    &status);
+  ASSERT_EQ(status, 0) << created;
+  e2e::Result dry = cli({"gc", "--dry-run", root_ + "/job-d"});
+  EXPECT_EQ(dry.exitCode, 0) << dry.out << dry.err;
+  EXPECT_NE(dry.out.find("would remove 3 files"), std::string::npos) << dry.out;
+  EXPECT_NE(dry.out.find("unfinished upload"), std::string::npos) << dry.out;
+  EXPECT_TRUE(storage_->exists("job-d/chk-2/counts-0.kg"));
+  e2e::Result gc = cli({"gc", root_ + "/job-d"});
+  EXPECT_EQ(gc.exitCode, 0) << gc.out << gc.err;
+  EXPECT_FALSE(storage_->exists("job-d/chk-2/counts-0.kg"));
+  EXPECT_FALSE(storage_->exists("job-d/shared/orphan.sst"));
+  EXPECT_FALSE(storage_->exists("job-d/.lock"));  // gc's own lease is gone again
+  std::string uploads = s3test::run(aws + "list-multipart-uploads --bucket " + s3test::rgw().bucket + " --prefix " +
+                                        prefix_ + "/ --query Uploads[].Key --output text 2>&1",
+                                    &status);
+  EXPECT_EQ(uploads, "None\n");
+  ASSERT_TRUE(storage_->put("job-e/chk-1/_metadata", "x").ok());
+  e2e::Result single = cli({"gc", root_ + "/job-e/chk-1"});
+  EXPECT_EQ(single.exitCode, 2) << single.out << single.err;
+  EXPECT_NE(single.err.find("is a single snapshot"), std::string::npos) << single.err;
+  ::unsetenv("AWS_ENDPOINT_URL");
+}
+
+// tests/s3/fault_proxy.py in front of RGW: the job's own HTTP traffic gets real error
+// answers from a server.
+class FaultProxy {
+ public:
+  FaultProxy(const fs::path& dir, const std::string& rule)
+      : portFile_(dir / ("proxy-" + fileName(rule) + ".port")),
+        out_(dir / ("proxy-" + fileName(rule) + ".out")),
+        p_({"/usr/bin/python3", JOBHOST_FAULT_PROXY, s3test::rgw().endpoint, rule, portFile_.string()}, out_,
+           dir / ("proxy-" + fileName(rule) + ".err")) {
+    for (int i = 0; i < 500 && !fs::exists(portFile_); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (fs::exists(portFile_)) endpoint_ = "http://127.0.0.1:" + e2e::readFile(portFile_);
+  }
+  ~FaultProxy() { p_.signal(SIGKILL); }
+  const std::string& endpoint() const { return endpoint_; }
+  size_t injected() const {
+    std::string out = e2e::readFile(out_);
+    return static_cast<size_t>(std::count(out.begin(), out.end(), '\n'));
+  }
+  std::string log() const { return e2e::readFile(out_); }
+
+ private:
+  static std::string fileName(std::string rule) {
+    std::replace(rule.begin(), rule.end(), '/', '_');
+    return rule;
+  }
+
+  fs::path portFile_, out_;
+  e2e::Process p_;
+  std::string endpoint_;
+};
+
+TEST_F(S3Job, SlowDownAnswersAreRetriedAndAFailedUploadDeclinesOnlyItsCheckpoint) {
+  fs::path in = input(300);
+  const auto expected = e2e::expectedCounts(e2e::readFile(in));
+  struct Case {
+    std::string rule;
+    bool declines;
+  };
+  for (const Case& c : {Case{"slowdown-every-4", false}, Case{"forbid-put-/chk-3/", true}}) {
+    SCOPED_TRACE(c.rule);
+    FaultProxy proxy(tmp.path, c.rule);
+    ASSERT_FALSE(proxy.endpoint().empty()) << "the proxy did not start";
+    std::vector<std::string> args = {"run", "-c", "WordCount", "-p", "2"};
+    for (auto& f : s3Flags()) args.push_back(f);
+    for (auto& a : args)
+      if (a.rfind("s3.endpoint=", 0) == 0) a = "s3.endpoint=" + proxy.endpoint();
+    args.insert(args.end(), {"-D", "execution.checkpointing.interval=100ms", "-D",
+                             "execution.checkpointing.tolerable-failed-checkpoints=5", kPlugin, "--input", in.string(),
+                             "--rate", "2000"});
+    e2e::Result r = cli(args);
+    ASSERT_EQ(r.exitCode, 0) << r.err;
+    EXPECT_EQ(e2e::finalCounts(r.out), expected);
+    EXPECT_GT(proxy.injected(), 0u) << "no fault was injected; the job's log:\n" << r.err;
+    if (c.declines) {
+      EXPECT_NE(r.err.find("checkpoint 3 failed and was discarded"), std::string::npos) << r.err;
+      EXPECT_NE(r.err.find("HTTP 403 AccessDenied"), std::string::npos) << r.err;
+      EXPECT_NE(r.err.find("completed checkpoint 4"), std::string::npos) << r.err;  // and the job went on
+    } else {
+      EXPECT_EQ(r.err.find("failed and was discarded"), std::string::npos) << r.err;  // retries absorbed them
+      EXPECT_NE(r.err.find("completed checkpoint"), std::string::npos) << r.err;
+    }
+  }
+}
+
+TEST_F(S3Job, StopWithASavepointOntoS3AndRestoreFromItKeepsExactCounts) {
+  fs::path in = input(300);
+  std::vector<std::string> args = {"run", "-c", "WordCount", "-p", "2"};
+  for (auto& f : s3Flags()) args.push_back(f);
+  args.insert(args.end(), {kPlugin, "--input", in.string(), "--rate", "3000"});
+  e2e::Process p(jobhost(args), tmp / "stop.out", tmp / "stop.err");
+  std::string job;
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < until && p.running() && job.empty()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    auto jobs = jobsWithCheckpoint();
+    if (!jobs.empty()) job = jobs[0];
+  }
+  ASSERT_FALSE(job.empty()) << e2e::readFile(tmp / "stop.err");
+  e2e::Result stop = cli({"stop", "-p", root_ + "/stopped", job});
+  ASSERT_EQ(stop.exitCode, 0) << stop.out << stop.err;
+  size_t at = stop.out.find("Path: ");
+  ASSERT_NE(at, std::string::npos) << stop.out;
+  std::string savepoint = stop.out.substr(at + 6, stop.out.find('\n', at) - at - 6);
+  EXPECT_EQ(savepoint.rfind(root_ + "/stopped/savepoint-", 0), 0u) << savepoint;
+  e2e::Result r1 = p.wait();
+  EXPECT_EQ(r1.exitCode, 0) << r1.err;
+  std::vector<std::string> args2 = {"run", "-c", "WordCount", "-p", "2", "-s", savepoint};
+  for (auto& f : s3Flags()) args2.push_back(f);
+  args2.insert(args2.end(), {kPlugin, "--input", in.string()});
+  e2e::Result r2 = cli(args2);
+  ASSERT_EQ(r2.exitCode, 0) << r2.err;
+  EXPECT_EQ(e2e::finalCounts(r1.out + r2.out), e2e::expectedCounts(e2e::readFile(in)));
+}
+
+TEST_F(S3Job, BadS3LocationsAreOneClearErrorBeforeTheJobStarts) {
+  struct Case {
+    std::string dir, messagePart;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"s3://", "state.checkpoints.dir = 's3://': invalid S3 URI 's3://': no bucket"},
+           {root_ + "/a//b", "empty path component"},
+           {"s3://no-such-bucket-here/x", "HTTP 404 NoSuchBucket"}}) {
+    SCOPED_TRACE(c.dir);
+    std::vector<std::string> args = {"run", "-c", "WordCount"};
+    for (auto& f : s3Flags()) args.push_back(f);
+    args[4] = "state.checkpoints.dir=" + c.dir;
+    args.insert(args.end(), {kPlugin, "--input", e2e::kWords});
+    e2e::Result r = cli(args, std::chrono::seconds(60));
+    EXPECT_EQ(r.exitCode, 2) << r.err;
+    EXPECT_NE(r.err.find(c.messagePart), std::string::npos) << r.err;
+    EXPECT_EQ(r.out, "");  // the job did not run
+  }
+}
+
+TEST_F(S3Job, TheDashboardRefusesAnS3CheckpointDirectoryWithWhatToDo) {
+  e2e::Result r = cli({"ui", "--checkpoint-dir", root_, "--port", "0"}, std::chrono::seconds(20));
+  EXPECT_EQ(r.exitCode, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("jobhost ui does not support s3:// checkpoint directories yet (" + root_ + ")"),
+            std::string::npos)
+      << r.err;
+}
+
+}  // namespace

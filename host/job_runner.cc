@@ -4,17 +4,21 @@
 #include "job_runner.h"
 
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <ctime>
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <thread>
 
 #include "checkpoint/checkpoint_coordinator.h"
+#include "checkpoint/job_directory_lock.h"
 #include "checkpoint/preflight.h"
 #include "config/units.h"
 #include "jobhost/state/checkpoint_layout.h"
+#include "jobhost/state/s3_storage.h"
 #include "jobhost/state/snapshot_registry.h"
 #include "control/control_server.h"
 #include "job_setup.h"
@@ -41,7 +45,8 @@ namespace {
 /// --job-id / --restore latest / --max-checkpoint-age: checks them against each other and
 /// the job's directory, and for --restore latest sets *snapshot to the checkpoint to
 /// restore (unset: start without state). 0, or the exit code after printing the error.
-int decideStableJobRestore(const RunOptions& o, const JobSetup& setup, std::optional<std::string>* snapshot) {
+int decideStableJobRestore(const RunOptions& o, const JobSetup& setup, std::optional<std::string>* snapshot,
+                           std::optional<ResolvedSnapshot>* resolved) {
   *snapshot = o.fromSnapshot;
   if (o.jobId) {
     if (std::string why = jobIdProblem(*o.jobId); !why.empty()) {
@@ -66,6 +71,9 @@ int decideStableJobRestore(const RunOptions& o, const JobSetup& setup, std::opti
     return 0;
   }
   const bool checkpointing = setup.interval.count() > 0;
+  // A local path or an object-store URI (s3://bucket/prefix/NAME): only the storage
+  // interface looks inside it.
+  const bool objectStore = state::isObjectStoreUri(setup.checkpointDir);
   const fs::path jobDir = fs::path(setup.checkpointDir) / *o.jobId;
   if (o.restoreLatest && o.fromSnapshot) {
     std::cerr << "error: -s and --restore latest exclude each other: -s restores the snapshot it names, --restore "
@@ -84,64 +92,88 @@ int decideStableJobRestore(const RunOptions& o, const JobSetup& setup, std::opti
     return kExitUsage;
   }
   std::error_code ec;
-  if (!checkpointing || !fs::is_directory(jobDir, ec)) {
+  if (!checkpointing || (!objectStore && !fs::is_directory(jobDir, ec))) {
     if (o.restoreLatest)
       spdlog::info("no checkpoint in {} (the directory does not exist yet): starting without state", jobDir.string());
     return 0;
   }
-  auto storage = state::openStorage(jobDir.string());
-  auto registry = storage.ok() ? state::SnapshotRegistry::load(std::move(*storage))
-                               : state::Result<state::SnapshotRegistry>(storage.status());
-  if (!registry.ok()) {
-    std::cerr << "error: cannot read the checkpoints of job " << *o.jobId << " in " << jobDir.string() << ": "
-              << registry.status().message() << "\n";
-    return kExitUsage;
-  }
-  std::vector<uint64_t> ids = registry->checkpointIds();
-  if (!o.restoreLatest) {
-    if (ids.empty()) return 0;  // leftovers of a run that never completed a checkpoint: the job cleans them up
-    std::cerr << "error: the directory of job " << *o.jobId << ", " << jobDir.string()
-              << ", already holds checkpoints (the newest: " << state::checkpointDirName(ids.back())
-              << "); a run with this --job-id continues them or starts elsewhere:\n"
-              << "  continue from the newest:  add --restore latest\n"
-              << "  start another job:         use another --job-id\n"
-              << "  start this one afresh:     remove " << jobDir.string() << " first (after jobhost checkpoints "
-              << jobDir.string() << ")\n";
-    return kExitUsage;
-  }
-  if (ids.empty()) {
-    if (!registry->unreadable().empty()) {
-      std::cerr << "error: none of the checkpoints of job " << *o.jobId << " in " << jobDir.string()
-                << " can be read (" << registry->unreadable().begin()->first << ": "
-                << registry->unreadable().begin()->second
-                << "); restoring nothing would silently lose their progress. Restore one by hand with -s, or remove "
-                   "the directory to start without state\n";
-      return kExitIncompatible;
+  // A running instance of this job owns the directory: say so before reading checkpoints
+  // it may be deleting. Taken and released at once; the supervisor takes it for good
+  // (a start racing this one is refused there).
+  {
+    LockHolder probe{static_cast<int>(::getpid()), *o.jobId, setup.className, "start of a run"};
+    auto lock = JobDirectoryLock::acquire(jobDir.string(), probe);
+    if (!lock.ok()) {
+      std::cerr << "error: " << lock.status().message() << " — job " << *o.jobId
+                << " may run already: stop it first (jobhost cancel " << *o.jobId << "), or use another --job-id\n";
+      return kExitUsage;
     }
-    spdlog::info("no complete checkpoint in {}: starting without state", jobDir.string());
-    return 0;
   }
-  const fs::path newest = jobDir / state::checkpointDirName(ids.back());
-  if (o.maxCheckpointAge) {
+  // The newest checkpoint can vanish between the listing and its reading: on an object
+  // store a DELETE the killed run sent may still be carried out while a lagging listing
+  // does not show its successor yet. Look again then (SnapshotRegistry::load does too).
+  fs::path newest;
+  for (int attempt = 1;; ++attempt) {
+    auto storage = state::openStorage(jobDir.string());
+    auto registry = storage.ok() ? state::SnapshotRegistry::load(std::move(*storage))
+                                 : state::Result<state::SnapshotRegistry>(storage.status());
+    if (!registry.ok()) {
+      std::cerr << "error: cannot read the checkpoints of job " << *o.jobId << " in " << jobDir.string() << ": "
+                << registry.status().message() << "\n";
+      return kExitUsage;
+    }
+    std::vector<uint64_t> ids = registry->checkpointIds();
+    if (!o.restoreLatest) {
+      if (ids.empty()) return 0;  // leftovers of a run that never completed a checkpoint: the job cleans them up
+      std::cerr << "error: the directory of job " << *o.jobId << ", " << jobDir.string()
+                << ", already holds checkpoints (the newest: " << state::checkpointDirName(ids.back())
+                << "); a run with this --job-id continues them or starts elsewhere:\n"
+                << "  continue from the newest:  add --restore latest\n"
+                << "  start another job:         use another --job-id\n"
+                << "  start this one afresh:     remove " << jobDir.string() << " first (after jobhost checkpoints "
+                << jobDir.string() << ")\n";
+      return kExitUsage;
+    }
+    if (ids.empty()) {
+      if (!registry->unreadable().empty()) {
+        std::cerr << "error: none of the checkpoints of job " << *o.jobId << " in " << jobDir.string()
+                  << " can be read (" << registry->unreadable().begin()->first << ": "
+                  << registry->unreadable().begin()->second
+                  << "); restoring nothing would silently lose their progress. Restore one by hand with -s, or remove "
+                     "the directory to start without state\n";
+        return kExitIncompatible;
+      }
+      spdlog::info("no complete checkpoint in {}: starting without state", jobDir.string());
+      return 0;
+    }
+    newest = jobDir / state::checkpointDirName(ids.back());
     auto snap = openSnapshot(newest.string());
+    if (!snap.ok() && attempt < 5) {  // gone (NotFound), or not a snapshot any more on S3
+      std::this_thread::sleep_for(std::chrono::milliseconds(100 * attempt));
+      continue;
+    }
     if (!snap.ok()) {
       std::cerr << "error: cannot read " << newest.string() << ": " << snap.status().message() << "\n";
       return kExitIncompatible;
     }
-    const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
-                            std::chrono::system_clock::now().time_since_epoch())
-                            .count();
-    const int64_t taken = snap->metadata.timestampMs;
-    const std::chrono::milliseconds age{now - taken};
-    if (age > *o.maxCheckpointAge) {
-      std::cerr << "error: the newest checkpoint of job " << *o.jobId << ", " << newest.string() << ", was taken at "
-                << formatLocalTime(taken) << ", " << formatDuration(age) << " ago: older than --max-checkpoint-age "
-                << formatDuration(*o.maxCheckpointAge)
-                << ". Restoring it would go back that far in the input. Restore it anyway with a larger "
-                   "--max-checkpoint-age (or -s "
-                << newest.string() << "), or remove " << jobDir.string() << " to start without state\n";
-      return kExitIncompatible;
+    if (o.maxCheckpointAge) {
+      const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                              std::chrono::system_clock::now().time_since_epoch())
+                              .count();
+      const int64_t taken = snap->metadata.timestampMs;
+      const std::chrono::milliseconds age{now - taken};
+      if (age > *o.maxCheckpointAge) {
+        std::cerr << "error: the newest checkpoint of job " << *o.jobId << ", " << newest.string() << ", was taken at "
+                  << formatLocalTime(taken) << ", " << formatDuration(age) << " ago: older than --max-checkpoint-age "
+                  << formatDuration(*o.maxCheckpointAge)
+                  << ". Restoring it would go back that far in the input. Restore it anyway with a larger "
+                     "--max-checkpoint-age (or -s "
+                  << newest.string() << "), or remove " << jobDir.string() << " to start without state\n";
+        return kExitIncompatible;
+      }
     }
+    *resolved = std::move(*snap);
+    break;
   }
   *snapshot = newest.string();
   spdlog::info("--restore latest: restoring {}, the newest complete checkpoint of job {}", newest.string(), *o.jobId);
@@ -162,10 +194,11 @@ int runJob(const RunOptions& o) {
   // Restore preflight: only _metadata and the plan, before anything starts. The snapshot
   // is resolved here, once: every attempt that restores it restores this very one.
   std::optional<std::string> from;
-  if (int rc = decideStableJobRestore(o, setup, &from); rc != 0) return rc;
+  std::optional<ResolvedSnapshot> latest;  // --restore latest: resolved already
+  if (int rc = decideStableJobRestore(o, setup, &from, &latest); rc != 0) return rc;
   std::optional<ResolvedSnapshot> initial;
   if (from) {
-    auto snapshot = resolveSnapshot(*from);
+    auto snapshot = latest ? state::Result<ResolvedSnapshot>(std::move(*latest)) : resolveSnapshot(*from);
     if (!snapshot.ok()) {
       std::cerr << "error: cannot restore from " << *from << ": " << snapshot.status().message() << "\n";
       return kExitIncompatible;

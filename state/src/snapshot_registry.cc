@@ -2,6 +2,8 @@
 #include "jobhost/state/snapshot_registry.h"
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 
 #include "jobhost/state/checkpoint_layout.h"
 
@@ -26,6 +28,22 @@ void keepFirst(Status* first, const Status& s) {
 }  // namespace
 
 Result<SnapshotRegistry> SnapshotRegistry::load(std::shared_ptr<CheckpointStorage> storage) {
+  // A `_metadata` the listing names but that is gone when read was removed meanwhile: by
+  // a discard racing this load, or — on an object store — by a DELETE the server carries
+  // out after its client died, while the listing (Ceph RGW's bucket index) still lags
+  // behind a newer checkpoint's completed PUT. Listing again a moment later shows what
+  // is there; after the last try such a checkpoint counts as removed, never as
+  // unreadable (which would stop a restore of its successor).
+  constexpr int kTries = 5;
+  for (int attempt = 1;; ++attempt) {
+    bool vanished = false;
+    auto r = loadOnce(storage, &vanished);
+    if (!r.ok() || !vanished || attempt == kTries) return r;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50 * attempt));
+  }
+}
+
+Result<SnapshotRegistry> SnapshotRegistry::loadOnce(std::shared_ptr<CheckpointStorage> storage, bool* vanished) {
   SnapshotRegistry r(std::move(storage));
   std::vector<FileEntry> files, temporary;
   if (Status s = r.storage_->list("", &files); !s.ok()) return s;
@@ -39,6 +57,10 @@ Result<SnapshotRegistry> SnapshotRegistry::load(std::shared_ptr<CheckpointStorag
     std::string bytes;
     Status s = r.storage_->get(f.path, &bytes);
     if (!s.ok() && isRetryable(s)) return s;
+    if (s.isNotFound()) {
+      *vanished = true;
+      continue;
+    }
     if (!s.ok()) {
       r.unreadable_[dir] = s.message();
       continue;
@@ -200,11 +222,35 @@ Result<std::vector<RemovedFile>> SnapshotRegistry::findGarbage(std::vector<std::
   auto keep = [&](const std::string& line) {
     if (kept) kept->push_back(line);
   };
+  // Checkpoints complete on the store that this registry does not know: published after
+  // it was loaded, or — on an object store whose listing lags (Ceph RGW's bucket index)
+  // — published before but not listed then. Nothing of them is garbage, and since what
+  // they reference is unknown, no shared file is either. A checkpoint directory without
+  // a listed `_metadata` is asked for it directly (a HEAD is consistent where a listing
+  // may not be) before it counts as never completed.
+  std::set<std::string> unknownComplete;
+  {
+    std::set<std::string> withoutMetadata;
+    for (const auto& f : files) {
+      std::string top = topComponent(f.path);
+      if (!parseCheckpointDirName(top) || snapshots_.count(top) || unreadable_.count(top)) continue;
+      if (f.path == metadataPath(top)) unknownComplete.insert(top);
+      else withoutMetadata.insert(top);
+    }
+    for (const auto& dir : withoutMetadata)
+      if (!unknownComplete.count(dir) && storage_->exists(metadataPath(dir))) unknownComplete.insert(dir);
+  }
   for (const auto& f : files) {
     std::string top = topComponent(f.path);
     if (top.empty()) continue;  // the lock file and anything else at the root
     if (parseCheckpointDirName(top)) {
       if (snapshots_.count(top)) continue;  // part of a complete checkpoint
+      if (unknownComplete.count(top)) {
+        if (keptDirs.insert(top).second)
+          keep(storage_->describe(top) + ": complete, but not yet known when the checkpoints were read; kept (run "
+               "jobhost gc again to collect what it does not need)");
+        continue;
+      }
       if (unreadable_.count(top)) {
         if (keptDirs.insert(top).second)
           keep(storage_->describe(top) + ": its _metadata cannot be read (" + unreadable_.at(top) +
@@ -215,10 +261,10 @@ Result<std::vector<RemovedFile>> SnapshotRegistry::findGarbage(std::vector<std::
       out.push_back({f.path, f.size, "checkpoint " + top + " never completed"});
     } else if (top == kSharedDirName) {
       if (referencedBy_.count(f.path)) continue;
-      if (!unreadable_.empty()) {
+      if (!unreadable_.empty() || !unknownComplete.empty()) {
         if (keptDirs.insert(top).second)
-          keep("unreferenced files in " + storage_->describe(top) + ": a checkpoint's _metadata cannot be read, so "
-               "what it references is unknown");
+          keep("unreferenced files in " + storage_->describe(top) + ": a checkpoint's _metadata cannot be read "
+               "(or was not yet known), so what it references is unknown");
         continue;
       }
       out.push_back({f.path, f.size, "referenced by no complete checkpoint"});

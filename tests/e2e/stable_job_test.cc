@@ -10,11 +10,12 @@
 namespace e2e {
 namespace {
 
-/// Every file under `dir` with its size: a failed command must leave this unchanged.
+/// Every file under `dir` with its size, but the lock file (which records who took the
+/// lock last): a failed command must leave this unchanged.
 std::map<std::string, uintmax_t> listing(const fs::path& dir) {
   std::map<std::string, uintmax_t> out;
   for (const auto& e : fs::recursive_directory_iterator(dir))
-    if (e.is_regular_file()) out[fs::relative(e.path(), dir).string()] = e.file_size();
+    if (e.is_regular_file() && e.path().filename() != ".lock") out[fs::relative(e.path(), dir).string()] = e.file_size();
   return out;
 }
 

@@ -192,6 +192,66 @@ TEST_F(S3Job, WordCountAndIncrementalRocksDbAtParallelism2KilledAndRestoredFromS
   EXPECT_EQ(leases, std::vector<std::string>{});
 }
 
+// Issue 17, item 5 on RGW: `run --job-id NAME --restore latest` with the checkpoints on
+// S3, killed twice and started again each time — the stable directory s3://…/NAME, the
+// killed run's lease taken over (its pid is dead on this host), exact counts; a second
+// instance is refused while one runs.
+TEST_F(S3Job, RestoreLatestFromS3AfterKillNineTwiceContinuesExactly) {
+  fs::path in = input(2000);  // ~9 s at the rate below: still running when killed
+  auto args = [&](bool throttled) {
+    std::vector<std::string> a = {"run", "--job-id", "wc", "--restore", "latest", "-c", "WordCount", "-p", "2"};
+    for (auto& f : s3Flags()) a.push_back(f);
+    a.insert(a.end(), {kPlugin, "--input", in.string()});
+    if (throttled) a.insert(a.end(), {"--rate", "3000"});
+    return a;
+  };
+  auto newest = [&] {
+    std::vector<js::FileEntry> files;
+    int n = 0;
+    if (!storage_->list("wc", &files).ok()) return 0;
+    for (const auto& f : files)
+      if (f.path.ends_with("/_metadata")) {
+        auto id = js::parseCheckpointDirName(f.path.substr(3, f.path.size() - 3 - 10));
+        if (id) n = std::max(n, static_cast<int>(*id));
+      }
+    return n;
+  };
+  std::string out;
+  int restored = 0;
+  for (int run = 1; run <= 2; ++run) {
+    SCOPED_TRACE("run " + std::to_string(run));
+    const fs::path err = tmp / ("wc-" + std::to_string(run) + ".err");
+    e2e::Process p(jobhost(args(true)), tmp / ("wc-" + std::to_string(run) + ".out"), err);
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (std::chrono::steady_clock::now() < until && p.running() && newest() <= restored + 1)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ASSERT_GT(newest(), restored + 1) << e2e::readFile(err);
+    if (run == 2) {
+      e2e::Result twin = cli(args(true));
+      EXPECT_EQ(twin.exitCode, 2) << twin.err;
+      EXPECT_NE(twin.err.find("in use by job wc (WordCount"), std::string::npos) << twin.err;
+    }
+    p.signal(SIGKILL);
+    e2e::Result r = p.wait();
+    ASSERT_EQ(r.exitCode, 128 + SIGKILL) << "ended before it was killed: " << r.err;
+    if (run == 1) EXPECT_NE(r.err.find("starting without state"), std::string::npos) << r.err;
+    else
+      EXPECT_NE(r.err.find("--restore latest: restoring " + root_ + "/wc/chk-" + std::to_string(restored)),
+                std::string::npos)
+          << r.err;
+    out += r.out;
+    restored = newest();
+  }
+  e2e::Result last = cli(args(false));
+  ASSERT_EQ(last.exitCode, 0) << last.err;
+  EXPECT_NE(last.err.find("--restore latest: restoring " + root_ + "/wc/chk-" + std::to_string(restored)),
+            std::string::npos)
+      << last.err;
+  EXPECT_EQ(e2e::finalCounts(out + last.out), e2e::expectedCounts(e2e::readFile(in)));
+  // Everything of the job is under the one prefix named by its id.
+  EXPECT_EQ(jobsWithCheckpoint(), std::vector<std::string>{"wc"});
+}
+
 TEST_F(S3Job, TheObjectStoreLeaseAdmitsOneHolderAndNamesIt) {
   std::string dir = root_ + "/job-a";
   jobhost::host::LockHolder me{static_cast<int>(::getpid()), "job-a", "WordCount", "running job"};

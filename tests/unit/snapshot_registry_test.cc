@@ -132,6 +132,62 @@ TEST_F(Registry, GarbageIsWhatNoCompleteCheckpointReferencesIncludingTemporaryFi
   EXPECT_TRUE(load().findGarbage().value().empty());
 }
 
+/// Local storage whose listing lags behind: paths in `hidden` are not listed (as a Ceph
+/// RGW bucket index may not list an object whose PUT was already acknowledged), while
+/// get/exists/open see them.
+class LaggingListing final : public CheckpointStorage {
+ public:
+  explicit LaggingListing(std::shared_ptr<CheckpointStorage> base) : base_(std::move(base)) {}
+  std::set<std::string> hidden;
+  Result<std::unique_ptr<WritableFile>> create(const std::string& p) override { return base_->create(p); }
+  Status putFile(const std::string& p, const std::string& l) override { return base_->putFile(p, l); }
+  Status put(const std::string& p, std::string_view b) override { return base_->put(p, b); }
+  Result<std::unique_ptr<ReadableFile>> open(const std::string& p) override { return base_->open(p); }
+  Status get(const std::string& p, std::string* out) override { return base_->get(p, out); }
+  Status getToLocalFile(const std::string& p, const std::string& l) override { return base_->getToLocalFile(p, l); }
+  Result<uint64_t> fileSize(const std::string& p) override { return base_->fileSize(p); }
+  bool exists(const std::string& p) override { return base_->exists(p); }
+  Status list(const std::string& prefix, std::vector<FileEntry>* out) override {
+    Status s = base_->list(prefix, out);
+    std::erase_if(*out, [&](const FileEntry& e) { return hidden.count(e.path) > 0; });
+    return s;
+  }
+  Status listTemporary(const std::string& p, std::vector<FileEntry>* out) override { return base_->listTemporary(p, out); }
+  Status remove(const std::string& p) override { return base_->remove(p); }
+  Status removeTemporary(const std::string& p) override { return base_->removeTemporary(p); }
+  Status removeAll(const std::string& p) override { return base_->removeAll(p); }
+  std::string describe(const std::string& p) const override { return base_->describe(p); }
+  std::string rootUri() const override { return base_->rootUri(); }
+
+ private:
+  std::shared_ptr<CheckpointStorage> base_;
+};
+
+// A checkpoint that is complete on the store but was not listed when the registry was
+// loaded (an object store's listing lagging behind an acknowledged PUT, or published since)
+// is not garbage, and neither is any shared file (it may reference them) — before, its
+// files and the shared files only it references were collected as "never completed".
+TEST_F(Registry, ACheckpointCompleteOnTheStoreButNotListedIsNeverGarbage) {
+  auto r = load();
+  write(r, incremental(1, {"a.sst"}));
+  write(r, incremental(2, {"a.sst", "b.sst"}));
+  auto lagging = std::make_shared<LaggingListing>(storage);
+  lagging->hidden.insert("chk-2/_metadata");
+  auto reg = SnapshotRegistry::load(lagging).value();
+  EXPECT_EQ(reg.checkpointIds(), (std::vector<uint64_t>{1}));  // what the listing shows
+  std::vector<std::string> kept;
+  auto garbage = reg.findGarbage(&kept).value();
+  EXPECT_TRUE(garbage.empty()) << garbage.front().path;
+  EXPECT_EQ(kept.size(), 2u);  // chk-2, and shared/
+  // Published after the load and listed now: the same.
+  auto before = load();
+  write(r, incremental(3, {"c.sst"}));
+  garbage = before.findGarbage().value();
+  EXPECT_TRUE(garbage.empty()) << garbage.front().path;
+  EXPECT_TRUE(has("shared/b.sst"));
+  EXPECT_TRUE(has("chk-2/MANIFEST"));
+}
+
 TEST_F(Registry, AnUnreadableMetadataKeepsEveryUnreferencedSharedFile) {
   auto r = load();
   write(r, incremental(1, {"a.sst"}));

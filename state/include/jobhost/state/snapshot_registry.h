@@ -55,6 +55,8 @@ class SnapshotRegistry {
   /// cannot be read or parsed is recorded in unreadable() (with the reason), not fatal.
   /// Fails only if the storage cannot be listed or a present `_metadata` cannot be read
   /// for an I/O reason (IOError, NoSpace, PermissionDenied: worth retrying).
+  /// A `_metadata` that is listed but gone when read (removed meanwhile) makes it list
+  /// again, a few times over ~0.5 s, then counts as removed.
   static Result<SnapshotRegistry> load(std::shared_ptr<CheckpointStorage> storage);
   /// A registry of the one snapshot in directory `dir` under the storage root, for a
   /// self-contained snapshot (a savepoint) among unrelated ones: reads nothing else, and
@@ -106,6 +108,7 @@ class SnapshotRegistry {
   Status collect(const std::vector<RemovedFile>& garbage, std::vector<RemovedFile>* removed = nullptr);
 
  private:
+  static Result<SnapshotRegistry> loadOnce(std::shared_ptr<CheckpointStorage> storage, bool* vanished);
   explicit SnapshotRegistry(std::shared_ptr<CheckpointStorage> storage) : storage_(std::move(storage)) {}
   void add(const std::string& dir, CheckpointMetadata m);
   /// True if every reference to a file outside its own snapshot directory is known.

@@ -187,8 +187,13 @@ std::chrono::milliseconds Configuration::getDuration(const std::string& key) con
 
 std::map<std::string, std::string> Configuration::effective() const {
   std::map<std::string, std::string> out;
-  for (auto& [k, v] : values_) out[k] = v.value;
+  for (auto& [k, v] : values_) out[k] = isSecretKey(k) && !v.value.empty() ? std::string(kHiddenValue) : v.value;
   return out;
+}
+
+bool isSecretKey(std::string_view key) {
+  return key == "s3.secret-key" || key.find("password") != std::string_view::npos ||
+         key.find("secret") != std::string_view::npos;
 }
 
 std::vector<std::string> Configuration::suspiciousKeys() const {

@@ -13,6 +13,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "config/units.h"  // parseDuration: how getDuration() reads a value
@@ -35,6 +36,11 @@ struct ConfigKey {
 /// in spirit: keep both in step).
 const std::vector<ConfigKey>& knownConfigKeys();
 
+/// Keys whose values are never shown or logged: s3.secret-key, and any key naming a
+/// secret or password (a job's own keys too).
+bool isSecretKey(std::string_view key);
+inline constexpr std::string_view kHiddenValue = "<hidden>";
+
 class Configuration {
  public:
   enum class Layer { kDefault, kFile, kJob, kCommandLine };
@@ -56,6 +62,8 @@ class Configuration {
   std::chrono::milliseconds getDuration(const std::string& key) const;
   /// Where the value of `key` came from, for messages: "-D", "configure()", the file, "default".
   std::string origin(const std::string& key) const;
+  /// Every key with its winning value, for showing (the dashboard, the control
+  /// endpoint): a secret's value (isSecretKey) is kHiddenValue.
   std::map<std::string, std::string> effective() const;
   /// Warnings for keys that look like misspellings of known keys.
   std::vector<std::string> suspiciousKeys() const;

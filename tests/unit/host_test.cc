@@ -370,6 +370,23 @@ TEST_F(ConfigurationTest, EffectiveListsEveryKeyWithItsWinningValue) {
   EXPECT_EQ(eff.at("pipeline.max-parallelism"), "128");
 }
 
+// The dashboard and the control endpoint show effective(): a secret set with -D (or by
+// the job) appears there as <hidden>, never as its value (issue 17).
+TEST_F(ConfigurationTest, EffectiveHidesSecrets) {
+  Configuration cfg;
+  cfg.set("s3.secret-key", "wJalrXUtnFEMI", Layer::kCommandLine);
+  cfg.set("s3.access-key", "AKIAEXAMPLE", Layer::kCommandLine);
+  cfg.set("myjob.db-password", "hunter2", Layer::kJob);
+  auto eff = cfg.effective();
+  EXPECT_EQ(eff.at("s3.secret-key"), "<hidden>");
+  EXPECT_EQ(eff.at("myjob.db-password"), "<hidden>");
+  EXPECT_EQ(eff.at("s3.access-key"), "AKIAEXAMPLE");
+  for (const auto& [k, v] : eff) {
+    EXPECT_EQ(v.find("wJalrXUtnFEMI"), std::string::npos) << k;
+    EXPECT_EQ(v.find("hunter2"), std::string::npos) << k;
+  }
+}
+
 // ---------------------------------------------------------------------------------------
 // Restart strategies
 

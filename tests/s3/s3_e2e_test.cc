@@ -252,6 +252,39 @@ TEST_F(S3Job, RestoreLatestFromS3AfterKillNineTwiceContinuesExactly) {
   EXPECT_EQ(jobsWithCheckpoint(), std::vector<std::string>{"wc"});
 }
 
+// Preflight on S3 names a missing shared object by its s3:// location and the checkpoint
+// that first wrote it, before anything is restored, and touches nothing (issue 17, item 4).
+TEST_F(S3Job, PreflightNamesAMissingSharedObjectAndTheCheckpointThatWroteIt) {
+  std::vector<std::string> args = {"run", "--job-id", "inc", "-c", "WordCountIncremental"};
+  for (auto& f : s3Flags()) args.push_back(f);
+  args.insert(args.end(), {kPlugin, "--input", input(2000).string(), "--rate", "2000"});
+  e2e::Process p(jobhost(args), tmp / "inc.out", tmp / "inc.err");
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < until && p.running() && !storage_->exists("inc/chk-3/_metadata"))
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(storage_->exists("inc/chk-3/_metadata")) << e2e::readFile(tmp / "inc.err");
+  p.signal(SIGTERM);  // retained checkpoints stay
+  e2e::Result r = p.wait(std::chrono::seconds(60));
+  ASSERT_EQ(r.exitCode, 130) << r.err;
+  std::vector<js::FileEntry> files;
+  ASSERT_TRUE(storage_->list("inc/shared", &files).ok());
+  ASSERT_FALSE(files.empty());
+  for (const auto& f : files) ASSERT_TRUE(storage_->remove(f.path).ok()) << f.path;
+  std::vector<js::FileEntry> before;
+  ASSERT_TRUE(storage_->list("", &before).ok());
+  std::vector<std::string> check = {"check", "-s", root_ + "/inc", "-c", "WordCountIncremental"};
+  for (auto& f : s3Flags()) check.push_back(f);
+  check.push_back(kPlugin);
+  e2e::Result c = cli(check);
+  EXPECT_EQ(c.exitCode, 3) << c.out << c.err;
+  const std::string all = c.out + c.err;
+  EXPECT_NE(all.find("missing file " + root_ + "/inc/shared/"), std::string::npos) << all;
+  EXPECT_NE(all.find("(first written by checkpoint "), std::string::npos) << all;
+  std::vector<js::FileEntry> after;
+  ASSERT_TRUE(storage_->list("", &after).ok());
+  EXPECT_EQ(after, before) << "check changed the snapshot";
+}
+
 TEST_F(S3Job, TheObjectStoreLeaseAdmitsOneHolderAndNamesIt) {
   std::string dir = root_ + "/job-a";
   jobhost::host::LockHolder me{static_cast<int>(::getpid()), "job-a", "WordCount", "running job"};

@@ -67,8 +67,8 @@ void loadUserConfiguration(const std::optional<std::string>& configFile, const s
   if (parallelism) config->set("parallelism.default", std::to_string(*parallelism), Configuration::Layer::kCommandLine);
   // S3 checkpoint storage (s3://…) is opened with these everywhere in this process.
   std::map<std::string, std::string> s3Keys;
-  for (const auto& [k, v] : config->effective())
-    if (k.rfind("s3.", 0) == 0) s3Keys[k] = v;
+  for (const auto& [k, shown] : config->effective())  // keys only: effective() hides the secret's value
+    if (k.rfind("s3.", 0) == 0) s3Keys[k] = config->get(k).value_or("");
   auto s3 = state::s3OptionsFrom(s3Keys);
   if (!s3.ok()) throw ConfigError(s3.status().message());
   state::setDefaultS3Options(*s3);

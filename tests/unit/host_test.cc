@@ -22,6 +22,8 @@
 #include "config/configuration.h"
 #include "jobhost/serializer.h"
 #include "jobhost/state/checkpoint_storage.h"
+#include "jobhost/state/s3_storage.h"
+#include "job_runner.h"
 #include "jobhost/state/state_handle.h"
 #include "runtime/channel.h"
 #include "runtime/job_execution.h"
@@ -385,6 +387,16 @@ TEST_F(ConfigurationTest, EffectiveHidesSecrets) {
     EXPECT_EQ(v.find("wJalrXUtnFEMI"), std::string::npos) << k;
     EXPECT_EQ(v.find("hunter2"), std::string::npos) << k;
   }
+}
+
+// ...but the S3 storage gets the real secret from -D (hidden only where it is shown).
+TEST_F(ConfigurationTest, TheS3StorageGetsTheSecretGivenWithD) {
+  Configuration cfg;
+  loadUserConfiguration(std::nullopt, {"s3.access-key=AKIAEXAMPLE", "s3.secret-key=wJalrXUtnFEMI"}, std::nullopt, &cfg);
+  auto o = jobhost::state::defaultS3Options();
+  EXPECT_EQ(o.accessKey, "AKIAEXAMPLE");
+  EXPECT_EQ(o.secretKey, "wJalrXUtnFEMI");
+  jobhost::state::setDefaultS3Options({});
 }
 
 // ---------------------------------------------------------------------------------------

@@ -69,13 +69,21 @@ int uiCommand(const UiCommandOptions& o) {
     loadUserConfiguration(o.configFile, o.defines, std::nullopt, &config);
     std::string dir = o.checkpointDir.value_or(config.get("state.checkpoints.dir").value_or(""));
     if (state::isObjectStoreUri(dir)) {
-      std::cerr << "error: jobhost ui does not support s3:// checkpoint directories yet (" << dir
-                << "); pass a local one with --checkpoint-dir DIR (running jobs are shown either way)\n";
-      return kExitUsage;
+      // Ended jobs and their checkpoints are read from the object store (the s3.* keys of
+      // the configuration, or the AWS_* variables); running ones through their sockets.
+      while (dir.size() > 5 && dir.back() == '/') dir.pop_back();
+      auto storage = state::openStorage(dir);
+      if (!storage.ok()) {
+        std::cerr << "error: cannot use " << dir << " as the dashboard's checkpoint directory: "
+                  << storage.status().message() << "\n";
+        return kExitUsage;
+      }
+      d.dashboard.checkpointDir = dir;
+    } else {
+      fs::path root = fs::absolute(dir.empty() ? defaultCheckpointDir() : dir).lexically_normal();
+      if (!root.has_filename() && root.has_parent_path() && root != root.root_path()) root = root.parent_path();
+      d.dashboard.checkpointDir = root.string();
     }
-    fs::path root = fs::absolute(dir.empty() ? defaultCheckpointDir() : dir).lexically_normal();
-    if (!root.has_filename() && root.has_parent_path() && root != root.root_path()) root = root.parent_path();
-    d.dashboard.checkpointDir = root.string();
     d.dashboard.readOnly = o.readOnly || (config.get("ui.read-only") && config.getBool("ui.read-only"));
   } catch (const ConfigError& e) {
     std::cerr << "error: " << e.what() << "\n";

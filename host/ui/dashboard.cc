@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include "checkpoint/checkpoint_coordinator.h"
@@ -21,6 +22,8 @@
 #include "control/control_client.h"
 #include "control/control_server.h"
 #include "jobhost/state/checkpoint_layout.h"
+#include "jobhost/state/s3_storage.h"
+#include "job_runner.h"
 #include "ui/ui_api.capnp.h"
 #include "ui/ui_assets.h"
 
@@ -42,14 +45,19 @@ int64_t nowMs() {
 
 bool isHex(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
 
-/// A job id as jobhost makes them: 32 lower-case hex digits.
-bool isJobId(const std::string& s) {
-  return s.size() == kJobIdLength && std::all_of(s.begin(), s.end(), [](char c) { return isHex(c) && !std::isupper(c); });
+/// A job id: one jobhost makes up (32 lower-case hex digits) or a `run --job-id NAME`.
+bool isJobId(const std::string& s) { return jobIdProblem(s).empty(); }
+
+/// A job id or a prefix of one from a URL: what a job id may hold, 1 to 64 characters.
+/// (Hex ids are matched case-insensitively by resolve().)
+std::optional<std::string> jobIdPrefix(const std::string& s) {
+  if (!isJobId(s)) return std::nullopt;
+  return s;
 }
 
-/// A job id or a prefix of one from a URL: 1 to 32 hex digits; lower-cased.
-std::optional<std::string> jobIdPrefix(const std::string& s) {
-  if (s.empty() || s.size() > kJobIdLength || !std::all_of(s.begin(), s.end(), isHex)) return std::nullopt;
+/// `s` lower-cased if it is all hex digits (a prefix of a made-up id typed in capitals).
+std::string lowerHex(const std::string& s) {
+  if (!std::all_of(s.begin(), s.end(), isHex)) return s;
   std::string out = s;
   std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return std::tolower(c); });
   return out;
@@ -167,8 +175,30 @@ void fillJob(uiapi::Job::Builder b, const JobStatusInfo& s, bool running, const 
 
 bool hasMetadata(const std::string& dir) {
   if (dir.empty()) return false;
+  if (state::isObjectStoreUri(dir)) {
+    auto storage = state::openStorage(dir);
+    return storage.ok() && (*storage)->exists(state::kMetadataFileName);
+  }
   std::error_code ec;
   return fs::is_regular_file(fs::path(dir) / state::kMetadataFileName, ec);
+}
+
+/// On an object store: the top-level names under `dir` and, per name, the checkpoint ids
+/// (chk-<n>) found below it — from one listing (there are no directories to iterate).
+std::map<std::string, std::set<uint64_t>> objectStoreTree(const std::string& dir) {
+  std::map<std::string, std::set<uint64_t>> out;
+  auto storage = state::openStorage(dir);
+  std::vector<state::FileEntry> files;
+  if (!storage.ok() || !(*storage)->list("", &files).ok()) return out;
+  for (const auto& f : files) {
+    auto slash = f.path.find('/');
+    if (slash == std::string::npos) continue;
+    auto& ids = out[f.path.substr(0, slash)];
+    auto next = f.path.find('/', slash + 1);
+    if (next == std::string::npos) continue;
+    if (auto id = state::parseCheckpointDirName(std::string_view(f.path).substr(slash + 1, next - slash - 1))) ids.insert(*id);
+  }
+  return out;
 }
 
 void fillCheckpoint(uiapi::Checkpoint::Builder b, const CheckpointRecord& r, const std::string& jobClass,
@@ -202,6 +232,16 @@ void fillCheckpoint(uiapi::Checkpoint::Builder b, const CheckpointRecord& r, con
 
 /// Subdirectories of `dir` whose names are job ids, newest first (by modification time).
 std::vector<std::string> jobDirectories(const std::string& dir) {
+  if (state::isObjectStoreUri(dir)) {
+    // No modification times: the job with the highest checkpoint id first.
+    std::vector<std::pair<uint64_t, std::string>> jobs;
+    for (const auto& [name, ids] : objectStoreTree(dir))
+      if (isJobId(name)) jobs.emplace_back(ids.empty() ? 0 : *ids.rbegin(), name);
+    std::sort(jobs.begin(), jobs.end(), [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; });
+    std::vector<std::string> out;
+    for (auto& [n, name] : jobs) out.push_back(name);
+    return out;
+  }
   std::vector<std::pair<fs::file_time_type, std::string>> found;
   std::error_code ec;
   for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
@@ -227,9 +267,8 @@ std::set<std::string> socketJobIds() {
   if (DIR* d = opendir(checked->c_str())) {
     while (dirent* e = readdir(d)) {
       std::string name = e->d_name;
-      if (name.size() == kJobIdLength + 5 && name.compare(kJobIdLength, 5, ".sock") == 0 &&
-          isJobId(name.substr(0, kJobIdLength)))
-        out.insert(name.substr(0, kJobIdLength));
+      if (name.size() > 5 && name.compare(name.size() - 5, 5, ".sock") == 0 && isJobId(name.substr(0, name.size() - 5)))
+        out.insert(name.substr(0, name.size() - 5));
     }
     closedir(d);
   }
@@ -293,7 +332,8 @@ std::optional<HttpReply> Dashboard::quick(const std::string& method, const std::
   // Longer than /api/jobs/<id>/<what>: only /api/jobs/<id>/checkpoints/<n>/state[/<uid>/<state>].
   const bool stateRoute = s.size() > 4 && s[3] == "checkpoints" && (s.size() == 6 || s.size() == 8) && s[5] == "state";
   if (s.size() > 4 && !stateRoute) return error(404, "no such API endpoint; see README \"Web dashboard\"");
-  if (!jobIdPrefix(s[2])) return error(400, "invalid job id: expected 32 hex digits or a unique prefix of them");
+  if (!jobIdPrefix(s[2]))
+    return error(400, "invalid job id: expected a job id (32 hex digits, or the NAME of run --job-id) or a unique prefix");
   if (stateRoute) {
     if (!checkpointIdOf(s[4])) return error(400, "invalid checkpoint id: expected a decimal number");
     if (s.size() == 8 && (!percentDecoded(s[6]) || !percentDecoded(s[7])))
@@ -373,7 +413,7 @@ std::optional<Dashboard::DiskJob> Dashboard::diskJob(const std::string& id, cons
                                                                                                 : "ENDED";
   }
   std::error_code ec;
-  if (fs::is_directory(jobDir, ec)) {
+  if (state::isObjectStoreUri(jobDir) || fs::is_directory(jobDir, ec)) {
     auto latest = resolveSnapshot(jobDir);
     if (latest.ok()) {
       const auto& m = latest->metadata;
@@ -401,7 +441,18 @@ std::optional<Dashboard::DiskJob> Dashboard::diskJob(const std::string& id, cons
 std::vector<CheckpointRecord> Dashboard::diskHistory(const std::string& jobDir) const {
   std::vector<std::pair<uint64_t, fs::path>> chks;
   std::error_code ec;
-  for (auto it = fs::directory_iterator(jobDir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+  if (state::isObjectStoreUri(jobDir)) {
+    auto storage = state::openStorage(jobDir);
+    std::vector<state::FileEntry> files;
+    std::set<uint64_t> ids;
+    if (storage.ok() && (*storage)->list("", &files).ok())
+      for (const auto& f : files)
+        if (auto slash = f.path.find('/'); slash != std::string::npos)
+          if (auto id = state::parseCheckpointDirName(std::string_view(f.path).substr(0, slash))) ids.insert(*id);
+    for (uint64_t id : ids) chks.emplace_back(id, fs::path(jobDir + "/" + state::checkpointDirName(id)));
+  }
+  for (auto it = state::isObjectStoreUri(jobDir) ? fs::directory_iterator() : fs::directory_iterator(jobDir, ec);
+       !ec && it != fs::directory_iterator(); it.increment(ec)) {
     auto id = state::parseCheckpointDirName(it->path().filename().string());
     std::error_code e2;
     if (!id || !it->is_directory(e2) || it->is_symlink(e2)) continue;
@@ -443,8 +494,13 @@ std::optional<Dashboard::Target> Dashboard::resolve(const std::string& prefix, H
     for (const auto& [id, s] : seen_) ids.insert(id);
   }
   std::vector<std::string> matches;
-  for (const auto& id : ids)
-    if (id.compare(0, prefix.size(), prefix) == 0) matches.push_back(id);
+  for (const std::string& p : {prefix, lowerHex(prefix)}) {
+    for (const auto& id : ids)
+      if (id.compare(0, p.size(), p) == 0) matches.push_back(id);
+    if (!matches.empty()) break;
+  }
+  // An exact id wins over the longer ids it is a prefix of (a named job "wc" and "wc-2").
+  if (matches.size() > 1 && std::find(matches.begin(), matches.end(), prefix) != matches.end()) matches = {prefix};
   if (matches.empty()) {
     *err = error(404, "no job with id " + prefix + " (neither running nor under " + options_.checkpointDir + ")");
     return std::nullopt;

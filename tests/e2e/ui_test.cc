@@ -494,7 +494,8 @@ TEST_F(Ui, RestApiListsTheRunningJobItsCheckpointsTakesASavepointAndRefusesTrave
     EXPECT_TRUE(r.status == 400 || r.status == 404) << target << " -> " << r.status << " " << r.error;
     EXPECT_FALSE(contains(r.body, "root:")) << target;
   }
-  EXPECT_EQ(http(port, "GET", "/api/jobs/not-hex").status, 400);
+  EXPECT_EQ(http(port, "GET", "/api/jobs/not.an.id").status, 400);
+  EXPECT_EQ(http(port, "GET", "/api/jobs/not-hex").status, 404);  // a well-formed --job-id NAME, unknown
   EXPECT_EQ(http(port, "GET", "/api/jobs/ffffffffffffffffffffffffffffffff").status, 404);
 
   // The page and its embedded script.

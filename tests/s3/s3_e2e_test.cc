@@ -477,12 +477,55 @@ TEST_F(S3Job, BadS3LocationsAreOneClearErrorBeforeTheJobStarts) {
   }
 }
 
-TEST_F(S3Job, TheDashboardRefusesAnS3CheckpointDirectoryWithWhatToDo) {
-  e2e::Result r = cli({"ui", "--checkpoint-dir", root_, "--port", "0"}, std::chrono::seconds(20));
-  EXPECT_EQ(r.exitCode, 2) << r.out << r.err;
-  EXPECT_NE(r.err.find("jobhost ui does not support s3:// checkpoint directories yet (" + root_ + ")"),
-            std::string::npos)
-      << r.err;
+// The dashboard over a checkpoint directory on S3: a job that was killed (named with
+// --job-id) is listed from the object store with its checkpoints, through the API and
+// its token.
+TEST_F(S3Job, TheDashboardListsAJobAndItsCheckpointsFromS3) {
+  std::vector<std::string> args = {"run", "--job-id", "dash", "-c", "WordCount"};
+  for (auto& f : s3Flags()) args.push_back(f);
+  args.insert(args.end(), {kPlugin, "--input", input(2000).string(), "--rate", "2000"});
+  {
+    e2e::Process p(jobhost(args), tmp / "dash.out", tmp / "dash.err");
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (std::chrono::steady_clock::now() < until && p.running() && !storage_->exists("dash/chk-2/_metadata"))
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ASSERT_TRUE(storage_->exists("dash/chk-2/_metadata")) << e2e::readFile(tmp / "dash.err");
+    p.signal(SIGKILL);
+    p.wait();
+  }
+  e2e::Process ui(jobhost({"ui", "--port", "0", "--checkpoint-dir", root_, "-D", "s3.endpoint=" + s3test::rgw().endpoint,
+                           "-D", "s3.path.style.access=true"}),
+                  tmp / "ui.out", tmp / "ui.err");
+  std::string url;
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (std::chrono::steady_clock::now() < until && ui.running() && url.empty()) {
+    std::string out = e2e::readFile(tmp / "ui.out");
+    auto pos = out.find("Dashboard: http://");
+    auto eol = pos == std::string::npos ? std::string::npos : out.find('\n', pos);
+    if (eol != std::string::npos) url = out.substr(pos + 11, eol - pos - 11);
+    else std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_FALSE(url.empty()) << e2e::readFile(tmp / "ui.out") << e2e::readFile(tmp / "ui.err");
+  const auto tokenAt = url.find("/?token=");
+  ASSERT_NE(tokenAt, std::string::npos) << url;
+  const std::string base = url.substr(0, tokenAt), token = url.substr(tokenAt + 8);
+  auto get = [&](const std::string& path) {
+    int status = 0;
+    std::string body = s3test::run("python3 -c 'import sys,urllib.request as u; r=u.urlopen(u.Request(sys.argv[1], "
+                                   "headers={\"Authorization\": \"Bearer \"+sys.argv[2]})); print(r.read().decode())' " +
+                                       base + path + " " + token + " 2>&1",
+                                   &status);
+    EXPECT_EQ(status, 0) << path << ": " << body;
+    return body;
+  };
+  std::string jobs = get("/api/jobs");
+  EXPECT_NE(jobs.find("\"dash\""), std::string::npos) << jobs;
+  EXPECT_NE(jobs.find(root_ + "/dash"), std::string::npos) << jobs;
+  std::string chks = get("/api/jobs/dash/checkpoints");
+  EXPECT_NE(chks.find("COMPLETED"), std::string::npos) << chks;
+  EXPECT_NE(chks.find(root_ + "/dash/chk-"), std::string::npos) << chks;
+  ui.signal(SIGTERM);
+  ui.wait(std::chrono::seconds(30));
 }
 
 }  // namespace

@@ -61,15 +61,24 @@ TEST_F(DashboardTest, ServesTheEmbeddedPageAndAssetsOnly) {
   EXPECT_EQ(d.quick("GET", "http://example.com/")->status, 400);
 }
 
-TEST_F(DashboardTest, JobIdsMustBeHexAndRoutesExact) {
+TEST_F(DashboardTest, JobIdsMustBeJobIdsAndRoutesExact) {
   Dashboard d = make();
   const std::string id = "0123456789abcdef0123456789abcdef";
-  for (const std::string& t : std::vector<std::string>{"/api/jobs/..", "/api/jobs/%2e%2e", "/api/jobs/not-hex", "/api/jobs/" + id + "0",
-                              "/api/jobs/..%2f..%2fetc%2fpasswd/checkpoints", "/api/jobs/g123", "/api/jobs/ab cd"}) {
+  for (const std::string& t : std::vector<std::string>{"/api/jobs/..", "/api/jobs/%2e%2e", "/api/jobs/-x",
+                              "/api/jobs/..%2f..%2fetc%2fpasswd/checkpoints", "/api/jobs/a.b", "/api/jobs/ab cd",
+                              "/api/jobs/" + std::string(65, 'a')}) {
     auto r = d.quick("GET", t);
     ASSERT_TRUE(r) << t;
     EXPECT_EQ(r->status, 400) << t;
     EXPECT_TRUE(contains(r->body, "invalid job id")) << r->body;
+  }
+  // A run --job-id NAME is a job id too: these are well-formed (past the quick checks),
+  // and unknown.
+  for (const std::string& t : std::vector<std::string>{"/api/jobs/not-hex", "/api/jobs/" + id + "0", "/api/jobs/g123"}) {
+    EXPECT_FALSE(d.quick("GET", t)) << t;
+    auto r = d.handle("GET", t, "");
+    EXPECT_EQ(r.status, 404) << t;
+    EXPECT_TRUE(contains(r.body, "no job with id")) << r.body;
   }
   for (const std::string& t : std::vector<std::string>{"/api/jobs/../../etc/passwd", "/api/jobs/" + id + "/../../../etc/passwd",
                               "/api/jobs/" + id + "/checkpoints/x", "/api/jobs/" + id + "/metrics", "/api", "/api/x"}) {
@@ -113,7 +122,7 @@ TEST_F(DashboardTest, TheStateRoutesTakeADecimalCheckpointIdAndNamesThatOnlySele
   EXPECT_EQ(d.quick("GET", chk + "12/state/counts/%00")->status, 400);
   EXPECT_EQ(d.quick("GET", chk + "12/state/counts")->status, 404);
   EXPECT_EQ(d.quick("GET", chk + "12/stats")->status, 404);
-  EXPECT_EQ(d.quick("GET", "/api/jobs/not-hex/checkpoints/12/state")->status, 400);
+  EXPECT_EQ(d.quick("GET", "/api/jobs/not.an.id/checkpoints/12/state")->status, 400);
   EXPECT_EQ(d.quick("POST", chk + "12/state")->status, 405);
   EXPECT_EQ(d.handle("GET", chk + "12/state", "").status, 404);  // no such job
   EXPECT_EQ(d.handle("GET", chk + "12/state/counts/reduce", "").status, 404);

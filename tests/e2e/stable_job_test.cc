@@ -73,8 +73,9 @@ TEST_P(StableJobBackends, RestoreLatestAfterKillNineTwiceContinuesExactly) {
     }
     // RocksDB's working directory (state.local.dir/<job id>) of the killed run is still
     // there: the next run of the same id takes it over instead of failing on it.
-    if (run == 2 && cls == "WordCountIncremental")
+    if (run == 2 && cls == "WordCountIncremental") {
       EXPECT_NE(r.err.find("reusing the working directory"), std::string::npos) << r.err;
+    }
     out += r.out;
     restoredFrom = newest("wordcount");
     ASSERT_GT(restoredFrom, 0);

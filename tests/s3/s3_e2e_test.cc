@@ -234,11 +234,13 @@ TEST_F(S3Job, RestoreLatestFromS3AfterKillNineTwiceContinuesExactly) {
     p.signal(SIGKILL);
     e2e::Result r = p.wait();
     ASSERT_EQ(r.exitCode, 128 + SIGKILL) << "ended before it was killed: " << r.err;
-    if (run == 1) EXPECT_NE(r.err.find("starting without state"), std::string::npos) << r.err;
-    else
+    if (run == 1) {
+      EXPECT_NE(r.err.find("starting without state"), std::string::npos) << r.err;
+    } else {
       EXPECT_NE(r.err.find("--restore latest: restoring " + root_ + "/wc/chk-" + std::to_string(restored)),
                 std::string::npos)
           << r.err;
+    }
     out += r.out;
     restored = newest();
   }

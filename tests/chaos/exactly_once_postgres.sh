@@ -126,26 +126,15 @@ run_config() {
     before=$(ls "$ck" 2>/dev/null | tr '\n' ' ' || true)  # one line: the case below matches " name "
     setsid "$jobhost" "${args[@]}" "$plugin" --postgres "$conninfo" "${mode[@]}" --input "$input" --rate 200 \
       2>"$dir/err.$i" &
-    local pid=$! mine="" waited=0
-    while [ -z "$mine" ] && kill -0 "$pid" 2>/dev/null && [ $waited -lt 600 ]; do
-      for d in "$ck"/*; do
-        [ -d "$d" ] || continue
-        case " $before " in *" ${d##*/} "*) continue ;; esac
-        [ -n "$(newest_checkpoint "$d")" ] && mine=$d
-      done
-      sleep 0.05
-      waited=$((waited + 1))
-    done
+    local pid=$! mine
+    mine=$(job_dir_of_run "$ck" "$before" "$pid")
     if [ -z "$mine" ]; then
       # It ended by itself (the input ran out): fine if it finished, the kills are over.
       if wait "$pid" && grep -q "finished" "$dir/err.$i"; then finished=1; break; fi
       tail -20 "$dir/err.$i" >&2
       fail "$name run $i wrote no checkpoint"
     fi
-    sleep "0.$((RANDOM % 10))$((RANDOM % 10))"
-    kill -9 -- -"$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-    while pgrep -g "$pid" >/dev/null 2>&1; do sleep 0.05; done
+    kill_tree "$pid"
     [ -n "$(sql "$db" "SELECT gid FROM pg_prepared_xacts WHERE database = '$db'")" ] && prepared_seen=$((prepared_seen + 1))
     prev=$mine
   done

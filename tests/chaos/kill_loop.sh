@@ -58,23 +58,10 @@ loop() {
     local before
     before=$(ls "$ck" 2>/dev/null | tr '\n' ' ' || true)  # one line: the case below matches " name "
     setsid "$jobhost" "${args[@]}" "$plugin" "$@" --rate "$rate" --output "$dir/out.$i" 2>"$dir/err.$i" &
-    local pid=$! mine="" waited=0
-    # Wait for this run's first complete checkpoint.
-    while [ -z "$mine" ] && kill -0 "$pid" 2>/dev/null && [ $waited -lt 600 ]; do
-      for d in "$ck"/*; do
-        [ -d "$d" ] || continue
-        case " $before " in *" ${d##*/} "*) continue ;; esac
-        [ -n "$(newest_checkpoint "$d")" ] && mine=$d
-      done
-      sleep 0.1
-      waited=$((waited + 1))
-    done
+    local pid=$! mine
+    mine=$(job_dir_of_run "$ck" "$before" "$pid")  # this run's first complete checkpoint
     [ -n "$mine" ] || { cat "$dir/err.$i" >&2; fail "$name run $i wrote no checkpoint"; }
-    sleep "0.$((RANDOM % 10))$((RANDOM % 10))"
-    kill -9 -- -"$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-    # Nothing of that job may still run (the worker dies with its supervisor).
-    while pgrep -g "$pid" >/dev/null 2>&1; do sleep 0.05; done
+    kill_tree "$pid"  # nothing of that job runs after this (the worker dies with its supervisor)
     kills=$((kills + 1))
     local newest
     newest=$(newest_checkpoint "$mine")

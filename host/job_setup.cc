@@ -147,7 +147,7 @@ int setupJob(const RunOptions& o, JobSetup* s, const PluginOpenOptions& pluginOp
       throw ConfigError("state.backend.type = '" + b + "' (from " + config.origin("state.backend.type") +
                         ") is unknown; use hashmap or rocksdb");
     s->backend = b == "rocksdb" ? state::BackendType::kRocksDb : state::BackendType::kHashMap;
-    s->incremental = s->backend == state::BackendType::kRocksDb && config.getBool("state.backend.incremental");
+    s->incremental = config.getBool("state.backend.incremental");
     s->rocksdb = rocksDbOptionsFrom(config);  // checked whatever the backend, like every key
     s->parallelism = static_cast<int>(config.getInt("parallelism.default", 1, 32768));
     s->maxParallelism = static_cast<int>(config.getInt("pipeline.max-parallelism", 1, 32768));

@@ -40,14 +40,13 @@ std::vector<CheckpointDependency> checkpointDependencies(const state::Checkpoint
   std::set<std::string> seen;
   for (const auto& op : m.operators)
     for (const auto& sub : op.subtasks)
-      if (auto* inc = std::get_if<state::IncrementalStateHandle>(&sub.keyed))
-        for (const auto& f : inc->sharedFiles) {
-          if (f.createdByCheckpoint == m.checkpointId || !seen.insert(f.file.path).second) continue;
-          auto& d = deps[f.createdByCheckpoint];
-          d.checkpointId = f.createdByCheckpoint;
-          ++d.files;
-          d.bytes += f.file.size;
-        }
+      for (const auto& f : state::fileUses(sub.keyed)) {
+        if (!f.shared || f.createdByCheckpoint == m.checkpointId || !seen.insert(f.file.path).second) continue;
+        auto& d = deps[f.createdByCheckpoint];
+        d.checkpointId = f.createdByCheckpoint;
+        ++d.files;
+        d.bytes += f.file.size;
+      }
   std::vector<CheckpointDependency> out;
   for (auto& [id, d] : deps) out.push_back(d);
   return out;
@@ -67,7 +66,7 @@ CheckpointRecord recordFromMetadata(const state::CheckpointMetadata& m, const st
   r.newBytes = m.stats.newBytes;
   r.totalBytes = m.stats.totalBytes;
   r.dependsOn = checkpointDependencies(m);
-  r.incremental = !r.canonical && m.backend == "rocksdb" && m.incremental;
+  r.incremental = !r.canonical && m.incremental;
   r.path = path;
   return r;
 }
@@ -193,7 +192,7 @@ bool CheckpointCoordinator::triggerCheckpoint() {
   CheckpointRecord r;
   r.id = target.checkpointId;
   r.triggerTimeMs = pending_->timestampMs;
-  r.incremental = template_.backend == "rocksdb" && template_.incremental;
+  r.incremental = template_.incremental;
   r.path = storage_->describe(target.exclusiveDir);
   recordLocked(r);
   return true;
@@ -235,9 +234,8 @@ void CheckpointCoordinator::cleanUpAbortedLocked(uint64_t id, const std::vector<
   std::vector<state::FileRef> uploaded;  // shared files this checkpoint uploaded itself
   for (const auto& part : parts)
     for (const auto& [uid, sub] : part.operators)
-      if (auto* inc = std::get_if<state::IncrementalStateHandle>(&sub.keyed))
-        for (const auto& f : inc->sharedFiles)
-          if (f.createdByCheckpoint == id) uploaded.push_back(f.file);
+      for (const auto& f : state::fileUses(sub.keyed))
+        if (f.shared && f.createdByCheckpoint == id) uploaded.push_back(f.file);
   std::vector<state::RemovedFile> removed;
   Status s = registry_.discardIncomplete(chkDir(id), uploaded, &removed);
   if (!s.ok()) spdlog::warn("could not clean up after aborted checkpoint {}: {}", id, s.toString());
@@ -324,9 +322,8 @@ void CheckpointCoordinator::finalizeLocked(Pending p) {
   }
   for (const auto& op : m.operators)
     for (const auto& sub : op.subtasks)
-      if (auto* inc = std::get_if<state::IncrementalStateHandle>(&sub.keyed))
-        for (const auto& sf : inc->sharedFiles)
-          if (sf.createdByCheckpoint == p.id) m.stats.newBytes += sf.file.size;
+      for (const auto& sf : state::fileUses(sub.keyed))
+        if (sf.shared && sf.createdByCheckpoint == p.id) m.stats.newBytes += sf.file.size;
   m.stats.syncMicros = maxSync;
   m.stats.asyncMicros = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - p.started).count());
@@ -373,7 +370,9 @@ void CheckpointCoordinator::finalizeSavepointLocked(Pending p, state::Checkpoint
   SavepointRequest* sp = p.savepoint;
   m.kind = state::SnapshotKind::kSavepoint;
   m.format = sp->format;
-  if (sp->format == state::SnapshotFormat::kCanonical) m.incremental = false;
+  // A hashmap savepoint is a full KeyGroupsStateHandle even when the job checkpoints
+  // incrementally; a native rocksdb savepoint keeps the incremental (native) layout.
+  if (sp->format == state::SnapshotFormat::kCanonical || m.backend == "hashmap") m.incremental = false;
   for (const auto& f : m.referencedFiles()) m.stats.totalBytes += f.size;
   m.stats.newBytes = m.stats.totalBytes;
   m.stats.asyncMicros = static_cast<uint64_t>(

@@ -11,7 +11,7 @@ using state::BackendType;
 
 namespace {
 std::string describeWriterBackend(const state::CheckpointMetadata& m) {
-  return m.backend + (m.backend == "rocksdb" ? (m.incremental ? ", incremental" : ", full") : "");
+  return m.backend + (m.incremental ? ", incremental" : m.backend == "rocksdb" ? ", full" : "");
 }
 }  // namespace
 
@@ -28,7 +28,8 @@ PreflightReport runPreflight(const PreflightInput& in) {
     r.findings.push_back({s, check, std::move(msg)});
   };
   const std::string runBackend = state::backendTypeName(in.backend);
-  const std::string runBackendText = runBackend + (in.backend == BackendType::kRocksDb ? (in.incremental ? ", incremental" : ", full") : "");
+  const std::string runBackendText =
+      runBackend + (in.incremental ? ", incremental" : in.backend == BackendType::kRocksDb ? ", full" : "");
   bool backendProblem = false;
 
   // (a) handle types vs the effective backend, (c) uid mapping, (e) state descriptors:
@@ -86,13 +87,9 @@ PreflightReport runPreflight(const PreflightInput& in) {
     if (assigned.action != StateAssignment::Action::kRestoreKeyedState) continue;  // its files are not read
     const state::OperatorSnapshot& op = *assigned.snapshot;
     for (const auto& sub : op.subtasks) {
-      std::vector<std::pair<state::FileRef, uint64_t>> files;  // file, created by
-      if (auto* kg = std::get_if<state::KeyGroupsStateHandle>(&sub.keyed)) files.push_back({kg->file, m.checkpointId});
-      if (auto* inc = std::get_if<state::IncrementalStateHandle>(&sub.keyed)) {
-        for (const auto& f : inc->sharedFiles) files.push_back({f.file, f.createdByCheckpoint});
-        for (const auto& f : inc->privateFiles) files.push_back({f.file, f.createdByCheckpoint});
-      }
-      for (const auto& [f, by] : files) {
+      for (const auto& use : state::fileUses(sub.keyed)) {
+        const state::FileRef& f = use.file;
+        const uint64_t by = use.createdByCheckpoint ? use.createdByCheckpoint : m.checkpointId;
         if (!checked.insert(f.path).second) continue;
         auto size = in.storage->fileSize(f.path);
         std::string origin = by != m.checkpointId ? " (first written by checkpoint " + std::to_string(by) + ")" : "";

@@ -78,9 +78,7 @@ int convertCommand(const std::string& from, const std::string& outDir) {
         if (!r.ok()) return fail(r.status().message());
         reader = std::move(*r);
       }
-      state::KeyGroupRange range = std::holds_alternative<state::KeyGroupsStateHandle>(sub.keyed)
-                                       ? std::get<state::KeyGroupsStateHandle>(sub.keyed).range
-                                       : std::get<state::IncrementalStateHandle>(sub.keyed).range;
+      state::KeyGroupRange range = state::handleRange(sub.keyed);
       auto writer = state::KeyGroupWriter::create(**storage, op.uid + "-" + std::to_string(sub.index) + ".kg",
                                                   op.states, range);
       if (!writer.ok()) return fail(writer.status().message());

@@ -54,8 +54,9 @@ int infoCommand(const std::string& pluginPath, const std::vector<std::string>& d
         applyJobConfiguration(*info, *job, &config);
         loadUserConfiguration(configFile, defines, std::nullopt, &config);
         effective = config.getString("state.backend.type");
-        if (effective == "rocksdb") {
-          effective += config.getBool("state.backend.incremental") ? " (incremental)" : " (full)";
+        const bool rocksdb = effective == "rocksdb";
+        effective += config.getBool("state.backend.incremental") ? " (incremental)" : rocksdb ? " (full)" : "";
+        if (rocksdb) {
           const state::RocksDbOptions ro = rocksDbOptionsFrom(config);
           rocks.add({c.name, formatBytes(ro.writeBufferSize), std::to_string(ro.writeBufferCount),
                      formatBytes(ro.blockCacheSize), state::compactionStyleName(ro.compactionStyle),

@@ -26,16 +26,15 @@ std::set<uint64_t> dependencies(const state::CheckpointMetadata& m) {
   std::set<uint64_t> deps;
   for (const auto& op : m.operators)
     for (const auto& sub : op.subtasks)
-      if (auto* inc = std::get_if<state::IncrementalStateHandle>(&sub.keyed))
-        for (const auto& f : inc->sharedFiles)
-          if (f.createdByCheckpoint != m.checkpointId) deps.insert(f.createdByCheckpoint);
+      for (const auto& f : state::fileUses(sub.keyed))
+        if (f.shared && f.createdByCheckpoint != m.checkpointId) deps.insert(f.createdByCheckpoint);
   return deps;
 }
 
 std::string kindText(const state::CheckpointMetadata& m) {
   std::string k = m.kind == state::SnapshotKind::kSavepoint ? "savepoint" : "checkpoint";
   if (m.format == state::SnapshotFormat::kCanonical) return k + " (canonical)";
-  if (m.backend == "rocksdb" && m.incremental) return k + " (incremental)";
+  if (m.incremental) return k + " (incremental)";
   return k + " (full)";
 }
 
@@ -83,9 +82,7 @@ int inspectCommand(const std::string& path, bool json) {
       for (size_t j = 0; j < op.subtasks.size(); ++j) {
         const auto& sub = op.subtasks[j];
         o << (j ? "," : "") << "{\"index\":" << sub.index << ",\"handle\":" << jsonString(state::handleTypeName(sub.keyed));
-        state::KeyGroupRange range;
-        if (auto* kg = std::get_if<state::KeyGroupsStateHandle>(&sub.keyed)) range = kg->range;
-        if (auto* inc = std::get_if<state::IncrementalStateHandle>(&sub.keyed)) range = inc->range;
+        state::KeyGroupRange range = state::handleRange(sub.keyed);
         if (sub.keyed.index()) o << ",\"keyGroups\":[" << range.start << "," << range.end << "]";
         o << ",\"files\":[";
         auto files = state::referencedFiles(sub.keyed);
@@ -105,7 +102,7 @@ int inspectCommand(const std::string& path, bool json) {
             << "Written by   " << m.jobClass << " (" << m.pluginFile << ", digest " << m.pluginDigest << ", SDK "
             << m.sdkVersion << ")\n"
             << "Job          " << m.jobId << ", parallelism " << m.parallelism << "\n"
-            << "Backend      " << m.backend << (m.backend == "rocksdb" ? (m.incremental ? " (incremental)" : " (full)") : "")
+            << "Backend      " << m.backend << (m.incremental ? " (incremental)" : m.backend == "rocksdb" ? " (full)" : "")
             << ", max parallelism " << m.maxParallelism << "\n"
             << "Depends on   " << (deps.empty() ? "nothing else (self-contained)" : "files of checkpoints " + joinIds(deps))
             << "\n\n";
@@ -120,9 +117,7 @@ int inspectCommand(const std::string& path, bool json) {
     }
     Table t({"  SUBTASK", "HANDLE", "KEY GROUPS", "FILES", "BYTES"});
     for (const auto& sub : op.subtasks) {
-      state::KeyGroupRange range;
-      if (auto* kg = std::get_if<state::KeyGroupsStateHandle>(&sub.keyed)) range = kg->range;
-      if (auto* inc = std::get_if<state::IncrementalStateHandle>(&sub.keyed)) range = inc->range;
+      state::KeyGroupRange range = state::handleRange(sub.keyed);
       auto files = state::referencedFiles(sub.keyed);
       uint64_t bytes = 0;
       for (const auto& f : files) bytes += f.size;

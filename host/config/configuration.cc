@@ -14,7 +14,7 @@ namespace jobhost::host {
 const std::vector<ConfigKey>& knownConfigKeys() {
   static const std::vector<ConfigKey> keys = {
       {"state.backend.type", "hashmap", "Keyed state backend: hashmap (heap) or rocksdb."},
-      {"state.backend.incremental", "false", "rocksdb only: incremental checkpoints (upload only new SST files)."},
+      {"state.backend.incremental", "false", "incremental checkpoints: rocksdb uploads only new SST files, hashmap writes only the key groups changed since the last completed checkpoint (savepoints stay self-contained)."},
       {"state.backend.rocksdb.writebuffer.size", "64mb", "rocksdb: memtable size per state (64 KiB to 64 GiB)."},
       {"state.backend.rocksdb.writebuffer.count", "2", "rocksdb: memtables per state, the active one included (1-64)."},
       {"state.backend.rocksdb.block.cache-size", "8mb",

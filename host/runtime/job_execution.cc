@@ -1153,10 +1153,8 @@ Status JobExecution::prepare(const RestoreSource* source) {
           in.storage = source->storage;
           in.states = it->second->states;
           for (const auto& sub : it->second->subtasks) {
-            state::KeyGroupRange hr;
-            if (auto* kg = std::get_if<state::KeyGroupsStateHandle>(&sub.keyed)) hr = kg->range;
-            else if (auto* inc = std::get_if<state::IncrementalStateHandle>(&sub.keyed)) hr = inc->range;
-            else continue;
+            state::KeyGroupRange hr = state::handleRange(sub.keyed);
+            if (hr.empty()) continue;
             if (!hr.intersect(range).empty()) in.handles.push_back(sub.keyed);
           }
           Status rs;

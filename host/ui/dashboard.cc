@@ -421,7 +421,7 @@ std::optional<Dashboard::DiskJob> Dashboard::diskJob(const std::string& id, cons
         j.status.jobId = id;
         j.status.jobClass = m.jobClass;
         j.status.pluginPath = m.pluginFile;  // only the file name is recorded
-        j.status.backend = m.backend + (m.backend == "rocksdb" && m.incremental ? " (incremental)" : "");
+        j.status.backend = m.backend + (m.incremental ? " (incremental)" : "");
         j.status.parallelism = m.parallelism;
         j.source = "disk";
         j.state = "ENDED";

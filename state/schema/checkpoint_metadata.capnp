@@ -74,6 +74,7 @@ struct SubtaskSnapshot {
     none @2 :Void;
     keyGroups @3 :KeyGroupsStateHandle;
     incremental @4 :IncrementalRemoteKeyedStateHandle;
+    incrementalKeyGroups @5 :IncrementalKeyGroupsStateHandle;
   }
 }
 
@@ -103,4 +104,25 @@ struct IncrementalRemoteKeyedStateHandle {
   sharedFiles @4 :List(SharedFile);
   privateFiles @5 :List(SharedFile);
   columnFamilies @6 :List(Text);
+}
+
+# An incremental checkpoint of the hashmap backend: key-group files in the shared
+# directory and, per file, the runs of key groups read from it.
+struct IncrementalKeyGroupsStateHandle {
+  backendId @0 :Text;
+  checkpointId @1 :UInt64;
+  startKeyGroup @2 :UInt32;
+  endKeyGroup @3 :UInt32;
+  parts @4 :List(KeyGroupsFilePart);
+}
+
+struct KeyGroupsFilePart {
+  file @0 :KeyGroupsStateHandle;
+  createdByCheckpoint @1 :UInt64;
+  keyGroups @2 :List(KeyGroupRun);
+}
+
+struct KeyGroupRun {
+  start @0 :UInt32;
+  end @1 :UInt32;
 }

@@ -77,6 +77,32 @@ std::vector<SharedFileRef> readShared(capnp::List<schema::SharedFile>::Reader li
   return out;
 }
 
+void fillKeyGroups(schema::KeyGroupsStateHandle::Builder hb, const KeyGroupsStateHandle& kg, const std::string& dir) {
+  fillFileRef(hb.initFile(), kg.file, dir);
+  hb.setStartKeyGroup(static_cast<uint32_t>(kg.range.start));
+  hb.setEndKeyGroup(static_cast<uint32_t>(kg.range.end));
+  auto offs = hb.initOffsets(static_cast<unsigned>(kg.offsets.size()));
+  for (unsigned k = 0; k < kg.offsets.size(); ++k) offs.set(k, kg.offsets[k]);
+}
+
+/// A key-group file's handle; an impossible range is reported through err (the caller
+/// names the operator).
+KeyGroupsStateHandle readKeyGroupsHandle(schema::KeyGroupsStateHandle::Reader hb, const std::string& dir,
+                                         int maxParallelism, Status* err) {
+  KeyGroupsStateHandle h;
+  h.file = readFileRef(hb.getFile(), dir, err);
+  if (hb.getStartKeyGroup() > 32768 || hb.getEndKeyGroup() > 32768) {
+    *err = Status::Corruption("a key-group handle has an impossible range");
+    return h;
+  }
+  h.range = {static_cast<int>(hb.getStartKeyGroup()), static_cast<int>(hb.getEndKeyGroup())};
+  for (auto o : hb.getOffsets()) h.offsets.push_back(o);
+  if (h.range.end >= maxParallelism || h.range.start > h.range.end + 1 ||
+      static_cast<int>(h.offsets.size()) != h.range.size())
+    *err = Status::Corruption("a key-group handle has an inconsistent range");
+  return h;
+}
+
 }  // namespace
 
 std::string normalizePath(const std::string& path) {
@@ -175,12 +201,24 @@ Result<std::string> serializeMetadata(const CheckpointMetadata& m, const std::st
                                               st.operatorState.size()));
       auto keyed = sb.initKeyed();
       if (auto* kg = std::get_if<KeyGroupsStateHandle>(&st.keyed)) {
-        auto hb = keyed.initKeyGroups();
-        fillFileRef(hb.initFile(), kg->file, dir);
-        hb.setStartKeyGroup(static_cast<uint32_t>(kg->range.start));
-        hb.setEndKeyGroup(static_cast<uint32_t>(kg->range.end));
-        auto offs = hb.initOffsets(static_cast<unsigned>(kg->offsets.size()));
-        for (unsigned k = 0; k < kg->offsets.size(); ++k) offs.set(k, kg->offsets[k]);
+        fillKeyGroups(keyed.initKeyGroups(), *kg, dir);
+      } else if (auto* ikg = std::get_if<IncrementalKeyGroupsStateHandle>(&st.keyed)) {
+        auto hb = keyed.initIncrementalKeyGroups();
+        hb.setBackendId(ikg->backendId);
+        hb.setCheckpointId(ikg->checkpointId);
+        hb.setStartKeyGroup(static_cast<uint32_t>(ikg->range.start));
+        hb.setEndKeyGroup(static_cast<uint32_t>(ikg->range.end));
+        auto parts = hb.initParts(static_cast<unsigned>(ikg->parts.size()));
+        for (unsigned k = 0; k < ikg->parts.size(); ++k) {
+          const auto& part = ikg->parts[k];
+          fillKeyGroups(parts[k].initFile(), part.file, dir);
+          parts[k].setCreatedByCheckpoint(part.createdByCheckpoint);
+          auto runs = parts[k].initKeyGroups(static_cast<unsigned>(part.keyGroups.size()));
+          for (unsigned r = 0; r < part.keyGroups.size(); ++r) {
+            runs[r].setStart(static_cast<uint32_t>(part.keyGroups[r].start));
+            runs[r].setEnd(static_cast<uint32_t>(part.keyGroups[r].end));
+          }
+        }
       } else if (auto* inc = std::get_if<IncrementalStateHandle>(&st.keyed)) {
         auto hb = keyed.initIncremental();
         hb.setBackendId(inc->backendId);
@@ -286,16 +324,46 @@ Result<CheckpointMetadata> parseMetadata(std::string_view bytes, const std::stri
           case schema::SubtaskSnapshot::Keyed::NONE:
             break;
           case schema::SubtaskSnapshot::Keyed::KEY_GROUPS: {
-            auto hb = keyed.getKeyGroups();
-            KeyGroupsStateHandle h;
-            h.file = readFileRef(hb.getFile(), dir, &err);
-            if (hb.getStartKeyGroup() > 32768 || hb.getEndKeyGroup() > 32768)
-              return Status::Corruption(where + ": key-group handle of '" + op.uid + "' has an impossible range");
+            Status bad;
+            st.keyed = readKeyGroupsHandle(keyed.getKeyGroups(), dir, m.maxParallelism, &bad);
+            if (!bad.ok()) return Status::Corruption(where + ": operator '" + op.uid + "': " + bad.message());
+            break;
+          }
+          case schema::SubtaskSnapshot::Keyed::INCREMENTAL_KEY_GROUPS: {
+            auto hb = keyed.getIncrementalKeyGroups();
+            IncrementalKeyGroupsStateHandle h;
+            h.backendId = hb.getBackendId();
+            h.checkpointId = hb.getCheckpointId();
+            auto bad = [&](const std::string& what) {
+              return Status::Corruption(where + ": incremental key-group handle of '" + op.uid + "' subtask " +
+                                        std::to_string(st.index) + " " + what);
+            };
+            if (hb.getStartKeyGroup() > 32768 || hb.getEndKeyGroup() > 32768) return bad("has an impossible range");
             h.range = {static_cast<int>(hb.getStartKeyGroup()), static_cast<int>(hb.getEndKeyGroup())};
-            for (auto o : hb.getOffsets()) h.offsets.push_back(o);
-            if (h.range.end >= m.maxParallelism || h.range.start > h.range.end + 1 ||
-                static_cast<int>(h.offsets.size()) != h.range.size())
-              err = Status::Corruption(where + ": key-group handle of '" + op.uid + "' has an inconsistent range");
+            if (h.range.end >= m.maxParallelism || h.range.start > h.range.end + 1)
+              return bad("has an inconsistent range");
+            std::vector<char> covered(static_cast<size_t>(std::max(0, h.range.size())), 0);
+            for (auto pb : hb.getParts()) {
+              KeyGroupsFilePart part;
+              Status fileErr;
+              part.file = readKeyGroupsHandle(pb.getFile(), dir, m.maxParallelism, &fileErr);
+              if (!fileErr.ok()) return bad("has a part where " + fileErr.message());
+              part.createdByCheckpoint = pb.getCreatedByCheckpoint();
+              int prevEnd = -1;
+              for (auto rb : pb.getKeyGroups()) {
+                KeyGroupRange run{static_cast<int>(rb.getStart()), static_cast<int>(rb.getEnd())};
+                if (run.empty() || run.start <= prevEnd || run.intersect(part.file.range) != run ||
+                    run.intersect(h.range) != run)
+                  return bad("reads key groups " + std::to_string(run.start) + "-" + std::to_string(run.end) +
+                             " outside its file or its range, or out of order");
+                for (int kg = run.start; kg <= run.end; ++kg)
+                  if (covered[static_cast<size_t>(kg - h.range.start)]++)
+                    return bad("reads key group " + std::to_string(kg) + " from two files");
+                prevEnd = run.end;
+                part.keyGroups.push_back(run);
+              }
+              h.parts.push_back(std::move(part));
+            }
             st.keyed = std::move(h);
             break;
           }

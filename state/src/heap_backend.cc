@@ -7,6 +7,16 @@
 // The AsyncSnapshot then serialises its frozen tables into a key-group file on a
 // background thread while records keep flowing.
 //
+// Incremental checkpoints (state.backend.incremental=true, checkpoints only): every write
+// stamps its key group with the current snapshot epoch; a checkpoint writes, into one new
+// file in the shared directory, only the key groups stamped after the epoch of the last
+// *completed* incremental checkpoint (the base), and references the base's files for the
+// others (IncrementalKeyGroupsStateHandle). A checkpoint becomes the base when it
+// completes; an aborted one never does, so nothing references what it wrote. After a
+// restore there is no base: the first checkpoint writes everything (a restored backend
+// depends on no file of the snapshot it came from, as the rocksdb backend). Savepoints are
+// always self-contained KeyGroupsStateHandles.
+//
 // Thread-safety: see keyed_backend.h. What the task thread shares with snapshot threads
 // is a table's pin count: snapshotSync() (task thread) pins every table it freezes; a
 // snapshot unpins a table with a release decrement once it has written it (or when it is
@@ -16,6 +26,10 @@
 // a checkpoint): it stays pinned until the last of them is done. shared_ptr only keeps
 // the memory alive; its use count decides nothing (a relaxed load, with no ordering).
 #include <atomic>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <random>
 #include <unordered_map>
 
 #include "jobhost/state/key_group_format.h"
@@ -60,16 +74,101 @@ struct HeapState {
   std::vector<TablePtr> tables;  // index: key group - range.start
 };
 
+/// What an incremental checkpoint writes and references, decided in snapshotSync().
+struct IncrementalPlan {
+  std::string backendId;
+  /// The base's handle (empty parts when there is none).
+  IncrementalKeyGroupsStateHandle base;
+  /// Per key group of the range: kWrite (changed since the base), kEmpty (changed and
+  /// empty now: in no file, so no file is kept alive for it), or kKeep: read it from
+  /// base.parts[baseIndex] (-1: the base has it in no file: empty).
+  enum : char { kKeep = 0, kWrite = 1, kEmpty = 2 };
+  std::vector<char> changed;
+  std::vector<int> baseIndex;
+  /// Filled by run() once the files are durable; read by notifyCheckpointComplete()
+  /// (after run() returned: keyed_backend.h), under the mutex all the same.
+  std::mutex mu;
+  std::optional<IncrementalKeyGroupsStateHandle> written;
+};
+
+/// Appends key group kg to the runs, extending the last run when adjacent.
+void addToRuns(std::vector<KeyGroupRange>& runs, int kg) {
+  if (!runs.empty() && runs.back().end + 1 == kg) ++runs.back().end;
+  else runs.push_back({kg, kg});
+}
+
 class HeapSnapshot : public AsyncSnapshot {
  public:
   HeapSnapshot(SnapshotRequest req, KeyGroupRange range, std::vector<StateDescriptorInfo> states,
-               std::vector<std::vector<TablePtr>> frozen)
-      : req_(std::move(req)), range_(range), states_(std::move(states)), frozen_(std::move(frozen)) {}
+               std::vector<std::vector<TablePtr>> frozen, std::shared_ptr<IncrementalPlan> plan)
+      : req_(std::move(req)),
+        range_(range),
+        states_(std::move(states)),
+        frozen_(std::move(frozen)),
+        plan_(std::move(plan)) {}
   /// A snapshot dropped before (or while) writing unpins what it has not written yet.
   ~HeapSnapshot() override { release(); }
 
   Result<KeyedStateHandle> run() override {
-    std::string path = (req_.exclusiveDir.empty() ? "" : req_.exclusiveDir + "/") + req_.filePrefix + ".kg";
+    if (!plan_) {
+      std::string path = (req_.exclusiveDir.empty() ? "" : req_.exclusiveDir + "/") + req_.filePrefix + ".kg";
+      auto h = writeFile(path, nullptr);
+      if (!h.ok()) return h.status();
+      return KeyedStateHandle(std::move(*h));
+    }
+    return runIncremental();
+  }
+
+ private:
+  Result<KeyedStateHandle> runIncremental() {
+    IncrementalKeyGroupsStateHandle h;
+    h.backendId = plan_->backendId;
+    h.checkpointId = req_.checkpointId;
+    h.range = range_;
+    KeyGroupsFilePart fresh;
+    std::vector<KeyGroupsFilePart> kept(plan_->base.parts.size());
+    for (int kg = range_.start; kg <= range_.end; ++kg) {
+      size_t slot = static_cast<size_t>(kg - range_.start);
+      if (plan_->changed[slot] == IncrementalPlan::kWrite) addToRuns(fresh.keyGroups, kg);
+      else if (plan_->changed[slot] == IncrementalPlan::kEmpty) continue;
+      else if (int b = plan_->baseIndex[slot]; b >= 0) addToRuns(kept[static_cast<size_t>(b)].keyGroups, kg);
+    }
+    if (!fresh.keyGroups.empty()) {
+      auto path = freeSharedName();
+      if (!path.ok()) return path.status();
+      auto file = writeFile(*path, &plan_->changed);
+      if (!file.ok()) return file.status();
+      fresh.file = std::move(*file);
+      fresh.createdByCheckpoint = req_.checkpointId;
+      h.parts.push_back(std::move(fresh));
+    }
+    release();
+    for (size_t b = 0; b < kept.size(); ++b) {
+      if (kept[b].keyGroups.empty()) continue;  // every key group it held changed since
+      kept[b].file = plan_->base.parts[b].file;
+      kept[b].createdByCheckpoint = plan_->base.parts[b].createdByCheckpoint;
+      h.parts.push_back(std::move(kept[b]));
+    }
+    std::lock_guard<std::mutex> lock(plan_->mu);
+    plan_->written = h;
+    return KeyedStateHandle(std::move(h));
+  }
+
+  /// A name in the shared directory no file has: "<prefix>-<checkpoint>.kg", suffixed if
+  /// an earlier attempt of this checkpoint id left one (an aborted run's file stays until
+  /// the registry collects it).
+  Result<std::string> freeSharedName() {
+    const std::string base = req_.sharedDir + "/" + req_.filePrefix + "-" + std::to_string(req_.checkpointId);
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      std::string candidate = base + (attempt ? "-" + std::to_string(attempt) : "") + ".kg";
+      if (!req_.storage->exists(candidate)) return candidate;
+    }
+    return Status::IOError("cannot find a free shared file name for " + req_.storage->describe(base));
+  }
+
+  /// Writes the frozen tables of the key groups `only` marks kWrite (all when null) into
+  /// a new key-group file over the whole range (the others empty).
+  Result<KeyGroupsStateHandle> writeFile(const std::string& path, const std::vector<char>* only) {
     if (req_.isAborted()) return stop(path);
     auto writer = KeyGroupWriter::create(*req_.storage, path, states_, range_);
     if (!writer.ok()) return writer.status();
@@ -77,6 +176,7 @@ class HeapSnapshot : public AsyncSnapshot {
       if (req_.isAborted()) return stop(path);  // the unfinished file is discarded with the writer
       if (Status s = (*writer)->beginKeyGroup(kg); !s.ok()) return s;
       size_t slot = static_cast<size_t>(kg - range_.start);
+      if (only && (*only)[slot] != IncrementalPlan::kWrite) continue;
       for (size_t si = 0; si < frozen_.size(); ++si) {
         TablePtr& t = frozen_[si][slot];
         if (!t) continue;
@@ -90,11 +190,9 @@ class HeapSnapshot : public AsyncSnapshot {
     }
     auto handle = (*writer)->finish();
     release();  // writers stop copying
-    if (!handle.ok()) return handle.status();
-    return KeyedStateHandle(std::move(*handle));
+    return handle;
   }
 
- private:
   /// Gives up an aborted snapshot: releases the frozen tables (writers stop copying).
   Status stop(const std::string& path) {
     release();
@@ -110,11 +208,20 @@ class HeapSnapshot : public AsyncSnapshot {
   KeyGroupRange range_;
   std::vector<StateDescriptorInfo> states_;
   std::vector<std::vector<TablePtr>> frozen_;
+  std::shared_ptr<IncrementalPlan> plan_;  // null: a full, self-contained snapshot
 };
+
+std::string randomBackendId() {
+  std::random_device rd;
+  char buf[17];
+  snprintf(buf, sizeof buf, "%08x%08x", rd(), rd());
+  return buf;
+}
 
 class HeapBackend : public KeyedStateBackend {
  public:
-  explicit HeapBackend(const BackendOptions& o) : options_(o) {}
+  explicit HeapBackend(const BackendOptions& o)
+      : options_(o), modified_(static_cast<size_t>(o.range.size()), 0), backendId_(randomBackendId()) {}
 
   int registerState(const StateDescriptorInfo& d) override {
     for (size_t i = 0; i < states_.size(); ++i) {
@@ -235,71 +342,162 @@ class HeapBackend : public KeyedStateBackend {
   Status restore(const RestoreInput& input) override {
     last_ = {};
     for (const auto& d : input.states) registerState(d);
+    // A restored backend is a new lineage: its first incremental checkpoint writes
+    // everything, and no later one references the restored files.
+    base_.reset();
+    pending_.clear();
+    backendId_ = randomBackendId();
     for (const auto& h : input.handles) {
-      const auto* kgh = std::get_if<KeyGroupsStateHandle>(&h);
-      if (!kgh) {
+      if (std::holds_alternative<IncrementalStateHandle>(h)) {
         return Status::Incompatible(std::string("the hashmap backend cannot restore a ") + handleTypeName(h) +
                                     "; restore with state.backend.type=rocksdb, or convert the snapshot "
                                     "with `jobhost convert`");
       }
-      std::vector<KeyGroupFileState> fileStates;
-      std::vector<int> map;  // file state index -> our state index
-      // Every state of the file gets a slot, with the kind the file records: one without
-      // a descriptor in the metadata (older metadata) is registered by name and kind, is
-      // written by every later snapshot, and a job declaring it again reads it.
-      auto mapFileStates = [&]() -> Status {
-        map.clear();
-        for (const auto& fst : fileStates) {
-          int idx = -1;
-          for (size_t i = 0; i < states_.size(); ++i)
-            if (states_[i].descriptor.name == fst.name) idx = static_cast<int>(i);
-          if (idx < 0) {
-            StateDescriptorInfo d;
-            d.name = fst.name;
-            d.kind = fst.kind;
-            idx = registerState(d);
-          } else if (states_[static_cast<size_t>(idx)].descriptor.kind != fst.kind) {
-            return Status::Corruption("key-group file " + input.storage->describe(kgh->file.path) +
-                                      " holds state '" + fst.name + "' as a " + stateKindName(fst.kind) +
-                                      ", but the snapshot's metadata declares a " +
-                                      stateKindName(states_[static_cast<size_t>(idx)].descriptor.kind) +
-                                      "; the snapshot is inconsistent: restore from another checkpoint or "
-                                      "savepoint");
+      for (const KeyGroupsRead& read : keyGroupReads(h, options_.range)) {
+        const KeyGroupsStateHandle* kgh = read.file;
+        std::vector<KeyGroupFileState> fileStates;
+        std::vector<int> map;  // file state index -> our state index
+        // Every state of the file gets a slot, with the kind the file records: one without
+        // a descriptor in the metadata (older metadata) is registered by name and kind, is
+        // written by every later snapshot, and a job declaring it again reads it.
+        auto mapFileStates = [&]() -> Status {
+          map.clear();
+          for (const auto& fst : fileStates) {
+            int idx = -1;
+            for (size_t i = 0; i < states_.size(); ++i)
+              if (states_[i].descriptor.name == fst.name) idx = static_cast<int>(i);
+            if (idx < 0) {
+              StateDescriptorInfo d;
+              d.name = fst.name;
+              d.kind = fst.kind;
+              idx = registerState(d);
+            } else if (states_[static_cast<size_t>(idx)].descriptor.kind != fst.kind) {
+              return Status::Corruption("key-group file " + input.storage->describe(kgh->file.path) +
+                                        " holds state '" + fst.name + "' as a " + stateKindName(fst.kind) +
+                                        ", but the snapshot's metadata declares a " +
+                                        stateKindName(states_[static_cast<size_t>(idx)].descriptor.kind) +
+                                        "; the snapshot is inconsistent: restore from another checkpoint or "
+                                        "savepoint");
+            }
+            map.push_back(idx);
           }
-          map.push_back(idx);
-        }
-        return Status::OK();
-      };
-      Status s = readKeyGroups(*input.storage, *kgh, options_.range, &fileStates, [&](const KeyGroupEntry& e) {
-        if (map.size() != fileStates.size()) {
-          if (Status m = mapFileStates(); !m.ok()) return m;
-        }
-        HeapState& st = states_[static_cast<size_t>(map[static_cast<size_t>(e.stateIndex)])];
-        TablePtr& t = st.tables[static_cast<size_t>(e.keyGroup - options_.range.start)];
-        if (!t) t = std::make_shared<KgTable>();
-        if (st.descriptor.kind == StateKind::kMap) t->maps[std::string(e.key)][std::string(e.userKey)] = e.value;
-        else t->values[std::string(e.key)] = e.value;
-        return Status::OK();
-      });
-      // States without entries in this range are kept too.
-      if (s.ok() && map.size() != fileStates.size()) s = mapFileStates();
-      if (!s.ok()) return snapshotFileError(s, *input.storage, kgh->file.path);
+          return Status::OK();
+        };
+        Status s = readKeyGroups(*input.storage, *kgh, read.keyGroups, &fileStates, [&](const KeyGroupEntry& e) {
+          if (map.size() != fileStates.size()) {
+            if (Status m = mapFileStates(); !m.ok()) return m;
+          }
+          HeapState& st = states_[static_cast<size_t>(map[static_cast<size_t>(e.stateIndex)])];
+          TablePtr& t = st.tables[static_cast<size_t>(e.keyGroup - options_.range.start)];
+          if (!t) t = std::make_shared<KgTable>();
+          if (st.descriptor.kind == StateKind::kMap) t->maps[std::string(e.key)][std::string(e.userKey)] = e.value;
+          else t->values[std::string(e.key)] = e.value;
+          return Status::OK();
+        });
+        // States without entries in this range are kept too.
+        if (s.ok() && map.size() != fileStates.size()) s = mapFileStates();
+        if (!s.ok()) return snapshotFileError(s, *input.storage, kgh->file.path);
+      }
     }
     return Status::OK();
   }
 
   Result<std::unique_ptr<AsyncSnapshot>> snapshotSync(const SnapshotRequest& request) override {
+    const uint64_t epoch = epoch_++;  // writes from now on are stamped after this snapshot
+    std::shared_ptr<IncrementalPlan> plan;
+    if (options_.incremental && request.format == SnapshotFormat::kNative && !request.sharedDir.empty()) {
+      plan = std::make_shared<IncrementalPlan>();
+      plan->backendId = backendId_;
+      plan->changed.assign(modified_.size(), IncrementalPlan::kWrite);
+      plan->baseIndex.assign(modified_.size(), -1);
+      if (base_) {
+        plan->base = base_->handle;
+        for (size_t slot = 0; slot < modified_.size(); ++slot) {
+          if (modified_[slot] <= base_->epoch) plan->changed[slot] = IncrementalPlan::kKeep;
+          plan->baseIndex[slot] = base_->partOf[slot];
+        }
+      }
+      if (base_) rewriteMostlyDeadFiles(*plan);
+      for (size_t slot = 0; slot < modified_.size(); ++slot) {
+        if (plan->changed[slot] != IncrementalPlan::kWrite) continue;
+        bool empty = true;
+        for (const auto& s : states_)
+          if (s.tables[slot] && !s.tables[slot]->empty()) empty = false;
+        if (empty) plan->changed[slot] = IncrementalPlan::kEmpty;
+      }
+      pending_[request.checkpointId] = {epoch, plan};
+    }
     std::vector<std::vector<TablePtr>> frozen;
     std::vector<StateDescriptorInfo> descriptors;
     frozen.reserve(states_.size());
     for (const auto& s : states_) {
       frozen.push_back(s.tables);  // copies pointers only
-      for (const auto& t : s.tables)
-        if (t) t->pins.fetch_add(1, std::memory_order_relaxed);  // published to the snapshot thread by its start
+      auto& mine = frozen.back();
+      for (size_t slot = 0; slot < mine.size(); ++slot) {
+        if (plan && plan->changed[slot] != IncrementalPlan::kWrite) {
+          mine[slot].reset();  // not written by this snapshot: not read, not pinned
+        } else if (mine[slot]) {
+          mine[slot]->pins.fetch_add(1, std::memory_order_relaxed);  // published to the snapshot thread by its start
+        }
+      }
       descriptors.push_back(s.descriptor);
     }
     return std::unique_ptr<AsyncSnapshot>(
-        new HeapSnapshot(request, options_.range, std::move(descriptors), std::move(frozen)));
+        new HeapSnapshot(request, options_.range, std::move(descriptors), std::move(frozen), std::move(plan)));
+  }
+
+  void notifyCheckpointComplete(uint64_t checkpointId) override {
+    auto it = pending_.find(checkpointId);
+    if (it == pending_.end()) return;
+    std::optional<IncrementalKeyGroupsStateHandle> written;
+    {
+      std::lock_guard<std::mutex> lock(it->second.plan->mu);
+      written = std::move(it->second.plan->written);
+    }
+    if (written) {
+      Base b;
+      b.epoch = it->second.epoch;
+      b.partOf.assign(modified_.size(), -1);
+      for (size_t p = 0; p < written->parts.size(); ++p)
+        for (const auto& run : written->parts[p].keyGroups)
+          for (int kg = run.start; kg <= run.end; ++kg)
+            b.partOf[static_cast<size_t>(kg - options_.range.start)] = static_cast<int>(p);
+      b.handle = std::move(*written);
+      base_ = std::move(b);
+    }
+    // Older pending checkpoints can no longer become the base.
+    pending_.erase(pending_.begin(), std::next(it));
+  }
+
+  void notifyCheckpointAborted(uint64_t checkpointId) override { pending_.erase(checkpointId); }
+
+  /// Bounds the space a chain of incremental checkpoints keeps alive: a file stays
+  /// referenced only while at least half of its entries' bytes (not counting the header
+  /// and the one-byte end of each key group) are key groups still read from it;
+  /// otherwise this checkpoint writes those key groups again and drops the file. Without
+  /// it, a job whose updates move across the key groups could keep one mostly-dead file
+  /// per checkpoint alive. (RocksDB's compactions bound its SST set the same way.)
+  void rewriteMostlyDeadFiles(IncrementalPlan& plan) const {
+    const auto& parts = plan.base.parts;
+    std::vector<uint64_t> live(parts.size(), 0);
+    for (size_t slot = 0; slot < plan.changed.size(); ++slot) {
+      int b = plan.baseIndex[slot];
+      if (plan.changed[slot] != IncrementalPlan::kKeep || b < 0) continue;
+      const KeyGroupsStateHandle& f = parts[static_cast<size_t>(b)].file;
+      const size_t i = static_cast<size_t>(options_.range.start + static_cast<int>(slot) - f.range.start);
+      const uint64_t end = i + 1 < f.offsets.size() ? f.offsets[i + 1] : f.file.size;
+      live[static_cast<size_t>(b)] += end - f.offsets[i] - 1;
+    }
+    auto entryBytes = [](const KeyGroupsStateHandle& f) {
+      const uint64_t fixed = (f.offsets.empty() ? f.file.size : f.offsets.front()) + f.offsets.size();
+      return f.file.size > fixed ? f.file.size - fixed : 0;
+    };
+    for (size_t slot = 0; slot < plan.changed.size(); ++slot) {
+      int b = plan.baseIndex[slot];
+      if (plan.changed[slot] == IncrementalPlan::kKeep && b >= 0 &&
+          2 * live[static_cast<size_t>(b)] < entryBytes(parts[static_cast<size_t>(b)].file))
+        plan.changed[slot] = IncrementalPlan::kWrite;
+    }
   }
 
   uint64_t approximateEntries() const override {
@@ -333,6 +531,7 @@ class HeapBackend : public KeyedStateBackend {
   }
   KgTable& writeTable(int state) {
     requireKey(state);
+    modified_[slot_] = epoch_;
     TablePtr& t = states_[static_cast<size_t>(state)].tables[slot_];
     if (!t) t = std::make_shared<KgTable>();
     else if (t->pins.load(std::memory_order_acquire) > 0) t = std::make_shared<KgTable>(*t);  // copy-on-write
@@ -341,6 +540,23 @@ class HeapBackend : public KeyedStateBackend {
 
   BackendOptions options_;
   std::vector<HeapState> states_;
+  /// Incremental checkpoints (see the file comment): per key group, the epoch of its last
+  /// write; the epoch the next snapshot takes; the last completed incremental checkpoint
+  /// and the ones not yet completed (by checkpoint id).
+  std::vector<uint64_t> modified_;
+  uint64_t epoch_ = 1;
+  struct Base {
+    uint64_t epoch = 0;
+    std::vector<int> partOf;  // per key group: index into handle.parts, -1: in none (empty)
+    IncrementalKeyGroupsStateHandle handle;
+  };
+  std::optional<Base> base_;
+  struct Pending {
+    uint64_t epoch = 0;
+    std::shared_ptr<IncrementalPlan> plan;
+  };
+  std::map<uint64_t, Pending> pending_;
+  std::string backendId_;
   size_t slot_ = 0;
   std::string key_;
   bool hasKey_ = false;

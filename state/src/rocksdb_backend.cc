@@ -978,7 +978,7 @@ class RocksDbBackend final : public KeyedStateBackend {
                              const std::string& dir);
   Status restoreInPlace(CheckpointStorage& st, const IncrementalStateHandle& h);
   Status restoreByCopy(CheckpointStorage& st, const IncrementalStateHandle& h);
-  Status restoreKeyGroups(CheckpointStorage& st, const KeyGroupsStateHandle& h);
+  Status restoreKeyGroups(CheckpointStorage& st, const KeyGroupsStateHandle& h, const KeyGroupRange& keyGroups);
   Status writeBatchIfLarge(rocksdb::WriteBatch* batch, bool force, const std::string& what);
 
   std::string freshLocalDir(const char* what) {
@@ -1056,8 +1056,10 @@ Status RocksDbBackend::restore(const RestoreInput& input) {
     s = ensureOpen();
     for (const KeyedStateHandle* h : handles) {
       if (!s.ok()) break;
-      if (const auto* kg = std::get_if<KeyGroupsStateHandle>(h)) {
-        s = restoreKeyGroups(st, *kg);
+      if (std::holds_alternative<KeyGroupsStateHandle>(*h) ||
+          std::holds_alternative<IncrementalKeyGroupsStateHandle>(*h)) {
+        for (const KeyGroupsRead& read : keyGroupReads(*h, range))
+          if (s = restoreKeyGroups(st, *read.file, read.keyGroups); !s.ok()) break;
       } else if (const auto* inc = std::get_if<IncrementalStateHandle>(h)) {
         if (inc->range.intersect(range).empty()) continue;
         s = restoreByCopy(st, *inc);
@@ -1239,13 +1241,14 @@ Status RocksDbBackend::restoreByCopy(CheckpointStorage& st, const IncrementalSta
   return s;
 }
 
-Status RocksDbBackend::restoreKeyGroups(CheckpointStorage& st, const KeyGroupsStateHandle& h) {
+Status RocksDbBackend::restoreKeyGroups(CheckpointStorage& st, const KeyGroupsStateHandle& h,
+                                        const KeyGroupRange& keyGroups) {
   const std::string what = "restore of key-group file " + st.describe(h.file.path);
   std::vector<std::string> names;
   std::vector<int> target;  // file state index -> state id
   rocksdb::WriteBatch batch;
   std::string key;
-  Status s = readKeyGroups(st, h, options_.range, &names, [&](const KeyGroupEntry& e) -> Status {
+  Status s = readKeyGroups(st, h, keyGroups, &names, [&](const KeyGroupEntry& e) -> Status {
     if (target.size() != names.size()) {
       target.clear();
       for (const auto& n : names) {

@@ -28,6 +28,7 @@ struct Part {
   const KeyedStateHandle* handle = nullptr;  // into the reader's copy of the operator
   std::vector<std::unique_ptr<ReadableFile>> files;
   std::vector<std::string> where;  // storage.describe() of each file
+  std::vector<std::string> paths;  // each file's path in the storage
 };
 
 class Reader final : public OperatorStateReader {
@@ -51,8 +52,7 @@ class Reader final : public OperatorStateReader {
       Part p;
       p.subtask = sub.index;
       p.handle = &sub.keyed;
-      p.range = std::holds_alternative<KeyGroupsStateHandle>(sub.keyed) ? std::get<KeyGroupsStateHandle>(sub.keyed).range
-                                                                        : std::get<IncrementalStateHandle>(sub.keyed).range;
+      p.range = handleRange(sub.keyed);
       if (!p.range.empty() && (p.range.start < 0 || p.range.end >= maxP_))
         return Status::Corruption("operator '" + op_.uid + "' subtask " + std::to_string(sub.index) + ": key groups " +
                                   std::to_string(p.range.start) + "-" + std::to_string(p.range.end) +
@@ -69,6 +69,7 @@ class Reader final : public OperatorStateReader {
         }
         p.files.push_back(std::move(*file));
         p.where.push_back(std::move(where));
+        p.paths.push_back(f.path);
       }
       for (int kg = p.range.start; kg <= p.range.end; ++kg) {
         if (partOf_[static_cast<size_t>(kg)] >= 0)
@@ -86,8 +87,10 @@ class Reader final : public OperatorStateReader {
     int pi = partOf_[static_cast<size_t>(kg)];
     if (pi < 0) return Status::OK();
     Part& p = parts_[static_cast<size_t>(pi)];
-    if (const auto* h = std::get_if<KeyGroupsStateHandle>(p.handle)) return readFile(p, *h, kg, fn);
-    return readRocks(static_cast<size_t>(pi), std::get<IncrementalStateHandle>(*p.handle), kg, fn);
+    if (const auto* inc = std::get_if<IncrementalStateHandle>(p.handle))
+      return readRocks(static_cast<size_t>(pi), *inc, kg, fn);
+    for (const KeyGroupsRead& read : keyGroupReads(*p.handle, {kg, kg})) return readFile(p, *read.file, kg, fn);
+    return Status::OK();  // in no file of an incremental key-group handle: empty
   }
 
   const OperatorSnapshot& operatorSnapshot() const override { return op_; }
@@ -106,14 +109,16 @@ class Reader final : public OperatorStateReader {
   }
 
   Status readFile(Part& p, const KeyGroupsStateHandle& h, int kg, const std::function<Status(const LogicalEntry&)>& fn) {
+    size_t fi = 0;  // the open file of h (an incremental key-group handle has several)
+    while (fi + 1 < p.paths.size() && p.paths[fi] != h.file.path) ++fi;
     std::vector<KeyGroupFileState> fileStates;
     std::vector<int> target;
-    return readKeyGroups(*p.files[0], p.where[0], h, {kg, kg}, &fileStates, [&](const KeyGroupEntry& e) -> Status {
+    return readKeyGroups(*p.files[fi], p.where[fi], h, {kg, kg}, &fileStates, [&](const KeyGroupEntry& e) -> Status {
       if (target.empty()) {
         for (const auto& fst : fileStates) {
           int id = stateOf(fst.name);
           if (id < 0 || op_.states[static_cast<size_t>(id)].kind != fst.kind)
-            return Status::Corruption("key-group file " + p.where[0] + " holds state '" + fst.name +
+            return Status::Corruption("key-group file " + p.where[fi] + " holds state '" + fst.name +
                                       "', which the snapshot's _metadata does not declare as a " +
                                       stateKindName(fst.kind));
           target.push_back(id);

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # tests/chaos/exactly_once.sh [kills] — the exactly-once oracle of the file sink (issue 15).
 #
-# For each configuration — hashmap and rocksdb incremental at parallelism 1 and 2, and a
-# rescaling one whose runs alternate parallelism 2, 3 and 1 — it runs WordCount with
+# For each configuration — hashmap and rocksdb incremental at parallelism 1 and 2, hashmap
+# with incremental checkpoints at parallelism 2, and a rescaling one (hashmap incremental)
+# whose runs alternate parallelism 2, 3 and 1 — it runs WordCount with
 # `--output DIR/` (the transactional file sink) over a throttled input, waits for a
 # checkpoint of the run, sleeps a random moment, SIGKILLs the whole process tree
 # (supervisor and worker: mid-write, mid-pre-commit, mid-commit, mid-recovery) and
@@ -13,7 +14,7 @@
 # and no hidden in-progress or pre-committed file is left.
 #
 # Environment: JOBHOST, JOBHOST_PLUGIN (default: the build tree's), SEED (default random;
-# printed, so a failure can be repeated), CONFIGS (default: all five), KEEP=1 keeps the
+# printed, so a failure can be repeated), CONFIGS (default: all six), KEEP=1 keeps the
 # work directory. Exit 0 if every configuration passed.
 set -euo pipefail
 
@@ -23,7 +24,7 @@ jobhost=${JOBHOST:-$here/build/host/jobhost}
 plugin=${JOBHOST_PLUGIN:-$here/build/plugins/libwordcount_jobs.so}
 seed=${SEED:-$((RANDOM * 32768 + RANDOM))}
 RANDOM=$seed
-configs=${CONFIGS:-"hashmap-p1 hashmap-p2 rocksdb-p1 rocksdb-p2 rescale"}
+configs=${CONFIGS:-"hashmap-p1 hashmap-p2 hashmap-incremental-p2 rocksdb-p1 rocksdb-p2 rescale"}
 work=$(mktemp -d "${TMPDIR:-/tmp}/jobhost-exactly-once.XXXXXX")
 export XDG_RUNTIME_DIR=$work/run
 mkdir -m 700 "$XDG_RUNTIME_DIR"
@@ -56,7 +57,8 @@ run_config() {
     hashmap-p2) p=2 ;;
     rocksdb-p1) p=1; backend=(-D state.backend.type=rocksdb -D state.backend.incremental=true) ;;
     rocksdb-p2) p=2; backend=(-D state.backend.type=rocksdb -D state.backend.incremental=true) ;;
-    rescale) p=2 ;;
+    hashmap-incremental-p2) p=2; backend=(-D state.backend.incremental=true) ;;
+    rescale) p=2; backend=(-D state.backend.incremental=true) ;;
     *) fail "unknown configuration $name" ;;
   esac
   local dir=$work/$name ck=$work/$name/checkpoints out=$work/$name/out prev="" t0=$SECONDS

@@ -6,8 +6,8 @@
 # command-line helper jobhost-test-postgres: initdb into a temporary directory, a Unix
 # socket only, max_prepared_transactions = 20), runs WordCountToPostgres once without
 # interruption into a reference table, and then, for each configuration — hashmap and
-# rocksdb incremental at parallelism 1 and 2, a rescaling one whose runs alternate
-# parallelism 2, 3 and 1, and append-p2 (hashmap, p=2, --append: every (word, n) update a
+# rocksdb incremental at parallelism 1 and 2, a rescaling one (hashmap with incremental
+# checkpoints) whose runs alternate parallelism 2, 3 and 1, and append-p2 (hashmap, p=2, --append: every (word, n) update a
 # row of a table without key) — runs it over a throttled input into a table of its own, waits
 # for a checkpoint of the run, sleeps a random moment, SIGKILLs the whole process tree
 # (mid-write, mid-prepare, mid-commit, mid-recovery) and restores the next run from the
@@ -107,7 +107,7 @@ run_config() {
     hashmap-p2) p=2 ;;
     rocksdb-p1) p=1; backend=(-D state.backend.type=rocksdb -D state.backend.incremental=true) ;;
     rocksdb-p2) p=2; backend=(-D state.backend.type=rocksdb -D state.backend.incremental=true) ;;
-    rescale) p=2 ;;
+    rescale) p=2; backend=(-D state.backend.incremental=true) ;;
     *) fail "unknown configuration $name" ;;
   esac
   local db=${name//-/_} dir=$work/$name ck=$work/$name/checkpoints prev="" t0=$SECONDS

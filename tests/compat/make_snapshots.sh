@@ -75,7 +75,8 @@ fi
 # Event time (issue 14): window contents, window and join timers, the watermark
 # generator's state, interval-join buffers; p=1 and p=2, both backends.
 # half NAME CLASS SECONDS [flags...] -- [job args...]: runs CLASS with checkpoints every
-# 500 ms and kills it with SIGKILL after SECONDS; prints the job directory.
+# 500 ms (reading RATE lines/s, default 40) and kills it with SIGKILL after SECONDS;
+# prints the job directory.
 half() {
   local name=$1 cls=$2 secs=$3
   shift 3
@@ -83,7 +84,7 @@ half() {
   while [ "$1" != -- ]; do flags+=("$1"); shift; done
   shift
   timeout -s KILL "$secs" "$JOBHOST" run -c "$cls" "${flags[@]}" -D "state.checkpoints.dir=$work/$name" \
-    -D execution.checkpointing.interval=500ms "$PLUGIN" "$@" --rate 40 >"$work/$name.out" 2>"$work/$name.err" || true
+    -D execution.checkpointing.interval=500ms "$PLUGIN" "$@" --rate "${RATE:-40}" >"$work/$name.out" 2>"$work/$name.err" || true
   local jobdir
   jobdir=$(ls -d "$work/$name"/*/)
   ls -d "$jobdir"chk-* >/dev/null
@@ -115,6 +116,30 @@ fi
 if wanted join-rocksdb-full-p1; then
   j=$(half join-rocksdb OrderPaymentJoin 4 -D state.backend.type=rocksdb -- "${orders[@]}")
   cp -r "$(ls -d "$j"/chk-* | tail -1)" "$OUT/join-rocksdb-full-p1"
+fi
+
+# Hashmap incremental checkpoints (issue 16; IncrementalKeyGroupsStateHandle): the whole
+# job directory, so shared/ (key-group files of earlier checkpoints) comes along. Value
+# state (WordCount, p=1), list and map state with timers (WindowedWordCount, p=2), join
+# buffers (OrderPaymentJoin, p=1). Read slowly (8 or 20 lines/s), so that a checkpoint changes
+# few key groups and the last one reads files of earlier ones.
+# keepjob NAME JOBDIR: copies a killed or ended job directory as snapshot NAME.
+keepjob() {
+  mkdir "$OUT/$1"
+  cp -r "$2" "$OUT/$1/"
+  rmdir "$OUT/$1/$(basename "$2")/taskowned" 2>/dev/null || true
+  rm -f "$OUT/$1/$(basename "$2")/.lock"
+}
+if wanted hashmap-incremental-p1; then
+  keepjob hashmap-incremental-p1 "$(run hashmap-incremental WordCount -D state.backend.incremental=true)"
+fi
+if wanted windowed-hashmap-incremental-p2; then
+  keepjob windowed-hashmap-incremental-p2 \
+    "$(RATE=20 half windowed-hashmap-incremental WindowedWordCount 8 -p 2 -D state.backend.incremental=true -- "${events[@]}")"
+fi
+if wanted join-hashmap-incremental-p1; then
+  keepjob join-hashmap-incremental-p1 \
+    "$(RATE=8 half join-hashmap-incremental OrderPaymentJoin 6 -D state.backend.incremental=true -- "${orders[@]}")"
 fi
 find "$OUT" -type f | sort | xargs ls -l
 du -sh "$OUT"

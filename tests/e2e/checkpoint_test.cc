@@ -68,6 +68,10 @@ class Checkpoints : public Cli {
     }
     return all;
   }
+
+  /// Runs `cls` with incremental checkpoints (num-retained=2) and checks the shared-file
+  /// bookkeeping while it runs and after it ended.
+  void incrementalSharedFiles(const std::string& cls, const std::vector<std::string>& flags, const std::string& rate);
 };
 
 struct RescaleCase {
@@ -81,6 +85,9 @@ TEST_F(Checkpoints, RescalingFromEveryHandleTypeKeepsEveryCount) {
   std::vector<RescaleCase> cases = {
       {"hashmap 2->1", "WordCount", {}, 2, 1},
       {"hashmap 1->3", "WordCount", {}, 1, 3},
+      {"hashmap incremental 2->1", "WordCount", {"state.backend.incremental=true"}, 2, 1},
+      {"hashmap incremental 1->3", "WordCount", {"state.backend.incremental=true"}, 1, 3},
+      {"hashmap incremental 2->3 into rocksdb", "WordCount", {"state.backend.incremental=true"}, 2, 3},
       {"rocksdb full 2->1", "WordCountIncremental", {"state.backend.incremental=false"}, 2, 1},
       {"rocksdb full 1->3", "WordCountIncremental", {"state.backend.incremental=false"}, 1, 3},
       {"rocksdb incremental 2->1", "WordCountIncremental", {}, 2, 1},
@@ -90,7 +97,9 @@ TEST_F(Checkpoints, RescalingFromEveryHandleTypeKeepsEveryCount) {
   auto expected = expectedCounts(readFile(in));
   for (const auto& c : cases) {
     fs::remove_all(ckdir());
-    std::string out = chain({{c.cls, c.from, c.flags}, {c.cls, c.to, c.flags}}, in);
+    std::vector<std::string> toFlags = c.flags;
+    if (std::string(c.name).find("into rocksdb") != std::string::npos) toFlags = {"state.backend.type=rocksdb"};
+    std::string out = chain({{c.cls, c.from, c.flags}, {c.cls, c.to, toFlags}}, in);
     EXPECT_EQ(finalCounts(out), expected) << c.name;
   }
 }
@@ -102,6 +111,14 @@ TEST_F(Checkpoints, ChainedRestoresKeepEveryCountOnEveryBackendAndAcrossFullIncr
   };
   std::vector<Case> cases = {
       {"hashmap", {{"WordCount", 1, {}}, {"WordCount", 2, {}}, {"WordCount", 1, {}}}},
+      {"hashmap incremental",
+       {{"WordCount", 1, {"state.backend.incremental=true"}},
+        {"WordCount", 2, {"state.backend.incremental=true"}},
+        {"WordCount", 1, {"state.backend.incremental=true"}}}},
+      {"hashmap incremental -> full -> incremental",
+       {{"WordCount", 2, {"state.backend.incremental=true"}},
+        {"WordCount", 2, {}},
+        {"WordCount", 2, {"state.backend.incremental=true"}}}},
       {"rocksdb full",
        {{"WordCountIncremental", 1, {"state.backend.incremental=false"}},
         {"WordCountIncremental", 1, {"state.backend.incremental=false"}},
@@ -146,12 +163,25 @@ std::set<std::string> referencedShared(Cli& t, const fs::path& chk, const std::f
 }
 
 TEST_F(Checkpoints, IncrementalCheckpointsUploadOnlyNewFilesAndDeleteSharedFilesExactlyWhenUnreferenced) {
+  incrementalSharedFiles("WordCountIncremental", {}, "1000");
+}
+
+// The hashmap backend's incremental checkpoints: key-group files in shared/, owned the
+// same way. A slow input changes a few words (key groups) per checkpoint, so later
+// checkpoints reference files of earlier ones.
+TEST_F(Checkpoints, HashmapIncrementalCheckpointsWriteChangedKeyGroupsAndDeleteSharedFilesExactlyWhenUnreferenced) {
+  incrementalSharedFiles("WordCount", {"-D", "state.backend.incremental=true"}, "5");
+}
+
+void Checkpoints::incrementalSharedFiles(const std::string& cls, const std::vector<std::string>& flags,
+                                             const std::string& rate) {
   // An input far longer than needed: the job is stopped once enough checkpoints were
   // observed, however fast or loaded the machine is.
   fs::path in = input(4000);
-  std::vector<std::string> args = {"run", "-c", "WordCountIncremental", "-D", "state.checkpoints.num-retained=2"};
+  std::vector<std::string> args = {"run", "-c", cls, "-D", "state.checkpoints.num-retained=2"};
+  args.insert(args.end(), flags.begin(), flags.end());
   for (auto& f : ckFlags("300ms")) args.push_back(f);
-  args.insert(args.end(), {kPlugin, "--input", in.string(), "--rate", "1000"});
+  args.insert(args.end(), {kPlugin, "--input", in.string(), "--rate", rate});
   Process p(jobhost(args), tmp / "inc.out", tmp / "inc.err");
   // Observe the job directory while checkpoints complete: at every moment the shared
   // directory must hold every file a retained checkpoint references.

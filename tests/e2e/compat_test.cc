@@ -52,6 +52,16 @@ const std::vector<Snapshot> kSnapshots = {
      {"OrderPaymentJoin -p 1 -D state.backend.type=rocksdb"}, {"-p", "2"}},
     {"v1/join-rocksdb-full-p1", "OrderPaymentJoin", "KeyGroupsStateHandle", {"OrderPaymentJoin -p 2"},
      {"-D", "state.backend.type=rocksdb"}},
+    // Hashmap incremental checkpoints (issue 16; written 2026-12-02): key-group files in
+    // shared/ referenced across checkpoints; restored by the writer, rescaled, and into rocksdb.
+    {"v1/hashmap-incremental-p1", "WordCount", "IncrementalKeyGroupsStateHandle", {"WordCountIncremental"},
+     {"-D", "state.backend.incremental=true"}},
+    {"v1/windowed-hashmap-incremental-p2", "WindowedWordCount", "IncrementalKeyGroupsStateHandle",
+     {"WindowedWordCount -p 1 -D state.backend.type=rocksdb", "WindowedWordCount -p 3"},
+     {"-p", "2", "-D", "state.backend.incremental=true"}},
+    {"v1/join-hashmap-incremental-p1", "OrderPaymentJoin", "IncrementalKeyGroupsStateHandle",
+     {"OrderPaymentJoin -p 2 -D state.backend.type=rocksdb -D state.backend.incremental=true"},
+     {"-D", "state.backend.incremental=true"}},
 };
 
 const fs::path kData = fs::path(JOBHOST_WORDS).parent_path();  // plugins/wordcount/data

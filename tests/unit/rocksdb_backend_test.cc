@@ -32,6 +32,7 @@
 #include "jobhost/state/checkpoint_storage.h"
 #include "jobhost/state/key_group_format.h"
 #include "jobhost/state/keyed_backend.h"
+#include "support/state_descriptors.h"
 #include "support/fault_injection.h"
 
 namespace jobhost::state {
@@ -57,18 +58,7 @@ using Model = std::map<std::tuple<std::string, int, std::string, std::string>, s
 constexpr int kMaxParallelism = 128;
 
 StateDescriptorInfo desc(const std::string& name, StateKind kind) {
-  StateDescriptorInfo d;
-  d.name = name;
-  d.kind = kind;
-  d.keySerializer = "string";
-  d.keySerializerVersion = 1;
-  if (kind == StateKind::kMap) {
-    d.userKeySerializer = "string";
-    d.userKeySerializerVersion = 1;
-  }
-  d.valueSerializer = "string";
-  d.valueSerializerVersion = 1;
-  return d;
+  return testing::stringDescriptor(name, kind);
 }
 
 const std::vector<StateDescriptorInfo>& testStates() {

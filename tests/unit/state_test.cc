@@ -26,6 +26,7 @@
 #include "jobhost/state/checkpoint_storage.h"
 #include "jobhost/state/key_group_format.h"
 #include "jobhost/state/keyed_backend.h"
+#include "support/state_descriptors.h"
 
 namespace jobhost::state {
 namespace {
@@ -47,18 +48,7 @@ namespace fs = std::filesystem;
 constexpr int kMaxParallelism = 128;
 
 StateDescriptorInfo desc(const std::string& name, StateKind kind) {
-  StateDescriptorInfo d;
-  d.name = name;
-  d.kind = kind;
-  d.keySerializer = "string";
-  d.keySerializerVersion = 1;
-  if (kind == StateKind::kMap) {
-    d.userKeySerializer = "string";
-    d.userKeySerializerVersion = 1;
-  }
-  d.valueSerializer = "string";
-  d.valueSerializerVersion = 1;
-  return d;
+  return testing::stringDescriptor(name, kind);
 }
 
 bool contains(const std::string& haystack, const std::string& needle) {

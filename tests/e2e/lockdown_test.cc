@@ -355,7 +355,9 @@ TEST_F(Lockdown, PluginOverwrittenWhileItsJobRunsDoesNotChangeTheRestartedJob) {
   fs::copy_file(kPlugin, plugin);
   std::vector<std::string> args = {"run", "-c", "WordCount", "-D", "restart-strategy.type=fixed-delay", "-D",
                                    "restart-strategy.fixed-delay.attempts=3", "-D",
-                                   "restart-strategy.fixed-delay.delay=10ms"};
+                                   "restart-strategy.fixed-delay.delay=10ms",
+                                   // Every checkpoint stays: inspect reads the one just listed.
+                                   "-D", "state.checkpoints.num-retained=1000"};
   for (auto& f : ckFlags("100ms")) args.push_back(f);
   args.insert(args.end(), {plugin.string(), "--input", input(400).string(), "--rate", "500"});
   Process p(jobhost(args), tmp / "pinned.out", tmp / "pinned.err");

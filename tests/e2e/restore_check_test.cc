@@ -87,6 +87,44 @@ TEST_F(RestoreCheck, AMissingSharedFileIsNamedWithTheCheckpointThatWroteIt) {
   EXPECT_NE(r.err.find("missing file " + ssts.front().string()), std::string::npos) << r.err;
 }
 
+TEST_F(RestoreCheck, AMissingSharedKeyGroupFileOfAHashmapIncrementalCheckpointIsNamedAndNothingIsTouched) {
+  // Slowly, so that later checkpoints reference key-group files of earlier ones.
+  auto before = jobDirs();
+  std::vector<std::string> args = {"run", "-c", "WordCount", "-D", "state.backend.incremental=true"};
+  for (auto& f : ckFlags("100ms")) args.push_back(f);
+  args.insert(args.end(), {kPlugin, "--input", input(400).string(), "--rate", "20"});
+  Process p(jobhost(args), tmp / "slow.out", tmp / "slow.err");
+  ASSERT_TRUE(waitForCheckpoint(p, 4, std::chrono::seconds(60))) << readFile(tmp / "slow.err");
+  p.signal(SIGTERM);
+  ASSERT_EQ(p.wait(std::chrono::seconds(60)).exitCode, 130);
+  fs::path chk;
+  for (const auto& d : jobDirs())
+    if (std::find(before.begin(), before.end(), d) == before.end()) chk = completed(d).back();
+  ASSERT_FALSE(chk.empty());
+  Result ins = cli({"inspect", "--json", chk.string()});
+  ASSERT_EQ(ins.exitCode, 0) << ins.err;
+  EXPECT_NE(ins.out.find("\"handle\":\"IncrementalKeyGroupsStateHandle\""), std::string::npos) << ins.out;
+  // The oldest shared file this checkpoint still reads.
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(chk.parent_path() / "shared"))
+    if (ins.out.find(e.path().filename().string()) != std::string::npos) files.push_back(e.path());
+  ASSERT_FALSE(files.empty()) << ins.out;
+  std::sort(files.begin(), files.end(), [](const fs::path& a, const fs::path& b) {
+    auto id = [](const fs::path& f) { return std::stoull(f.stem().string().substr(f.stem().string().rfind('-') + 1)); };
+    return id(a) < id(b);
+  });
+  const std::string writtenBy = files.front().stem().string().substr(files.front().stem().string().rfind('-') + 1);
+  fs::remove(files.front());
+  auto sums = treeChecksums(chk.parent_path());
+  Result r = cli({"run", "-s", chk.string(), "-c", "WordCount", kPlugin, "--input", kWords});
+  EXPECT_EQ(r.exitCode, 3) << r.err;
+  EXPECT_NE(r.err.find("missing file " + files.front().string()), std::string::npos) << r.err;
+  if (chk.filename().string() != "chk-" + writtenBy)
+    EXPECT_NE(r.err.find("(first written by checkpoint " + writtenBy + ")"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out, "") << "no record may be processed";
+  EXPECT_EQ(treeChecksums(chk.parent_path()), sums) << "a refused restore touches nothing";
+}
+
 TEST_F(RestoreCheck, CorruptOrForeignSnapshotsGiveOneClearErrorEach) {
   fs::path chk = checkpointOf("WordCount");
   fs::path copy = tmp / "copy";

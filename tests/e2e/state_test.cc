@@ -181,6 +181,7 @@ TEST_F(State, TheDumpOfACheckpointAfterTheWholeInputEqualsTheTrueWordCountsOnEve
       {"hashmap p=2", "WordCount", 2, {}},
       {"rocksdb incremental p=3", "WordCountIncremental", 3, {}},
       {"rocksdb full p=1", "WordCountIncremental", 1, {"state.backend.incremental=false"}},
+      {"hashmap incremental p=2", "WordCount", 2, {"state.backend.incremental=true"}},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
@@ -267,11 +268,14 @@ TEST_F(State, TheSameLogicalStateIsEqualAcrossBackendsParallelismsAndHandleTypes
   const std::string text = readFile(input(2));
   fs::path heap = checkpointAtEnd("WordCount", 2, text);
   fs::path incremental = checkpointAtEnd("WordCountIncremental", 3, text);
-  ASSERT_FALSE(heap.empty() || incremental.empty());
-  fs::path canonical = tmp / "canonical";
+  fs::path heapIncremental = checkpointAtEnd("WordCount", 3, text, {"state.backend.incremental=true"});
+  ASSERT_FALSE(heap.empty() || incremental.empty() || heapIncremental.empty());
+  fs::path canonical = tmp / "canonical", heapCanonical = tmp / "heap-canonical";
   Result conv = cli({"convert", incremental.string(), canonical.string()});
   ASSERT_EQ(conv.exitCode, 0) << conv.err;
-  for (const auto& other : {incremental, canonical}) {
+  Result heapConv = cli({"convert", heapIncremental.string(), heapCanonical.string()});
+  ASSERT_EQ(heapConv.exitCode, 0) << heapConv.err;
+  for (const auto& other : {incremental, canonical, heapIncremental, heapCanonical}) {
     Result d = state({"diff", heap.string(), other.string(), "--operator", "counts"});
     EXPECT_EQ(d.exitCode, 0) << d.out << d.err;
     EXPECT_NE(d.out.find("equal: the keyed state of operator 'counts' is the same in A and B"), std::string::npos)
@@ -416,7 +420,8 @@ TEST_F(State, ReadingTheCheckpointsOfARunningJobNeitherDisturbsItNorFailsOtherTh
   // files only it referenced) while the reader may be at any point of reading it.
   std::vector<std::string> args = {"run", "-c", "WordCountIncremental", "-p", "2"};
   for (auto& f : ckFlags("50ms")) args.push_back(f);
-  args.insert(args.end(), {kPlugin, "--input", input(400).string(), "--rate", "1500"});
+  // 19 s of input: the job outlives the 20 reads however slowly a loaded machine runs them.
+  args.insert(args.end(), {kPlugin, "--input", input(2000).string(), "--rate", "1500"});
   Process p(jobhost(args), tmp / "live.out", tmp / "live.err");
   ASSERT_TRUE(waitForCheckpoint(p, 1, std::chrono::seconds(60))) << readFile(tmp / "live.err");
   auto dirs = jobDirs();

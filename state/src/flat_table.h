@@ -191,25 +191,23 @@ class BasicFlatTable {
   };
 
   BasicFlatTable() = default;
+  /// One memcpy of the slot array (the copy-on-write copy of a key group's table), then a
+  /// block of its own for each spilled entry.
   BasicFlatTable(const BasicFlatTable& o) : mask_(o.mask_), size_(o.size_) {
     if (o.slots_ == nullptr) return;
-    slots_ = allocate(o.capacity());
+    slots_ = static_cast<Entry*>(std::malloc(o.capacity() * sizeof(Entry)));
+    if (slots_ == nullptr) throw std::bad_alloc();
+    std::memcpy(static_cast<void*>(slots_), o.slots_, o.capacity() * sizeof(Entry));
+    size_t i = 0;
     try {
-      for (size_t i = 0; i < capacity(); ++i) {
-        const Entry& from = o.slots_[i];
-        if (from.kind_ == Entry::kEmpty) continue;
-        Entry& to = slots_[i];
-        if (from.kind_ == Entry::kInline) {
-          to = from;
-          continue;
-        }
-        // `to` takes the original's block pointer only once its own block exists: on a
-        // throw, destroy() must not free the original's.
-        auto s = Entry::newBlock(from.key(), from.value(), {}, from.value().size());
-        to = from;
-        to.setSpilled(s);
+      for (; i < capacity(); ++i) {
+        Entry& e = slots_[i];
+        if (e.kind_ == Entry::kSpilled) e.setSpilled(Entry::newBlock(e.key(), e.value(), {}, e.value().size()));
       }
     } catch (...) {
+      // Slots from i on still name the original's blocks: destroy() must not free those.
+      for (; i < capacity(); ++i)
+        if (slots_[i].kind_ == Entry::kSpilled) slots_[i].kind_ = Entry::kEmpty;
       destroy();
       throw;
     }

@@ -1,15 +1,17 @@
 // FlatTable: an open-addressing hash table from byte-string keys to byte-string values, the
 // heap backend's Value/List entries of one state and key group (heap_backend.cc).
 //
-// Why not std::unordered_map<std::string, std::string> or absl::flat_hash_map of the same:
-// both keep two std::string objects per entry (64 bytes even when the bytes fit their small-
-// string buffers), and unordered_map adds a node allocation, a next pointer and a bucket
-// array (105 bytes per entry at 10M 8-byte keys and values). Here a slot is 32 bytes in all:
-// a key and value whose lengths add up to at most kInlineBytes (25) live inside it (an 8-byte
-// key with an 8-byte value, the common case, allocates nothing); longer ones move to one heap
-// block per entry holding both, sized exactly on assign() and doubled on append() so that a
-// growing list is copied O(log n) times. The waste is the block's malloc header and a
-// growing value's unused capacity (at most half of it); a 25-byte inline area goes unused.
+// Why not std::unordered_map<std::string, std::string> or absl::flat_hash_map of the same
+// (libabsl-dev is not used here): both keep two std::string objects per entry, 64 bytes even
+// when the bytes fit their small-string buffers (absl: 64-byte slots + a control byte, ~108
+// bytes per entry at the load of 10M keys in 128 key groups); unordered_map adds a node
+// allocation, a next pointer and a bucket array (105 bytes per entry there). Here a slot is
+// 32 bytes in all: a key and value whose lengths add up to at most kInlineBytes (25) live
+// inside it (an 8-byte key with an 8-byte value, the common case, allocates nothing); longer
+// ones move to one heap block per entry holding both, sized exactly on assign() and doubled
+// on append() so that a growing list is copied O(log n) times. The waste of a spilled entry
+// is the block's malloc header, a growing value's unused capacity (less than half of the
+// block) and its slot's unused inline bytes.
 //
 // Layout: linear probing over a power-of-two array of slots (calloc: zeroed slots are empty),
 // grown ×2 above 7/8 load, backward-shift deletion (no tombstones, so probe sequences stay as

@@ -32,6 +32,7 @@
 #include <random>
 #include <unordered_map>
 
+#include "flat_table.h"
 #include "jobhost/state/key_group_format.h"
 #include "jobhost/state/keyed_backend.h"
 #include "restore_status.h"
@@ -48,8 +49,8 @@ struct StringHash {
 using UserKeyMap = std::unordered_map<std::string, std::string, StringHash, std::equal_to<>>;
 
 struct KgTable {
-  std::unordered_map<std::string, std::string> values;  // Value/List
-  std::unordered_map<std::string, UserKeyMap> maps;     // MapState
+  FlatTable values;                                  // Value/List
+  std::unordered_map<std::string, UserKeyMap> maps;  // MapState
   /// Snapshots that still read this table (see the file comment).
   std::atomic<uint32_t> pins{0};
 
@@ -180,8 +181,8 @@ class HeapSnapshot : public AsyncSnapshot {
       for (size_t si = 0; si < frozen_.size(); ++si) {
         TablePtr& t = frozen_[si][slot];
         if (!t) continue;
-        for (const auto& [k, v] : t->values)
-          if (Status s = (*writer)->add(static_cast<int>(si), k, {}, v); !s.ok()) return s;
+        for (const auto& e : t->values)
+          if (Status s = (*writer)->add(static_cast<int>(si), e.key(), {}, e.value()); !s.ok()) return s;
         for (const auto& [k, m] : t->maps)
           for (const auto& [uk, v] : m)
             if (Status s = (*writer)->add(static_cast<int>(si), k, uk, v); !s.ok()) return s;
@@ -254,34 +255,32 @@ class HeapBackend : public KeyedStateBackend {
   bool get(int state, std::string& out) override {
     const KgTable* t = readTable(state);
     if (!t) return false;
-    auto it = t->values.find(key_);
-    if (it == t->values.end()) return false;
-    out = it->second;
+    const FlatTable::Entry* e = t->values.find(key_);
+    if (e == nullptr) return false;
+    out.assign(e->value());
     // A read-modify-write (ValueState::value() then update()) finds the entry again
-    // without hashing: unordered_map elements keep their address until erased.
-    last_ = {state, t, const_cast<std::string*>(&it->second)};
+    // without hashing: nothing moves it before the put() (see LastEntry).
+    last_ = {state, t, const_cast<FlatTable::Entry*>(e)};
     return true;
   }
   void put(int state, std::string_view value) override {
     KgTable& t = writeTable(state);
     // Valid only for the table get() looked in: a copy-on-write copy made just now (a
-    // snapshot holds the table) has its own elements.
-    if (last_.value != nullptr && last_.state == state && last_.table == &t) {
-      last_.value->assign(value);
+    // snapshot holds the table) has its own entries.
+    if (last_.entry != nullptr && last_.state == state && last_.table == &t) {
+      last_.entry->assign(value);
       return;
     }
-    auto [it, fresh] = t.values.try_emplace(key_, value);
-    if (!fresh) it->second.assign(value);
-    last_ = {state, &t, &it->second};
+    last_ = {state, &t, &t.values.insertOrAssign(key_, value)};
   }
   void append(int state, std::string_view element) override {
     last_ = {};
-    writeTable(state).values[key_].append(element);
+    writeTable(state).values.findOrInsert(key_).append(element);
   }
   void clear(int state) override {
     last_ = {};
     const KgTable* r = readTable(state);
-    if (!r || (!r->values.count(key_) && !r->maps.count(key_))) return;
+    if (!r || (!r->values.find(key_) && !r->maps.count(key_))) return;
     KgTable& t = writeTable(state);
     t.values.erase(key_);
     t.maps.erase(key_);
@@ -333,7 +332,7 @@ class HeapBackend : public KeyedStateBackend {
     for (size_t slot = 0; slot < tables.size(); ++slot) {
       if (!tables[slot]) continue;
       const int kg = options_.range.start + static_cast<int>(slot);
-      for (const auto& [k, v] : tables[slot]->values) fn(kg, k, {}, v);
+      for (const auto& e : tables[slot]->values) fn(kg, e.key(), {}, e.value());
       for (const auto& [k, m] : tables[slot]->maps)
         for (const auto& [uk, v] : m) fn(kg, k, uk, v);
     }
@@ -391,7 +390,7 @@ class HeapBackend : public KeyedStateBackend {
           TablePtr& t = st.tables[static_cast<size_t>(e.keyGroup - options_.range.start)];
           if (!t) t = std::make_shared<KgTable>();
           if (st.descriptor.kind == StateKind::kMap) t->maps[std::string(e.key)][std::string(e.userKey)] = e.value;
-          else t->values[std::string(e.key)] = e.value;
+          else t->values.insertOrAssign(e.key, e.value);
           return Status::OK();
         });
         // States without entries in this range are kept too.
@@ -562,11 +561,13 @@ class HeapBackend : public KeyedStateBackend {
   bool hasKey_ = false;
   /// The current key's Value/List entry found last (get or put) in state `state`'s
   /// table `table`; reset by everything that may erase or move it (another key, clear,
-  /// append, restore).
+  /// append, restore). Between it and the put() that uses it, no entry is inserted into or
+  /// erased from that table (those take another key or reset it), so the FlatTable entry
+  /// stays where it is; a copy-on-write copy is another table.
   struct LastEntry {
     int state = -1;
     const KgTable* table = nullptr;
-    std::string* value = nullptr;
+    FlatTable::Entry* entry = nullptr;
   } last_;
 };
 

@@ -1,0 +1,325 @@
+// Unit tests for FlatTable (state/src/flat_table.h), the heap backend's Value/List table:
+// probing and growth, backward-shift erase, entries that spill out of their slot, deep
+// copies, iteration, and a randomized comparison with std::unordered_map.
+#include "flat_table.h"
+
+#include <cstdint>
+#include <map>
+#include <random>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace jobhost::state {
+namespace {
+
+std::string keyOf(uint64_t i) { return "k" + std::to_string(i); }
+
+std::map<std::string, std::string> contents(const FlatTable& t) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : t) EXPECT_TRUE(out.emplace(e.key(), e.value()).second) << "visited twice: " << e.key();
+  return out;
+}
+
+std::string valueOf(const FlatTable& t, std::string_view key) {
+  const FlatTable::Entry* e = t.find(key);
+  EXPECT_NE(e, nullptr) << key;
+  return e == nullptr ? "" : std::string(e->value());
+}
+
+TEST(FlatTableTest, AnEmptyTableFindsNothingAndAllocatesNothing) {
+  FlatTable t;
+  EXPECT_TRUE(t.empty());
+  EXPECT_EQ(t.capacity(), 0u);
+  EXPECT_EQ(t.find("a"), nullptr);
+  EXPECT_FALSE(t.erase("a"));
+  EXPECT_EQ(t.begin(), t.end());
+}
+
+TEST(FlatTableTest, InsertFindOverwriteAndTheEmptyKeyAndValue) {
+  FlatTable t;
+  t.insertOrAssign("a", "1");
+  t.insertOrAssign("", "empty key");
+  t.insertOrAssign("b", "");
+  EXPECT_EQ(t.size(), 3u);
+  EXPECT_EQ(valueOf(t, "a"), "1");
+  EXPECT_EQ(valueOf(t, ""), "empty key");
+  EXPECT_EQ(valueOf(t, "b"), "");
+  t.insertOrAssign("a", "22");
+  EXPECT_EQ(t.size(), 3u);
+  EXPECT_EQ(valueOf(t, "a"), "22");
+  EXPECT_EQ(t.find("c"), nullptr);
+  EXPECT_EQ(&t.findOrInsert("a"), t.find("a"));
+  EXPECT_EQ(t.findOrInsert("new").value(), "");
+  EXPECT_EQ(t.size(), 4u);
+}
+
+TEST(FlatTableTest, KeysDifferingOnlyInLengthOrTheLastByteAreDistinct) {
+  FlatTable t;
+  const std::string zeros(8, '\0');
+  t.insertOrAssign(zeros, "8");
+  t.insertOrAssign(zeros.substr(0, 7), "7");
+  t.insertOrAssign(zeros.substr(0, 7) + '\1', "8'");
+  EXPECT_EQ(t.size(), 3u);
+  EXPECT_EQ(valueOf(t, zeros), "8");
+  EXPECT_EQ(valueOf(t, zeros.substr(0, 7)), "7");
+  EXPECT_EQ(valueOf(t, zeros.substr(0, 7) + '\1'), "8'");
+}
+
+TEST(FlatTableTest, GrowthKeepsEveryEntryAndTheLoadAtMostSevenEighths) {
+  FlatTable t;
+  for (uint64_t i = 0; i < 100000; ++i) {
+    t.insertOrAssign(keyOf(i), std::to_string(i * 3));
+    ASSERT_LE(t.size() * 8, t.capacity() * 7);
+  }
+  EXPECT_EQ(t.size(), 100000u);
+  EXPECT_EQ(t.capacity(), 131072u);  // power of two: 100000 > 7/8 of 65536
+  for (uint64_t i = 0; i < 100000; ++i) ASSERT_EQ(valueOf(t, keyOf(i)), std::to_string(i * 3));
+  EXPECT_EQ(t.find(keyOf(100000)), nullptr);
+}
+
+// Every key hashes alike: one run of equal stored hashes, told apart by the key bytes alone.
+struct SameHash {
+  uint32_t operator()(std::string_view) const { return 7; }
+};
+// A few hash values for many keys: runs of mixed homes, wrapping around the array's end.
+struct LengthHash {
+  uint32_t operator()(std::string_view k) const { return static_cast<uint32_t>(k.size() * 0x9e3779b9u); }
+};
+
+template <class Table>
+void fillEraseAndCheck(Table& t, uint64_t n) {
+  for (uint64_t i = 0; i < n; ++i) t.insertOrAssign(keyOf(i), std::to_string(i));
+  ASSERT_EQ(t.size(), n);
+  for (uint64_t i = 0; i < n; ++i) ASSERT_EQ(std::string(t.find(keyOf(i))->value()), std::to_string(i));
+  for (uint64_t i = 0; i < n; i += 3) ASSERT_TRUE(t.erase(keyOf(i)));
+  for (uint64_t i = 0; i < n; ++i) {
+    const auto* e = t.find(keyOf(i));
+    if (i % 3 == 0) {
+      ASSERT_EQ(e, nullptr) << i;
+    } else {
+      ASSERT_NE(e, nullptr) << i;
+      ASSERT_EQ(std::string(e->value()), std::to_string(i));
+    }
+  }
+  for (uint64_t i = 0; i < n; i += 3) t.insertOrAssign(keyOf(i), "back");
+  ASSERT_EQ(t.size(), n);
+  for (uint64_t i = 0; i < n; i += 3) ASSERT_EQ(t.find(keyOf(i))->value(), "back");
+}
+
+TEST(FlatTableTest, KeysWithEqualHashesAreToldApartByTheirBytes) {
+  BasicFlatTable<SameHash> same;
+  fillEraseAndCheck(same, 500);
+  BasicFlatTable<LengthHash> byLength;
+  fillEraseAndCheck(byLength, 5000);
+}
+
+// Long runs of occupied slots (collisions and wrap-around at the end of the array): a tiny
+// table filled to its limit, then every erase order of a run.
+TEST(FlatTableTest, ErasingInsideLongProbeRunsKeepsTheRestFindable) {
+  for (uint64_t seed = 0; seed < 200; ++seed) {
+    FlatTable t;
+    std::vector<std::string> keys;
+    for (uint64_t i = 0; i < 7; ++i) keys.push_back(keyOf(seed * 100 + i));  // 7 of 8 slots
+    for (const auto& k : keys) t.insertOrAssign(k, k + "v");
+    ASSERT_EQ(t.capacity(), 8u);
+    std::mt19937_64 rng(seed);
+    std::shuffle(keys.begin(), keys.end(), rng);
+    for (size_t n = 0; n < keys.size(); ++n) {
+      ASSERT_TRUE(t.erase(keys[n]));
+      ASSERT_FALSE(t.erase(keys[n]));
+      ASSERT_EQ(t.size(), keys.size() - n - 1);
+      for (size_t m = n + 1; m < keys.size(); ++m) ASSERT_EQ(valueOf(t, keys[m]), keys[m] + "v") << "seed " << seed;
+    }
+    EXPECT_TRUE(t.empty());
+  }
+}
+
+TEST(FlatTableTest, DeletesThenReinsertsFindTheNewValues) {
+  FlatTable t;
+  for (uint64_t i = 0; i < 5000; ++i) t.insertOrAssign(keyOf(i), "old");
+  const size_t cap = t.capacity();
+  for (int round = 0; round < 20; ++round) {
+    for (uint64_t i = 0; i < 5000; i += 2) ASSERT_TRUE(t.erase(keyOf(i)));
+    EXPECT_EQ(t.size(), 2500u);
+    for (uint64_t i = 0; i < 5000; i += 2) t.insertOrAssign(keyOf(i), "new" + std::to_string(round));
+    EXPECT_EQ(t.size(), 5000u);
+  }
+  EXPECT_EQ(t.capacity(), cap);  // no tombstones piling up
+  for (uint64_t i = 0; i < 5000; ++i) ASSERT_EQ(valueOf(t, keyOf(i)), i % 2 ? "old" : "new19");
+}
+
+TEST(FlatTableTest, LongKeysAndValuesSpillAndComeBackWhole) {
+  FlatTable t;
+  const std::string longKey(100, 'K'), longValue(1000, 'V');
+  t.insertOrAssign(longKey, "short");
+  t.insertOrAssign("short", longValue);
+  t.insertOrAssign(longKey + "2", longValue + "2");
+  const std::string fits(FlatTable::kInlineBytes - 5, 'x');
+  t.insertOrAssign("fiveb", fits);                  // exactly inline
+  t.insertOrAssign("sixby", fits + "y");            // one byte too many
+  EXPECT_EQ(valueOf(t, longKey), "short");
+  EXPECT_EQ(valueOf(t, "short"), longValue);
+  EXPECT_EQ(valueOf(t, longKey + "2"), longValue + "2");
+  EXPECT_EQ(valueOf(t, "fiveb"), fits);
+  EXPECT_EQ(valueOf(t, "sixby"), fits + "y");
+  EXPECT_EQ(t.find(longKey)->key(), longKey);
+  for (uint64_t i = 0; i < 1000; ++i) t.insertOrAssign(longKey + keyOf(i), longValue);  // growth moves spilled entries
+  EXPECT_EQ(valueOf(t, longKey), "short");
+  EXPECT_EQ(valueOf(t, longKey + keyOf(999)), longValue);
+  EXPECT_TRUE(t.erase(longKey));
+  EXPECT_TRUE(t.erase("short"));
+  EXPECT_EQ(t.find(longKey), nullptr);
+  EXPECT_EQ(t.size(), 1003u);
+}
+
+TEST(FlatTableTest, OverwritesBetweenInlineAndSpilledKeepKeyAndValue) {
+  FlatTable t;
+  const std::string longValue(300, 'L');
+  FlatTable::Entry& e = t.insertOrAssign("key", "short");
+  e.assign(longValue);  // short -> long
+  EXPECT_EQ(e.key(), "key");
+  EXPECT_EQ(e.value(), longValue);
+  e.assign(std::string(200, 'M'));  // long -> shorter long: in place
+  EXPECT_EQ(e.value(), std::string(200, 'M'));
+  e.assign("s");  // long -> short: back inline
+  EXPECT_EQ(e.key(), "key");
+  EXPECT_EQ(e.value(), "s");
+  e.assign(longValue);
+  e.assign(e.value().substr(10));  // a value taken from the entry itself
+  EXPECT_EQ(e.value(), longValue.substr(10));
+  e.assign(e.value().substr(0, 3));
+  EXPECT_EQ(e.value(), "LLL");
+  EXPECT_EQ(valueOf(t, "key"), "LLL");
+
+  const std::string longKey(40, 'k');  // a spilled key stays spilled whatever the value
+  FlatTable::Entry& f = t.insertOrAssign(longKey, longValue);
+  f.assign("");
+  EXPECT_EQ(f.key(), longKey);
+  EXPECT_EQ(f.value(), "");
+  f.assign(longValue);
+  EXPECT_EQ(valueOf(t, longKey), longValue);
+}
+
+TEST(FlatTableTest, AppendsGrowAcrossTheInlineLimit) {
+  FlatTable t;
+  std::string expect;
+  for (int i = 0; i < 500; ++i) {
+    const std::string element = std::to_string(i) + ",";
+    t.findOrInsert("list").append(element);
+    expect += element;
+    ASSERT_EQ(valueOf(t, "list"), expect) << i;
+  }
+  FlatTable::Entry& e = *t.find("list");
+  e.append(e.value().substr(0, 4));  // an element taken from the entry itself
+  EXPECT_EQ(e.value(), expect + expect.substr(0, 4));
+  e.assign("x");
+  e.append("y");
+  EXPECT_EQ(valueOf(t, "list"), "xy");
+  // An inline value whose element itself comes from the value, right at the limit.
+  FlatTable::Entry& g = t.insertOrAssign("g", std::string(FlatTable::kInlineBytes - 2, 'a'));
+  g.append(g.value().substr(0, 1));
+  EXPECT_EQ(g.value(), std::string(FlatTable::kInlineBytes - 1, 'a'));
+  g.append(g.value().substr(0, 2));
+  EXPECT_EQ(g.value(), std::string(FlatTable::kInlineBytes + 1, 'a'));
+}
+
+TEST(FlatTableTest, ACopyIsIndependentOfItsOriginal) {
+  FlatTable a;
+  const std::string longValue(100, 'v');
+  for (uint64_t i = 0; i < 1000; ++i) a.insertOrAssign(keyOf(i), i % 3 ? std::to_string(i) : longValue + keyOf(i));
+  a.insertOrAssign(std::string(50, 'K'), longValue);
+  FlatTable b(a);
+  EXPECT_EQ(contents(a), contents(b));
+  const auto before = contents(a);
+  for (uint64_t i = 0; i < 1000; i += 2) b.insertOrAssign(keyOf(i), "changed");
+  for (uint64_t i = 1; i < 1000; i += 4) b.erase(keyOf(i));
+  b.find(keyOf(3))->append(longValue);
+  b.find(std::string(50, 'K'))->assign("short");
+  for (uint64_t i = 1000; i < 3000; ++i) b.insertOrAssign(keyOf(i), "more");  // b grows, a does not
+  EXPECT_EQ(contents(a), before);
+  a.find(keyOf(11))->assign("a only");
+  EXPECT_EQ(valueOf(b, keyOf(11)), "11");
+  EXPECT_EQ(valueOf(b, keyOf(3)), longValue + keyOf(3) + longValue);
+  FlatTable empty;
+  FlatTable c(empty);
+  EXPECT_TRUE(c.empty());
+  c.insertOrAssign("x", "y");
+  EXPECT_TRUE(empty.empty());
+}
+
+TEST(FlatTableTest, IterationVisitsEveryEntryOnce) {
+  FlatTable t;
+  std::map<std::string, std::string> expect;
+  for (uint64_t i = 0; i < 3000; ++i) {
+    std::string v = i % 7 ? std::to_string(i) : std::string(60, 'x');
+    t.insertOrAssign(keyOf(i), v);
+    expect[keyOf(i)] = v;
+  }
+  for (uint64_t i = 0; i < 3000; i += 5) {
+    t.erase(keyOf(i));
+    expect.erase(keyOf(i));
+  }
+  EXPECT_EQ(contents(t), expect);
+  size_t n = 0;
+  for (auto it = t.begin(); it != t.end(); ++it) ++n;
+  EXPECT_EQ(n, t.size());
+}
+
+// 100k random operations against std::unordered_map, over few enough keys (and values of
+// every length, inline and spilled) that inserts, overwrites, appends and erases of present
+// and absent keys all happen often; the whole contents are compared every 10k operations.
+TEST(FlatTableTest, RandomOperationsMatchUnorderedMap) {
+  std::mt19937_64 rng(20261216);
+  FlatTable t;
+  std::unordered_map<std::string, std::string> ref;
+  auto randomBytes = [&](size_t maxLen) {
+    std::string s(rng() % (maxLen + 1), '\0');
+    for (char& c : s) c = static_cast<char>(rng() % 4);  // small alphabet: near-equal keys
+    return s;
+  };
+  auto randomKey = [&] { return rng() % 10 == 0 ? randomBytes(40) : "k" + std::to_string(rng() % 3000); };
+  auto randomValue = [&] { return rng() % 4 == 0 ? randomBytes(80) : randomBytes(12); };
+  for (int op = 1; op <= 100000; ++op) {
+    const std::string k = randomKey();
+    switch (rng() % 5) {
+      case 0:
+      case 1: {
+        const std::string v = randomValue();
+        t.insertOrAssign(k, v);
+        ref[k] = v;
+        break;
+      }
+      case 2: {
+        const std::string v = randomValue();
+        t.findOrInsert(k).append(v);
+        ref[k] += v;
+        break;
+      }
+      case 3:
+        ASSERT_EQ(t.erase(k), ref.erase(k) == 1) << "op " << op;
+        break;
+      case 4: {
+        const FlatTable::Entry* e = t.find(k);
+        auto it = ref.find(k);
+        ASSERT_EQ(e != nullptr, it != ref.end()) << "op " << op;
+        if (e != nullptr) {
+          ASSERT_EQ(e->value(), it->second) << "op " << op;
+        }
+        break;
+      }
+    }
+    ASSERT_EQ(t.size(), ref.size()) << "op " << op;
+    if (op % 10000 == 0) {
+      const std::map<std::string, std::string> sorted(ref.begin(), ref.end());
+      ASSERT_EQ(contents(t), sorted) << "op " << op;
+      FlatTable copy(t);
+      ASSERT_EQ(contents(copy), contents(t));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace jobhost::state

@@ -416,9 +416,12 @@ TEST_F(State, ATruncatedKeyGroupFileOrSstGivesOneErrorNamingTheFile) {
 }
 
 TEST_F(State, ReadingTheCheckpointsOfARunningJobNeitherDisturbsItNorFailsOtherThanByName) {
-  // Checkpoints every 50 ms, one retained: the job deletes each checkpoint (and the shared
-  // files only it referenced) while the reader may be at any point of reading it.
-  std::vector<std::string> args = {"run", "-c", "WordCountIncremental", "-p", "2"};
+  // Checkpoints every 50 ms, three retained: the job deletes each checkpoint (and the shared
+  // files only it referenced) while the reader may be at any point of reading it; the newest
+  // lives for about 150 ms, so a reader started on it can get its files open (with one
+  // retained, every read of this fast machine lost the race).
+  std::vector<std::string> args = {"run", "-c", "WordCountIncremental", "-p", "2", "-D",
+                                   "state.checkpoints.num-retained=3"};
   for (auto& f : ckFlags("50ms")) args.push_back(f);
   // 19 s of input: the job outlives the 20 reads however slowly a loaded machine runs them.
   args.insert(args.end(), {kPlugin, "--input", input(2000).string(), "--rate", "1500"});

@@ -70,7 +70,7 @@ class S3Job : public e2e::Cli {
 // S3: kill -9 after a checkpoint, restore from the job directory on S3, exact counts; for
 // rocksdb also a savepoint to S3, moved to another prefix with awscli, restored at p=1.
 TEST_F(S3Job, WordCountAndIncrementalRocksDbAtParallelism2KilledAndRestoredFromS3KeepExactCounts) {
-  fs::path in = input(300);
+  fs::path in = input(900);  // 4 s at 3000 lines/s: the job outlives the savepoint on a loaded machine
   const auto expected = e2e::expectedCounts(e2e::readFile(in));
   std::vector<std::string> jobsBefore;
   for (std::string cls : {"WordCount", "WordCountIncremental"}) {
@@ -148,10 +148,13 @@ TEST_F(S3Job, WordCountAndIncrementalRocksDbAtParallelism2KilledAndRestoredFromS
     EXPECT_NE(listed.out.find("COMPLETED"), std::string::npos) << listed.out;
     EXPECT_NE(listed.out.find(snapshot), std::string::npos) << listed.out;
     // gc of the killed job's directory: the lease it left names a pid of this host that no
-    // longer runs, so gc takes it over at once (and releases it).
+    // longer runs, so gc takes it over at once (and releases it) — or, on a machine slow
+    // enough that the 30 s lease ran out since the kill, takes it over as expired.
     e2e::Result gc = cli({"gc", "--dry-run", root_ + "/" + job});
     EXPECT_EQ(gc.exitCode, 0) << gc.out << gc.err;
-    EXPECT_NE(gc.err.find("that process no longer runs on this host"), std::string::npos) << gc.err;
+    EXPECT_TRUE(gc.err.find("that process no longer runs on this host") != std::string::npos ||
+                gc.err.find("replacing the expired lease") != std::string::npos)
+        << gc.err;
     EXPECT_FALSE(storage_->exists(job + "/" + js::kLockFileName));
     ::unsetenv("AWS_ENDPOINT_URL");
 

@@ -336,7 +336,8 @@ Result<CheckpointMetadata> parseMetadata(std::string_view bytes, const std::stri
             h.checkpointId = hb.getCheckpointId();
             auto bad = [&](const std::string& what) {
               return Status::Corruption(where + ": incremental key-group handle of '" + op.uid + "' subtask " +
-                                        std::to_string(st.index) + " " + what);
+                                        std::to_string(st.index) + " " + what +
+                                        "; the metadata is damaged: restore from another checkpoint or savepoint");
             };
             if (hb.getStartKeyGroup() > 32768 || hb.getEndKeyGroup() > 32768) return bad("has an impossible range");
             h.range = {static_cast<int>(hb.getStartKeyGroup()), static_cast<int>(hb.getEndKeyGroup())};

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# tests/run_tsan.sh — builds the state tests with ThreadSanitizer (-DJOBHOST_TSAN=ON, build
-# dir build-tsan) and runs them (issue 16, item 2).
+# tests/run_tsan.sh — builds the state and runtime unit tests with ThreadSanitizer
+# (-DJOBHOST_TSAN=ON, build dir build-tsan) and runs them (issue 16, item 2).
 #
 # jobhost_state_tests holds the heap and RocksDB backends' tests, among them snapshots
 # uploading on their own threads while the task thread writes (the heap backend's
-# copy-on-write protocol: pins with release/acquire ordering). Only that binary: it needs
-# state/ alone, so the TSan build stays small. RocksDB itself is Debian's uninstrumented
-# library; reports from inside it would be about its internals, so none are suppressed and
-# any report fails the run.
+# copy-on-write protocol: pins with release/acquire ordering, pages copied on write);
+# jobhost_unit_tests the runtime's (task threads, asynchronous checkpoint parts, barrier
+# alignment, the control server and the dashboard). RocksDB itself is Debian's
+# uninstrumented library: the races TSan reports from inside it are about its own internals
+# (tests/tsan.supp says why), so those are suppressed; any other report fails the run.
 #
 # Usage: tests/run_tsan.sh [build-dir]      (default: build-tsan; env JOBS=2)
 # Called from .ci/run after the main tests.
@@ -20,11 +21,14 @@ launcher=()
 if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1" -DJOBHOST_TSAN=ON \
   "${launcher[@]}" >/dev/null
-ninja -C "$BUILD" -j"$JOBS" jobhost_state_tests
+ninja -C "$BUILD" -j"$JOBS" jobhost_state_tests jobhost_unit_tests
 built=$(date +%s)
-export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
+export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp}
 status=0
-"$BUILD/tests/jobhost_state_tests" --gtest_brief=1 || status=$?
+failed=()
+for t in jobhost_state_tests jobhost_unit_tests; do
+  "$BUILD/tests/$t" --gtest_brief=1 || { status=1; failed+=("$t"); }
+done
 echo
-echo "== tsan summary (ThreadSanitizer, build $((built - start)) s, total $(( $(date +%s) - start )) s): $([ $status = 0 ] && echo PASS || echo "FAIL (exit $status)") jobhost_state_tests"
+echo "== tsan summary (ThreadSanitizer, build $((built - start)) s, total $(( $(date +%s) - start )) s): $([ $status = 0 ] && echo "PASS jobhost_state_tests jobhost_unit_tests" || echo "FAIL ${failed[*]}")"
 exit $status

@@ -13,15 +13,18 @@
 // is the block's malloc header, a growing value's unused capacity (less than half of the
 // block) and its slot's unused inline bytes.
 //
-// Layout: linear probing over a power-of-two array of slots (calloc: zeroed slots are empty),
-// grown ×2 above 7/8 load, backward-shift deletion (no tombstones, so probe sequences stay as
-// short after erases as after inserts). Each slot keeps 32 bits of the key's hash: they pick
-// the home slot and are compared before the key bytes.
+// Layout: linear probing over a power-of-two array of slots (zeroed slots are empty), grown
+// ×2 above 7/8 load, backward-shift deletion (no tombstones, so probe sequences stay as short
+// after erases as after inserts). Each slot keeps 32 bits of the key's hash: they pick the
+// home slot and are compared before the key bytes. The slot array is split into pages of 256
+// slots (fewer in a small table) behind a directory, so that a snapshot can share the pages
+// and a write copies only the page it changes (freeze(), below).
 //
 // Entry pointers (from find() and findOrInsert()) stay valid until the next findOrInsert()
-// that inserts or the next erase() (either may move slots); Entry::assign()/append() never
-// move an entry. A copy is deep and has its own entries. Not thread-safe; const members may
-// run concurrently with each other.
+// that inserts, the next erase() (either may move slots) or the next change after a freeze()
+// (it may copy the page); Entry::assign()/append() never move an entry. A copy is deep and
+// has its own entries. Not thread-safe; const members may run concurrently with each other,
+// and a View's reads with the owner's writes (see freeze()).
 #pragma once
 
 #include <algorithm>
@@ -34,6 +37,7 @@
 #include <string_view>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace jobhost::state {
 
@@ -171,8 +175,21 @@ class BasicFlatTable {
   };
   static_assert(sizeof(Entry) == 32 && std::is_trivially_copyable_v<Entry>);
 
+  /// Slots are stored in pages of at most kPageSlots (the unit of copy-on-write, below).
+  static constexpr size_t kPageShift = 8;
+  static constexpr size_t kPageSlots = size_t{1} << kPageShift;  // 8 KiB of slots
+
+ private:
+  /// One page of slots and the table version it was made (or last copied) at.
+  struct Page {
+    Entry* slots;
+    uint64_t version;
+  };
+
+ public:
   class const_iterator {
    public:
+    const_iterator() = default;  // the end
     const Entry& operator*() const { return *p_; }
     const Entry* operator->() const { return p_; }
     const_iterator& operator++() {
@@ -181,36 +198,64 @@ class BasicFlatTable {
       return *this;
     }
     bool operator==(const const_iterator& o) const { return p_ == o.p_; }
+    bool operator!=(const const_iterator& o) const { return p_ != o.p_; }
 
    private:
     friend class BasicFlatTable;
-    const_iterator(const Entry* p, const Entry* end) : p_(p), end_(end) { skip(); }
-    void skip() {
-      while (p_ != end_ && p_->kind_ == Entry::kEmpty) ++p_;
+    const_iterator(const Page* dir, size_t pages, size_t pageSlots) : dir_(dir), pages_(pages), pageSlots_(pageSlots) {
+      if (pages_ == 0) return;
+      p_ = dir_[0].slots;
+      pend_ = p_ + pageSlots_;
+      skip();
     }
-    const Entry* p_;
-    const Entry* end_;
+    void skip() {
+      for (;;) {
+        if (p_ == pend_) {
+          if (++page_ == pages_) {
+            p_ = nullptr;
+            return;
+          }
+          p_ = dir_[page_].slots;
+          pend_ = p_ + pageSlots_;
+        }
+        if (p_->kind_ != Entry::kEmpty) return;
+        ++p_;
+      }
+    }
+    const Page* dir_ = nullptr;
+    size_t pages_ = 0, pageSlots_ = 0, page_ = 0;
+    const Entry* p_ = nullptr;
+    const Entry* pend_ = nullptr;
+  };
+
+  /// The entries as they were at freeze(), for a snapshot to read on another thread while
+  /// the table's owner keeps writing (see freeze()).
+  class View {
+   public:
+    View() = default;
+    size_t size() const { return size_; }
+    const_iterator begin() const { return {dir_, pages_, pageSlots_}; }
+    const_iterator end() const { return {}; }
+
+   private:
+    friend class BasicFlatTable;
+    const Page* dir_ = nullptr;
+    size_t pages_ = 0, pageSlots_ = 0, size_ = 0;
   };
 
   BasicFlatTable() = default;
-  /// One memcpy of the slot array (the copy-on-write copy of a key group's table), then a
-  /// block of its own for each spilled entry.
-  BasicFlatTable(const BasicFlatTable& o) : mask_(o.mask_), size_(o.size_) {
-    if (o.slots_ == nullptr) return;
-    slots_ = static_cast<Entry*>(std::malloc(o.capacity() * sizeof(Entry)));
-    if (slots_ == nullptr) throw std::bad_alloc();
-    std::memcpy(static_cast<void*>(slots_), o.slots_, o.capacity() * sizeof(Entry));
-    size_t i = 0;
+  /// A deep copy: pages and spilled blocks of its own.
+  BasicFlatTable(const BasicFlatTable& o) : mask_(o.mask_), size_(o.size_), pageShift_(o.pageShift_) {
+    if (o.dir_ == nullptr) return;
+    const size_t n = o.pages();
+    dir_ = allocateDir(n);
+    size_t p = 0;
     try {
-      for (; i < capacity(); ++i) {
-        Entry& e = slots_[i];
-        if (e.kind_ == Entry::kSpilled) e.setSpilled(Entry::newBlock(e.key(), e.value(), {}, e.value().size()));
-      }
+      for (; p < n; ++p) dir_[p] = {clonePage(o.dir_[p].slots, o.pageSlots()), 0};
     } catch (...) {
-      // Slots from i on still name the original's blocks: destroy() must not free those.
-      for (; i < capacity(); ++i)
-        if (slots_[i].kind_ == Entry::kSpilled) slots_[i].kind_ = Entry::kEmpty;
-      destroy();
+      for (size_t q = 0; q < p; ++q) freePage(dir_[q].slots, pageSlots());
+      std::free(dir_);
+      dir_ = nullptr;
       throw;
     }
   }
@@ -219,77 +264,213 @@ class BasicFlatTable {
 
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
-  size_t capacity() const { return slots_ == nullptr ? 0 : mask_ + 1; }
+  size_t capacity() const { return dir_ == nullptr ? 0 : mask_ + 1; }
+
+  // Copy-on-write per page, for snapshots that read while the owner writes (heap_backend.cc).
+  // freeze() returns a View of the current entries and bumps the table's version: from then
+  // on, while the owner has not said otherwise with prepareWrite(false), the first change to
+  // a page made before the freeze copies that page (8 KiB of slots and the page's spilled
+  // blocks) and leaves the original to the View; the page directory is copied the same way
+  // (8 bytes per page), and growth builds new pages without touching the old ones. So a
+  // write after a barrier costs at most one page copy, whatever the table's size. Replaced
+  // pages are kept ("retired") until prepareWrite(false) says no View is read any longer.
+  // Several Views (a savepoint during a checkpoint) may be alive at once: each freeze()
+  // bumps the version, and a page is copied once per freeze it was made before.
+  // The owner calls freeze() and prepareWrite() on its thread; Views are read on others.
+  // The ordering between a View's last read and the owner's next in-place write is the
+  // caller's (heap_backend.cc: a pin count, released by the reader, acquired by the writer).
+
+  /// A View of the entries now; later changes copy what they touch (see above).
+  View freeze() {
+    ++version_;
+    shared_ = true;
+    View v;
+    v.dir_ = dir_;
+    v.pages_ = pages();
+    v.pageSlots_ = pageSlots();
+    v.size_ = size_;
+    return v;
+  }
+  /// Says whether a View of this table may still be read (every write after a freeze() must
+  /// be preceded by one). false frees what earlier writes retired and writes in place again.
+  void prepareWrite(bool viewsRead) {
+    shared_ = viewsRead;
+    if (!viewsRead && (!retiredPages_.empty() || !retiredDirs_.empty())) freeRetired();
+  }
+  /// Bytes of pages and directories retired and not yet freed (for tests and statistics).
+  size_t retiredBytes() const {
+    size_t n = 0;
+    for (const auto& r : retiredPages_) n += r.second * sizeof(Entry);
+    for (const auto& r : retiredDirs_) n += r.second * sizeof(Page);
+    return n;
+  }
 
   const Entry* find(std::string_view key) const {
-    if (slots_ == nullptr) return nullptr;
+    size_t i;
+    return find(key, &i);
+  }
+  /// As find(), and the entry's slot index for writableAt().
+  const Entry* find(std::string_view key, size_t* index) const {
+    if (dir_ == nullptr) return nullptr;
     const uint32_t h = hashOf(key);
     for (size_t i = h & mask_;; i = (i + 1) & mask_) {
-      const Entry& e = slots_[i];
+      const Entry& e = slotAt(i);
       if (e.kind_ == Entry::kEmpty) return nullptr;
-      if (e.hasKey(h, key)) return &e;
+      if (e.hasKey(h, key)) {
+        *index = i;
+        return &e;
+      }
     }
   }
-  Entry* find(std::string_view key) { return const_cast<Entry*>(std::as_const(*this).find(key)); }
+  /// The entry of `key` to change (its page copied first if a View may read it), or null.
+  Entry* find(std::string_view key) {
+    size_t i;
+    return std::as_const(*this).find(key, &i) ? &writableAt(i) : nullptr;
+  }
+  /// The entry in slot `index` (from find(key, &index), with no insert or erase since), to
+  /// change: its page is copied first if a View may read it.
+  Entry& writableAt(size_t index) {
+    const size_t p = index >> pageShift_;
+    if (shared_ && dir_[p].version < version_) copyPage(p);
+    return dir_[p].slots[index & pageMask()];
+  }
 
-  /// The entry of `key`, inserted with an empty value if there is none.
-  Entry& findOrInsert(std::string_view key) {
+  /// The entry of `key`, inserted with an empty value if there is none; its slot index in
+  /// `*index` when given (for writableAt()).
+  Entry& findOrInsert(std::string_view key, size_t* index = nullptr) {
     if (key.size() > UINT32_MAX) throw std::length_error("state key over 4 GiB");
     const uint32_t h = hashOf(key);
-    if (slots_ != nullptr) {
-      for (size_t i = h & mask_;; i = (i + 1) & mask_) {
-        Entry& e = slots_[i];
+    size_t i = h & mask_;
+    if (dir_ != nullptr) {
+      for (;; i = (i + 1) & mask_) {
+        const Entry& e = slotAt(i);
         if (e.kind_ == Entry::kEmpty) {
           if ((size_ + 1) * 8 > capacity() * 7) break;  // grow first
-          return place(e, h, key);
+          if (index) *index = i;
+          return place(writableAt(i), h, key);
         }
-        if (e.hasKey(h, key)) return e;
+        if (e.hasKey(h, key)) {
+          if (index) *index = i;
+          return writableAt(i);
+        }
       }
     }
     grow();
-    size_t i = h & mask_;
-    while (slots_[i].kind_ != Entry::kEmpty) i = (i + 1) & mask_;
-    return place(slots_[i], h, key);
+    for (i = h & mask_; slotAt(i).kind_ != Entry::kEmpty;) i = (i + 1) & mask_;
+    if (index) *index = i;
+    return place(writableAt(i), h, key);
   }
-  Entry& insertOrAssign(std::string_view key, std::string_view value) {
-    Entry& e = findOrInsert(key);
+  Entry& insertOrAssign(std::string_view key, std::string_view value, size_t* index = nullptr) {
+    Entry& e = findOrInsert(key, index);
     e.assign(value);
     return e;
   }
 
   /// Removes `key`'s entry; false if there was none.
   bool erase(std::string_view key) {
-    Entry* found = find(key);
-    if (found == nullptr) return false;
-    if (found->kind_ == Entry::kSpilled) std::free(found->spilled().block);
+    size_t hole;
+    if (std::as_const(*this).find(key, &hole) == nullptr) return false;
+    Entry& found = writableAt(hole);
+    if (found.kind_ == Entry::kSpilled) std::free(found.spilled().block);
     // Backward shift: pull each later entry of the run into the hole unless its home slot
-    // lies cyclically in (hole, its slot], where it would no longer be found.
-    size_t hole = static_cast<size_t>(found - slots_);
-    for (size_t j = (hole + 1) & mask_; slots_[j].kind_ != Entry::kEmpty; j = (j + 1) & mask_) {
-      const size_t home = slots_[j].hash_ & mask_;
+    // lies cyclically in (hole, its slot], where it would no longer be found. The hole's
+    // page is always writable already (it held the erased entry or one moved from it).
+    for (size_t j = (hole + 1) & mask_; slotAt(j).kind_ != Entry::kEmpty; j = (j + 1) & mask_) {
+      const size_t home = slotAt(j).hash_ & mask_;
       if (((j - home) & mask_) >= ((j - hole) & mask_)) {
-        slots_[hole] = slots_[j];
+        const Entry& moved = writableAt(j);  // its spilled block, if any, is the live table's own
+        writableAt(hole) = moved;
         hole = j;
       }
     }
-    std::memset(static_cast<void*>(&slots_[hole]), 0, sizeof(Entry));
+    std::memset(static_cast<void*>(&writableAt(hole)), 0, sizeof(Entry));
     --size_;
     return true;
   }
 
   /// All entries, in slot order (a sequential scan).
-  const_iterator begin() const { return {slots_, slots_ + capacity()}; }
-  const_iterator end() const { return {slots_ + capacity(), slots_ + capacity()}; }
+  const_iterator begin() const { return {dir_, pages(), pageSlots()}; }
+  const_iterator end() const { return {}; }
 
  private:
   static constexpr size_t kMinCapacity = 8;
 
   static uint32_t hashOf(std::string_view key) { return Hash()(key); }
-  static Entry* allocate(size_t n) {
-    auto* p = static_cast<Entry*>(std::calloc(n, sizeof(Entry)));
+  size_t pageSlots() const { return size_t{1} << pageShift_; }
+  size_t pageMask() const { return pageSlots() - 1; }
+  size_t pages() const { return capacity() >> pageShift_; }
+  const Entry& slotAt(size_t i) const { return dir_[i >> pageShift_].slots[i & pageMask()]; }
+
+  /// Zeroed (empty) slots, 64-byte aligned so that no slot straddles two cache lines.
+  static Entry* allocatePage(size_t n) {
+    void* p = std::aligned_alloc(64, std::max<size_t>(n * sizeof(Entry), 64));
     if (p == nullptr) throw std::bad_alloc();
-    return p;
+    std::memset(p, 0, n * sizeof(Entry));
+    return static_cast<Entry*>(p);
   }
+  static Page* allocateDir(size_t n) {
+    auto* d = static_cast<Page*>(std::malloc(n * sizeof(Page)));
+    if (d == nullptr) throw std::bad_alloc();
+    return d;
+  }
+  /// Frees a page and the spilled blocks its entries own.
+  static void freePage(Entry* slots, size_t n) {
+    for (size_t i = 0; i < n; ++i)
+      if (slots[i].kind_ == Entry::kSpilled) std::free(slots[i].spilled().block);
+    std::free(slots);
+  }
+  /// A copy of `n` slots whose spilled entries have blocks of their own.
+  static Entry* clonePage(const Entry* from, size_t n) {
+    Entry* slots = allocatePage(n);
+    std::memcpy(static_cast<void*>(slots), from, n * sizeof(Entry));
+    size_t i = 0;
+    try {
+      for (; i < n; ++i) {
+        Entry& e = slots[i];
+        if (e.kind_ == Entry::kSpilled) e.setSpilled(Entry::newBlock(e.key(), e.value(), {}, e.value().size()));
+      }
+    } catch (...) {
+      // Slots from i on still name the original's blocks: freePage() must not free those.
+      for (; i < n; ++i)
+        if (slots[i].kind_ == Entry::kSpilled) slots[i].kind_ = Entry::kEmpty;
+      freePage(slots, n);
+      throw;
+    }
+    return slots;
+  }
+  /// Makes the directory the table's own (a View may hold the current one).
+  void ownDir() {
+    if (!shared_ || dirVersion_ >= version_) return;
+    Page* d = allocateDir(pages());
+    std::memcpy(d, dir_, pages() * sizeof(Page));
+    try {
+      retiredDirs_.emplace_back(dir_, pages());
+    } catch (...) {
+      std::free(d);
+      throw;
+    }
+    dir_ = d;
+    dirVersion_ = version_;
+  }
+  /// Replaces page p, which a View may read, by a copy of its own; retires the original.
+  void copyPage(size_t p) {
+    ownDir();
+    Entry* copy = clonePage(dir_[p].slots, pageSlots());
+    try {
+      retiredPages_.emplace_back(dir_[p].slots, pageSlots());
+    } catch (...) {
+      freePage(copy, pageSlots());
+      throw;
+    }
+    dir_[p] = {copy, version_};
+  }
+  void freeRetired() {
+    for (const auto& r : retiredPages_) freePage(r.first, r.second);
+    for (const auto& r : retiredDirs_) std::free(r.first);
+    retiredPages_.clear();
+    retiredDirs_.clear();
+  }
+
   Entry& place(Entry& e, uint32_t h, std::string_view key) {
     if (key.size() <= kInlineBytes) {
       e.hash_ = h;
@@ -306,32 +487,60 @@ class BasicFlatTable {
     ++size_;
     return e;
   }
+  /// Doubles the capacity into new pages. Pages a View may read are first copied (so their
+  /// spilled blocks stay theirs) and retired; the table's own pages hand their entries over.
   void grow() {
-    const size_t cap = slots_ == nullptr ? kMinCapacity : 2 * capacity();
+    const size_t cap = dir_ == nullptr ? kMinCapacity : 2 * capacity();
     if (cap - 1 > UINT32_MAX) throw std::length_error("key-group table over 2^32 slots");
-    Entry* fresh = allocate(cap);
-    const size_t mask = cap - 1;
-    for (size_t i = 0; i < capacity(); ++i) {
-      const Entry& e = slots_[i];
-      if (e.kind_ == Entry::kEmpty) continue;
-      size_t j = e.hash_ & mask;
-      while (fresh[j].kind_ != Entry::kEmpty) j = (j + 1) & mask;
-      fresh[j] = e;
+    if (shared_)
+      for (size_t p = 0; p < pages(); ++p)
+        if (dir_[p].version < version_) copyPage(p);
+    size_t shift = 0;
+    while ((size_t{1} << shift) < std::min(cap, kPageSlots)) ++shift;
+    const size_t n = cap >> shift, slotsPerPage = size_t{1} << shift, mask = cap - 1;
+    Page* fresh = allocateDir(n);
+    size_t made = 0;
+    try {
+      for (; made < n; ++made) fresh[made] = {allocatePage(slotsPerPage), version_};
+      if (dir_ != nullptr && shared_ && dirVersion_ < version_) retiredDirs_.reserve(retiredDirs_.size() + 1);
+    } catch (...) {
+      for (size_t q = 0; q < made; ++q) std::free(fresh[q].slots);
+      std::free(fresh);
+      throw;
     }
-    std::free(slots_);
-    slots_ = fresh;
+    for (size_t p = 0; p < pages(); ++p) {
+      for (size_t k = 0; k < pageSlots(); ++k) {
+        const Entry& e = dir_[p].slots[k];
+        if (e.kind_ == Entry::kEmpty) continue;
+        size_t j = e.hash_ & mask;
+        while (fresh[j >> shift].slots[j & (slotsPerPage - 1)].kind_ != Entry::kEmpty) j = (j + 1) & mask;
+        fresh[j >> shift].slots[j & (slotsPerPage - 1)] = e;
+      }
+      std::free(dir_[p].slots);  // its entries (and their blocks) moved
+    }
+    if (dir_ != nullptr && shared_ && dirVersion_ < version_) retiredDirs_.emplace_back(dir_, pages());  // reserved
+    else std::free(dir_);
+    dir_ = fresh;
+    dirVersion_ = version_;
     mask_ = mask;
+    pageShift_ = static_cast<uint32_t>(shift);
   }
   void destroy() {
-    for (size_t i = 0; i < capacity(); ++i)
-      if (slots_[i].kind_ == Entry::kSpilled) std::free(slots_[i].spilled().block);
-    std::free(slots_);
-    slots_ = nullptr;
+    for (size_t p = 0; p < pages(); ++p) freePage(dir_[p].slots, pageSlots());
+    std::free(dir_);
+    dir_ = nullptr;
+    freeRetired();
   }
 
-  Entry* slots_ = nullptr;
-  size_t mask_ = 0;  // capacity - 1
+  Page* dir_ = nullptr;  // pages() pages of pageSlots() slots: slot i is in page i >> pageShift_
+  size_t mask_ = 0;      // capacity - 1
   size_t size_ = 0;
+  uint32_t pageShift_ = 0;
+  uint64_t version_ = 0;     // bumped by freeze()
+  uint64_t dirVersion_ = 0;  // the version dir_ was made at
+  bool shared_ = false;      // a View may be read (prepareWrite)
+  std::vector<std::pair<Entry*, size_t>> retiredPages_;  // slots, count
+  std::vector<std::pair<Page*, size_t>> retiredDirs_;    // pages, count
 };
 
 using FlatTable = BasicFlatTable<>;

@@ -1,11 +1,11 @@
 // The hashmap (heap) keyed state backend.
 //
-// State lives in hash tables, one per (state, key group). Snapshots are copy-on-write
-// at key-group granularity: snapshotSync() only copies the shared pointers to the
-// current tables (O(states × key groups), no entry is copied under the pause); the
-// first write to a table that a running snapshot still holds copies that one table.
-// The AsyncSnapshot then serialises its frozen tables into a key-group file on a
-// background thread while records keep flowing.
+// State lives in hash tables, one per (state, key group). Snapshots are copy-on-write:
+// snapshotSync() pins each table and freezes it (O(states × key groups), no entry is
+// copied under the pause); a write while a snapshot still reads the table copies only the
+// page of 256 slots it changes (FlatTable, Value/List state; a key group's MapState entries
+// are still copied as a whole). The AsyncSnapshot then serialises what it froze into a
+// key-group file on a background thread while records keep flowing.
 //
 // Incremental checkpoints (state.backend.incremental=true, checkpoints only): every write
 // stamps its key group with the current snapshot epoch; a checkpoint writes, into one new
@@ -20,11 +20,12 @@
 // Thread-safety: see keyed_backend.h. What the task thread shares with snapshot threads
 // is a table's pin count: snapshotSync() (task thread) pins every table it freezes; a
 // snapshot unpins a table with a release decrement once it has written it (or when it is
-// dropped); the task thread writes into a table only after an acquire load saw it
-// unpinned — so every read of a snapshot thread happens before any later write — and
-// otherwise writes into a copy. Several snapshots may hold one table (a savepoint during
-// a checkpoint): it stays pinned until the last of them is done. shared_ptr only keeps
-// the memory alive; its use count decides nothing (a relaxed load, with no ordering).
+// dropped); the task thread writes in place into a table's pages (and frees the pages it
+// replaced since) only after an acquire load saw it unpinned — so every read of a snapshot
+// thread happens before any later in-place write — and otherwise copies what it changes.
+// Several snapshots may hold one table (a savepoint during a checkpoint): it stays pinned
+// until the last of them is done, and each freeze makes the pages older than it copied on
+// their first write. shared_ptr only keeps memory alive; its use count decides nothing.
 #include <atomic>
 #include <map>
 #include <mutex>
@@ -48,26 +49,40 @@ struct StringHash {
 };
 using UserKeyMap = std::unordered_map<std::string, std::string, StringHash, std::equal_to<>>;
 
+using MapTable = std::unordered_map<std::string, UserKeyMap>;
+
+/// The entries of one state in one key group.
 struct KgTable {
-  FlatTable values;                                  // Value/List
-  std::unordered_map<std::string, UserKeyMap> maps;  // MapState
+  FlatTable values;  // Value/List: copy-on-write per page (flat_table.h)
+  /// MapState (null: none yet): copy-on-write as a whole — a write while a snapshot that
+  /// froze it is running replaces it by a copy (mapsVersion < freezes).
+  std::shared_ptr<MapTable> maps;
+  uint64_t freezes = 0;      // snapshots that froze this table
+  uint64_t mapsVersion = 0;  // `freezes` when `maps` was made
+  /// Task thread only: whether a snapshot read this table at the last write (see writeTable).
+  bool shared = false;
   /// Snapshots that still read this table (see the file comment).
   std::atomic<uint32_t> pins{0};
 
-  KgTable() = default;
-  /// The copy a writer makes of a pinned table: the entries, never the pins.
-  KgTable(const KgTable& o) : values(o.values), maps(o.maps) {}
-  KgTable& operator=(const KgTable&) = delete;
-  bool empty() const { return values.empty() && maps.empty(); }
+  bool empty() const { return values.empty() && (!maps || maps->empty()); }
 };
 using TablePtr = std::shared_ptr<KgTable>;
 
-/// Ends one snapshot's reading of `t`: everything it read happens before a write that
+/// What a snapshot holds of one table: the table (pinned) and its entries as frozen.
+struct FrozenTable {
+  TablePtr table;
+  FlatTable::View values;
+  std::shared_ptr<const MapTable> maps;
+};
+
+/// Ends one snapshot's reading of a table: everything it read happens before a write that
 /// sees the table unpinned.
-void unpin(TablePtr& t) {
-  if (!t) return;
-  t->pins.fetch_sub(1, std::memory_order_release);
-  t.reset();
+void unpin(FrozenTable& f) {
+  if (!f.table) return;
+  f.values = {};
+  f.maps.reset();
+  f.table->pins.fetch_sub(1, std::memory_order_release);
+  f.table.reset();
 }
 
 struct HeapState {
@@ -101,7 +116,7 @@ void addToRuns(std::vector<KeyGroupRange>& runs, int kg) {
 class HeapSnapshot : public AsyncSnapshot {
  public:
   HeapSnapshot(SnapshotRequest req, KeyGroupRange range, std::vector<StateDescriptorInfo> states,
-               std::vector<std::vector<TablePtr>> frozen, std::shared_ptr<IncrementalPlan> plan)
+               std::vector<std::vector<FrozenTable>> frozen, std::shared_ptr<IncrementalPlan> plan)
       : req_(std::move(req)),
         range_(range),
         states_(std::move(states)),
@@ -179,13 +194,14 @@ class HeapSnapshot : public AsyncSnapshot {
       size_t slot = static_cast<size_t>(kg - range_.start);
       if (only && (*only)[slot] != IncrementalPlan::kWrite) continue;
       for (size_t si = 0; si < frozen_.size(); ++si) {
-        TablePtr& t = frozen_[si][slot];
-        if (!t) continue;
-        for (const auto& e : t->values)
+        FrozenTable& t = frozen_[si][slot];
+        if (!t.table) continue;
+        for (const auto& e : t.values)
           if (Status s = (*writer)->add(static_cast<int>(si), e.key(), {}, e.value()); !s.ok()) return s;
-        for (const auto& [k, m] : t->maps)
-          for (const auto& [uk, v] : m)
-            if (Status s = (*writer)->add(static_cast<int>(si), k, uk, v); !s.ok()) return s;
+        if (t.maps)
+          for (const auto& [k, m] : *t.maps)
+            for (const auto& [uk, v] : m)
+              if (Status s = (*writer)->add(static_cast<int>(si), k, uk, v); !s.ok()) return s;
         unpin(t);  // written: the task may now modify this table without copying it
       }
     }
@@ -208,7 +224,7 @@ class HeapSnapshot : public AsyncSnapshot {
   SnapshotRequest req_;
   KeyGroupRange range_;
   std::vector<StateDescriptorInfo> states_;
-  std::vector<std::vector<TablePtr>> frozen_;
+  std::vector<std::vector<FrozenTable>> frozen_;
   std::shared_ptr<IncrementalPlan> plan_;  // null: a full, self-contained snapshot
 };
 
@@ -255,23 +271,24 @@ class HeapBackend : public KeyedStateBackend {
   bool get(int state, std::string& out) override {
     const KgTable* t = readTable(state);
     if (!t) return false;
-    const FlatTable::Entry* e = t->values.find(key_);
+    size_t index;
+    const FlatTable::Entry* e = t->values.find(key_, &index);
     if (e == nullptr) return false;
     out.assign(e->value());
     // A read-modify-write (ValueState::value() then update()) finds the entry again
     // without hashing: nothing moves it before the put() (see LastEntry).
-    last_ = {state, t, const_cast<FlatTable::Entry*>(e)};
+    last_ = {state, t, index};
     return true;
   }
   void put(int state, std::string_view value) override {
     KgTable& t = writeTable(state);
-    // Valid only for the table get() looked in: a copy-on-write copy made just now (a
-    // snapshot holds the table) has its own entries.
-    if (last_.entry != nullptr && last_.state == state && last_.table == &t) {
-      last_.entry->assign(value);
+    if (last_.table != nullptr && last_.state == state && last_.table == &t) {
+      t.values.writableAt(last_.index).assign(value);  // copies the page first if a snapshot reads it
       return;
     }
-    last_ = {state, &t, &t.values.insertOrAssign(key_, value)};
+    size_t index;
+    t.values.insertOrAssign(key_, value, &index);
+    last_ = {state, &t, index};
   }
   void append(int state, std::string_view element) override {
     last_ = {};
@@ -280,47 +297,47 @@ class HeapBackend : public KeyedStateBackend {
   void clear(int state) override {
     last_ = {};
     const KgTable* r = readTable(state);
-    if (!r || (!r->values.find(key_) && !r->maps.count(key_))) return;
+    if (!r || (!r->values.find(key_) && !(r->maps && r->maps->count(key_)))) return;
     KgTable& t = writeTable(state);
     t.values.erase(key_);
-    t.maps.erase(key_);
+    if (t.maps && t.maps->count(key_)) writeMaps(t).erase(key_);
   }
   bool mapGet(int state, std::string_view userKey, std::string& out) override {
     const KgTable* t = readTable(state);
-    if (!t) return false;
-    auto it = t->maps.find(key_);
-    if (it == t->maps.end()) return false;
+    if (!t || !t->maps) return false;
+    auto it = t->maps->find(key_);
+    if (it == t->maps->end()) return false;
     auto jt = it->second.find(userKey);
     if (jt == it->second.end()) return false;
     out = jt->second;
     return true;
   }
   void mapPut(int state, std::string_view userKey, std::string_view value) override {
-    UserKeyMap& m = writeTable(state).maps[key_];
+    UserKeyMap& m = writeMaps(writeTable(state))[key_];
     if (auto it = m.find(userKey); it != m.end()) it->second.assign(value);
     else m.emplace(userKey, value);
   }
   void mapRemove(int state, std::string_view userKey) override {
     const KgTable* r = readTable(state);
-    if (!r) return;
-    auto it = r->maps.find(key_);
-    if (it == r->maps.end() || it->second.find(userKey) == it->second.end()) return;
-    KgTable& t = writeTable(state);
-    auto& m = t.maps[key_];
+    if (!r || !r->maps) return;
+    auto it = r->maps->find(key_);
+    if (it == r->maps->end() || it->second.find(userKey) == it->second.end()) return;
+    MapTable& maps = writeMaps(writeTable(state));
+    auto& m = maps[key_];
     m.erase(m.find(userKey));
-    if (m.empty()) t.maps.erase(key_);
+    if (m.empty()) maps.erase(key_);
   }
   void mapForEach(int state, const std::function<bool(std::string_view, std::string_view)>& fn) override {
     const KgTable* t = readTable(state);
-    if (!t) return;
-    auto it = t->maps.find(key_);
-    if (it == t->maps.end()) return;
+    if (!t || !t->maps) return;
+    auto it = t->maps->find(key_);
+    if (it == t->maps->end()) return;
     for (const auto& [k, v] : it->second)
       if (!fn(k, v)) return;
   }
 
   void mapAppend(int state, std::string_view userKey, std::string_view element) override {
-    UserKeyMap& m = writeTable(state).maps[key_];
+    UserKeyMap& m = writeMaps(writeTable(state))[key_];
     if (auto it = m.find(userKey); it != m.end()) it->second.append(element);
     else m.emplace(userKey, element);
   }
@@ -333,8 +350,9 @@ class HeapBackend : public KeyedStateBackend {
       if (!tables[slot]) continue;
       const int kg = options_.range.start + static_cast<int>(slot);
       for (const auto& e : tables[slot]->values) fn(kg, e.key(), {}, e.value());
-      for (const auto& [k, m] : tables[slot]->maps)
-        for (const auto& [uk, v] : m) fn(kg, k, uk, v);
+      if (tables[slot]->maps)
+        for (const auto& [k, m] : *tables[slot]->maps)
+          for (const auto& [uk, v] : m) fn(kg, k, uk, v);
     }
   }
 
@@ -387,10 +405,9 @@ class HeapBackend : public KeyedStateBackend {
             if (Status m = mapFileStates(); !m.ok()) return m;
           }
           HeapState& st = states_[static_cast<size_t>(map[static_cast<size_t>(e.stateIndex)])];
-          TablePtr& t = st.tables[static_cast<size_t>(e.keyGroup - options_.range.start)];
-          if (!t) t = std::make_shared<KgTable>();
-          if (st.descriptor.kind == StateKind::kMap) t->maps[std::string(e.key)][std::string(e.userKey)] = e.value;
-          else t->values.insertOrAssign(e.key, e.value);
+          KgTable& t = ownTable(st.tables[static_cast<size_t>(e.keyGroup - options_.range.start)]);
+          if (st.descriptor.kind == StateKind::kMap) writeMaps(t)[std::string(e.key)][std::string(e.userKey)] = e.value;
+          else t.values.insertOrAssign(e.key, e.value);
           return Status::OK();
         });
         // States without entries in this range are kept too.
@@ -426,18 +443,21 @@ class HeapBackend : public KeyedStateBackend {
       }
       pending_[request.checkpointId] = {epoch, plan};
     }
-    std::vector<std::vector<TablePtr>> frozen;
+    // O(states × key groups), no entry copied: each table is pinned and frozen (its page
+    // directory and map pointer taken); the writes after this copy what they change.
+    std::vector<std::vector<FrozenTable>> frozen;
     std::vector<StateDescriptorInfo> descriptors;
     frozen.reserve(states_.size());
     for (const auto& s : states_) {
-      frozen.push_back(s.tables);  // copies pointers only
-      auto& mine = frozen.back();
+      auto& mine = frozen.emplace_back(s.tables.size());
       for (size_t slot = 0; slot < mine.size(); ++slot) {
-        if (plan && plan->changed[slot] != IncrementalPlan::kWrite) {
-          mine[slot].reset();  // not written by this snapshot: not read, not pinned
-        } else if (mine[slot]) {
-          mine[slot]->pins.fetch_add(1, std::memory_order_relaxed);  // published to the snapshot thread by its start
-        }
+        const TablePtr& t = s.tables[slot];
+        // A table this snapshot does not write (unchanged since the base) is neither read nor pinned.
+        if (!t || (plan && plan->changed[slot] != IncrementalPlan::kWrite)) continue;
+        if (t->pins.load(std::memory_order_acquire) == 0) t->values.prepareWrite(false);  // frees retired pages
+        t->pins.fetch_add(1, std::memory_order_relaxed);  // published to the snapshot thread by its start
+        ++t->freezes;
+        mine[slot] = {t, t->values.freeze(), t->maps};
       }
       descriptors.push_back(s.descriptor);
     }
@@ -503,7 +523,7 @@ class HeapBackend : public KeyedStateBackend {
     uint64_t n = 0;
     for (const auto& s : states_)
       for (const auto& t : s.tables)
-        if (t) n += t->values.size() + t->maps.size();
+        if (t) n += t->values.size() + (t->maps ? t->maps->size() : 0);
     return n;
   }
 
@@ -531,10 +551,29 @@ class HeapBackend : public KeyedStateBackend {
   KgTable& writeTable(int state) {
     requireKey(state);
     modified_[slot_] = epoch_;
-    TablePtr& t = states_[static_cast<size_t>(state)].tables[slot_];
-    if (!t) t = std::make_shared<KgTable>();
-    else if (t->pins.load(std::memory_order_acquire) > 0) t = std::make_shared<KgTable>(*t);  // copy-on-write
+    return ownTable(states_[static_cast<size_t>(state)].tables[slot_]);
+  }
+  /// The table to write into: created if there is none; otherwise told whether a snapshot
+  /// still reads it (its pages and maps are then copied on write, not written in place).
+  static KgTable& ownTable(TablePtr& t) {
+    if (!t) {
+      t = std::make_shared<KgTable>();
+      return *t;
+    }
+    t->shared = t->pins.load(std::memory_order_acquire) > 0;
+    t->values.prepareWrite(t->shared);
     return *t;
+  }
+  /// The MapState entries of a table ownTable() returned, copied first if a snapshot reads them.
+  static MapTable& writeMaps(KgTable& t) {
+    if (!t.maps) {
+      t.maps = std::make_shared<MapTable>();
+      t.mapsVersion = t.freezes;
+    } else if (t.shared && t.mapsVersion < t.freezes) {
+      t.maps = std::make_shared<MapTable>(*t.maps);
+      t.mapsVersion = t.freezes;
+    }
+    return *t.maps;
   }
 
   BackendOptions options_;
@@ -559,15 +598,15 @@ class HeapBackend : public KeyedStateBackend {
   size_t slot_ = 0;
   std::string key_;
   bool hasKey_ = false;
-  /// The current key's Value/List entry found last (get or put) in state `state`'s
-  /// table `table`; reset by everything that may erase or move it (another key, clear,
-  /// append, restore). Between it and the put() that uses it, no entry is inserted into or
-  /// erased from that table (those take another key or reset it), so the FlatTable entry
-  /// stays where it is; a copy-on-write copy is another table.
+  /// The slot of the current key's Value/List entry found last (get or put) in state
+  /// `state`'s table `table`; reset by everything that may erase or move it (another key,
+  /// clear, append, restore). Between it and the put() that uses it, no entry is inserted
+  /// into or erased from that table (those take another key or reset it), so the entry
+  /// stays in its slot (a page copied on write keeps its slots' indexes).
   struct LastEntry {
     int state = -1;
     const KgTable* table = nullptr;
-    FlatTable::Entry* entry = nullptr;
+    size_t index = 0;
   } last_;
 };
 

@@ -1,6 +1,7 @@
 // Unit tests for FlatTable (state/src/flat_table.h), the heap backend's Value/List table:
 // probing and growth, backward-shift erase, entries that spill out of their slot, deep
-// copies, iteration, and a randomized comparison with std::unordered_map.
+// copies, iteration, copy-on-write per page under frozen Views, and randomized comparisons
+// with std::unordered_map (with and without Views being taken and dropped).
 #include "flat_table.h"
 
 #include <cstdint>
@@ -20,6 +21,18 @@ std::string keyOf(uint64_t i) { return "k" + std::to_string(i); }
 std::map<std::string, std::string> contents(const FlatTable& t) {
   std::map<std::string, std::string> out;
   for (const auto& e : t) EXPECT_TRUE(out.emplace(e.key(), e.value()).second) << "visited twice: " << e.key();
+  return out;
+}
+
+template <class View>
+std::map<std::string, std::string> viewContents(const View& v) {
+  std::map<std::string, std::string> out;
+  size_t n = 0;
+  for (const auto& e : v) {
+    EXPECT_TRUE(out.emplace(e.key(), e.value()).second) << "visited twice: " << e.key();
+    ++n;
+  }
+  EXPECT_EQ(n, v.size());
   return out;
 }
 
@@ -319,6 +332,180 @@ TEST(FlatTableTest, RandomOperationsMatchUnorderedMap) {
       ASSERT_EQ(contents(copy), contents(t));
     }
   }
+}
+
+// ---- Copy-on-write per page (FlatTable::freeze, the heap backend's snapshots) ----
+
+TEST(FlatTableTest, AFrozenViewKeepsItsMomentThroughOverwritesAppendsErasesAndGrowth) {
+  FlatTable t;
+  const std::string longValue(70, 'L');
+  for (uint64_t i = 0; i < 5000; ++i) t.insertOrAssign(keyOf(i), i % 4 ? std::to_string(i) : longValue + keyOf(i));
+  t.insertOrAssign(std::string(40, 'K'), "long key");
+  const auto before = contents(t);
+  const size_t capacityBefore = t.capacity();
+  FlatTable::View v = t.freeze();
+  ASSERT_EQ(viewContents(v), before);
+
+  std::map<std::string, std::string> expect = before;
+  for (uint64_t i = 0; i < 5000; i += 3) {
+    t.insertOrAssign(keyOf(i), "new" + std::to_string(i));
+    expect[keyOf(i)] = "new" + std::to_string(i);
+  }
+  for (uint64_t i = 0; i < 5000; i += 8) {  // spilled values grow in their blocks (or move to new ones)
+    t.findOrInsert(keyOf(i)).append(longValue);
+    expect[keyOf(i)] += longValue;
+  }
+  for (uint64_t i = 1; i < 5000; i += 5) {
+    ASSERT_TRUE(t.erase(keyOf(i)));
+    expect.erase(keyOf(i));
+  }
+  t.find(std::string(40, 'K'))->assign(longValue);
+  expect[std::string(40, 'K')] = longValue;
+  for (uint64_t i = 5000; i < 20000; ++i) {  // grows twice while the View is alive
+    t.insertOrAssign(keyOf(i), std::to_string(i));
+    expect[keyOf(i)] = std::to_string(i);
+  }
+  ASSERT_GT(t.capacity(), capacityBefore);
+  EXPECT_EQ(viewContents(v), before);  // the View: the moment of freeze()
+  EXPECT_EQ(contents(t), expect);      // the table: every change
+  EXPECT_GT(t.retiredBytes(), 0u);
+  t.prepareWrite(false);  // the View is no longer read: what it held is freed
+  EXPECT_EQ(t.retiredBytes(), 0u);
+  EXPECT_EQ(contents(t), expect);
+}
+
+TEST(FlatTableTest, AWriteAfterAFreezeCopiesOnlyThePageItChanges) {
+  FlatTable t;
+  for (uint64_t i = 0; i < 100000; ++i) t.insertOrAssign(keyOf(i), std::to_string(i));
+  const size_t pages = t.capacity() / FlatTable::kPageSlots;
+  ASSERT_GE(pages, 512u);
+  const size_t page = FlatTable::kPageSlots * sizeof(FlatTable::Entry);
+  const size_t dir = pages * 16;  // a directory entry: the page's pointer and version
+
+  FlatTable::View v = t.freeze();
+  t.prepareWrite(true);
+  EXPECT_EQ(t.retiredBytes(), 0u);  // freeze() copies nothing
+  size_t index;
+  ASSERT_NE(std::as_const(t).find(keyOf(7), &index), nullptr);
+  t.writableAt(index).assign("changed");
+  EXPECT_EQ(t.retiredBytes(), dir + page);  // the directory once, then one page
+  t.writableAt(index).assign("again");      // the page is the table's own now
+  EXPECT_EQ(t.retiredBytes(), dir + page);
+  // A key on another page costs one more page, whatever the table's size.
+  uint64_t other = 8;
+  size_t otherIndex = 0;
+  for (;; ++other) {
+    ASSERT_NE(std::as_const(t).find(keyOf(other), &otherIndex), nullptr);
+    if (otherIndex / FlatTable::kPageSlots != index / FlatTable::kPageSlots) break;
+  }
+  t.insertOrAssign(keyOf(other), "other");
+  EXPECT_EQ(t.retiredBytes(), dir + 2 * page);
+  EXPECT_EQ(valueOf(t, keyOf(7)), "again");
+  std::map<std::string, std::string> frozen = viewContents(v);
+  EXPECT_EQ(frozen.size(), 100000u);
+  EXPECT_EQ(frozen[keyOf(7)], "7");
+  EXPECT_EQ(frozen[keyOf(other)], std::to_string(other));
+
+  // Without a View to protect, writes go in place and nothing is retired.
+  t.prepareWrite(false);
+  EXPECT_EQ(t.retiredBytes(), 0u);
+  for (uint64_t i = 0; i < 100000; i += 97) t.insertOrAssign(keyOf(i), "in place");
+  t.erase(keyOf(1));
+  EXPECT_EQ(t.retiredBytes(), 0u);
+}
+
+TEST(FlatTableTest, TwoFreezesKeepTwoMomentsAndEachPageIsCopiedOncePerFreeze) {
+  FlatTable t;
+  for (uint64_t i = 0; i < 3000; ++i) t.insertOrAssign(keyOf(i), "a");
+  const auto first = contents(t);
+  FlatTable::View a = t.freeze();  // a checkpoint...
+  for (uint64_t i = 0; i < 3000; i += 2) t.insertOrAssign(keyOf(i), "b");
+  t.erase(keyOf(1));
+  const auto second = contents(t);
+  t.prepareWrite(true);
+  FlatTable::View b = t.freeze();  // ...and a savepoint while it uploads
+  t.prepareWrite(true);
+  const size_t retired = t.retiredBytes();
+  for (uint64_t i = 0; i < 3000; i += 2) t.insertOrAssign(keyOf(i), "c");  // pages made after `a` are copied again
+  EXPECT_GT(t.retiredBytes(), retired);
+  for (uint64_t i = 3000; i < 9000; ++i) t.insertOrAssign(keyOf(i), "d");  // growth under both
+  EXPECT_EQ(viewContents(a), first);
+  EXPECT_EQ(viewContents(b), second);
+  auto now = second;
+  for (uint64_t i = 0; i < 3000; i += 2) now[keyOf(i)] = "c";
+  for (uint64_t i = 3000; i < 9000; ++i) now[keyOf(i)] = "d";
+  EXPECT_EQ(contents(t), now);
+}
+
+// Backward-shift erases move entries between slots of different pages: every page they touch
+// is copied first. One hash for all keys makes one run of 700 slots over three pages.
+TEST(FlatTableTest, ErasesThatShiftEntriesAcrossPagesLeaveTheViewWhole) {
+  BasicFlatTable<SameHash> t;
+  for (uint64_t i = 0; i < 700; ++i) t.insertOrAssign(keyOf(i), i % 5 ? std::to_string(i) : std::string(50, 's'));
+  std::map<std::string, std::string> before;
+  for (const auto& e : t) before.emplace(e.key(), e.value());
+  auto v = t.freeze();
+  auto expect = before;
+  for (uint64_t i = 0; i < 700; i += 3) {
+    ASSERT_TRUE(t.erase(keyOf(i)));
+    expect.erase(keyOf(i));
+  }
+  EXPECT_EQ(viewContents(v), before);
+  std::map<std::string, std::string> now;
+  for (const auto& e : t) now.emplace(e.key(), e.value());
+  EXPECT_EQ(now, expect);
+  for (const auto& [k, val] : expect) ASSERT_EQ(std::as_const(t).find(k)->value(), val) << k;
+  t.prepareWrite(false);
+}
+
+// Random operations with Views taken and released at random, at most two alive at once (a
+// checkpoint and a savepoint): each View must read back exactly its moment, the table
+// exactly the reference. Run under ASan in CI, so a page freed too early or leaked shows.
+TEST(FlatTableTest, RandomOperationsUnderRandomFreezesMatchTheirMoments) {
+  std::mt19937_64 rng(20261202);
+  FlatTable t;
+  std::unordered_map<std::string, std::string> ref;
+  struct Frozen {
+    FlatTable::View view;
+    std::map<std::string, std::string> moment;
+  };
+  std::vector<Frozen> views;
+  auto randomValue = [&] { return std::string(rng() % 4 == 0 ? 30 + rng() % 60 : rng() % 12, 'a' + rng() % 26); };
+  for (int op = 1; op <= 60000; ++op) {
+    if (op % 2000 == 0) {
+      if (views.size() == 2 || (!views.empty() && rng() % 2)) {
+        const size_t which = rng() % views.size();
+        ASSERT_EQ(viewContents(views[which].view), views[which].moment) << "op " << op;
+        views.erase(views.begin() + static_cast<long>(which));
+      } else {
+        views.push_back({t.freeze(), std::map<std::string, std::string>(ref.begin(), ref.end())});
+      }
+    }
+    t.prepareWrite(!views.empty());
+    const std::string k = "k" + std::to_string(rng() % 4000);
+    switch (rng() % 4) {
+      case 0:
+      case 1: {
+        const std::string v = randomValue();
+        t.insertOrAssign(k, v);
+        ref[k] = v;
+        break;
+      }
+      case 2: {
+        const std::string v = randomValue();
+        t.findOrInsert(k).append(v);
+        ref[k] += v;
+        break;
+      }
+      case 3:
+        ASSERT_EQ(t.erase(k), ref.erase(k) == 1) << "op " << op;
+        break;
+    }
+    ASSERT_EQ(t.size(), ref.size()) << "op " << op;
+  }
+  for (const auto& f : views) EXPECT_EQ(viewContents(f.view), f.moment);
+  const std::map<std::string, std::string> sorted(ref.begin(), ref.end());
+  EXPECT_EQ(contents(t), sorted);
 }
 
 }  // namespace

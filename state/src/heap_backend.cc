@@ -3,8 +3,8 @@
 // State lives in hash tables, one per (state, key group). Snapshots are copy-on-write:
 // snapshotSync() pins each table and freezes it (O(states × key groups), no entry is
 // copied under the pause); a write while a snapshot still reads the table copies only the
-// page of 256 slots it changes (FlatTable, Value/List state; a key group's MapState entries
-// are still copied as a whole). The AsyncSnapshot then serialises what it froze into a
+// page of 256 slots it changes (FlatTable, Value/List state) or, for MapState, the one key's
+// map it changes (MapEntries). The AsyncSnapshot then serialises what it froze into a
 // key-group file on a background thread while records keep flowing.
 //
 // Incremental checkpoints (state.backend.incremental=true, checkpoints only): every write
@@ -21,7 +21,7 @@
 // is a table's pin count: snapshotSync() (task thread) pins every table it freezes; a
 // snapshot unpins a table with a release decrement once it has written it (or when it is
 // dropped); the task thread writes in place into a table's pages (and frees the pages it
-// replaced since) only after an acquire load saw it unpinned — so every read of a snapshot
+// and maps replaced since) only after an acquire load saw it unpinned — so every read of a snapshot
 // thread happens before any later in-place write — and otherwise copies what it changes.
 // Several snapshots may hold one table (a savepoint during a checkpoint): it stays pinned
 // until the last of them is done, and each freeze makes the pages older than it copied on
@@ -34,6 +34,7 @@
 #include <unordered_map>
 
 #include "flat_table.h"
+#include "map_entries.h"
 #include "jobhost/state/key_group_format.h"
 #include "jobhost/state/keyed_backend.h"
 #include "restore_status.h"
@@ -41,30 +42,16 @@
 namespace jobhost::state {
 namespace {
 
-/// Hashes std::string and std::string_view alike, so a MapState lookup by a user key view
-/// (a 16-byte window, say: beyond the small-string buffer) allocates nothing.
-struct StringHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view s) const { return std::hash<std::string_view>()(s); }
-};
-using UserKeyMap = std::unordered_map<std::string, std::string, StringHash, std::equal_to<>>;
-
-using MapTable = std::unordered_map<std::string, UserKeyMap>;
+using UserKeyMap = MapEntries::UserMap;
 
 /// The entries of one state in one key group.
 struct KgTable {
   FlatTable values;  // Value/List: copy-on-write per page (flat_table.h)
-  /// MapState (null: none yet): copy-on-write as a whole — a write while a snapshot that
-  /// froze it is running replaces it by a copy (mapsVersion < freezes).
-  std::shared_ptr<MapTable> maps;
-  uint64_t freezes = 0;      // snapshots that froze this table
-  uint64_t mapsVersion = 0;  // `freezes` when `maps` was made
-  /// Task thread only: whether a snapshot read this table at the last write (see writeTable).
-  bool shared = false;
+  MapEntries maps;   // MapState: copy-on-write per key (map_entries.h)
   /// Snapshots that still read this table (see the file comment).
   std::atomic<uint32_t> pins{0};
 
-  bool empty() const { return values.empty() && (!maps || maps->empty()); }
+  bool empty() const { return values.empty() && maps.empty(); }
 };
 using TablePtr = std::shared_ptr<KgTable>;
 
@@ -72,7 +59,7 @@ using TablePtr = std::shared_ptr<KgTable>;
 struct FrozenTable {
   TablePtr table;
   FlatTable::View values;
-  std::shared_ptr<const MapTable> maps;
+  MapEntries::View maps;
 };
 
 /// Ends one snapshot's reading of a table: everything it read happens before a write that
@@ -80,7 +67,7 @@ struct FrozenTable {
 void unpin(FrozenTable& f) {
   if (!f.table) return;
   f.values = {};
-  f.maps.reset();
+  f.maps = {};
   f.table->pins.fetch_sub(1, std::memory_order_release);
   f.table.reset();
 }
@@ -198,10 +185,14 @@ class HeapSnapshot : public AsyncSnapshot {
         if (!t.table) continue;
         for (const auto& e : t.values)
           if (Status s = (*writer)->add(static_cast<int>(si), e.key(), {}, e.value()); !s.ok()) return s;
-        if (t.maps)
-          for (const auto& [k, m] : *t.maps)
-            for (const auto& [uk, v] : m)
-              if (Status s = (*writer)->add(static_cast<int>(si), k, uk, v); !s.ok()) return s;
+        Status failed;
+        t.maps.forEach([&](std::string_view k, const UserKeyMap& m) {
+          for (const auto& [uk, v] : m) {
+            if (!failed.ok()) return;
+            failed = (*writer)->add(static_cast<int>(si), k, uk, v);
+          }
+        });
+        if (!failed.ok()) return failed;
         unpin(t);  // written: the task may now modify this table without copying it
       }
     }
@@ -297,47 +288,47 @@ class HeapBackend : public KeyedStateBackend {
   void clear(int state) override {
     last_ = {};
     const KgTable* r = readTable(state);
-    if (!r || (!r->values.find(key_) && !(r->maps && r->maps->count(key_)))) return;
+    if (!r || (!r->values.find(key_) && !r->maps.find(key_))) return;
     KgTable& t = writeTable(state);
     t.values.erase(key_);
-    if (t.maps && t.maps->count(key_)) writeMaps(t).erase(key_);
+    t.maps.erase(key_);
   }
   bool mapGet(int state, std::string_view userKey, std::string& out) override {
     const KgTable* t = readTable(state);
-    if (!t || !t->maps) return false;
-    auto it = t->maps->find(key_);
-    if (it == t->maps->end()) return false;
-    auto jt = it->second.find(userKey);
-    if (jt == it->second.end()) return false;
+    const UserKeyMap* m = t ? t->maps.find(key_) : nullptr;
+    if (!m) return false;
+    auto jt = m->find(userKey);
+    if (jt == m->end()) return false;
     out = jt->second;
     return true;
   }
   void mapPut(int state, std::string_view userKey, std::string_view value) override {
-    UserKeyMap& m = writeMaps(writeTable(state))[key_];
+    UserKeyMap& m = writeTable(state).maps.writable(key_);
     if (auto it = m.find(userKey); it != m.end()) it->second.assign(value);
     else m.emplace(userKey, value);
   }
   void mapRemove(int state, std::string_view userKey) override {
     const KgTable* r = readTable(state);
-    if (!r || !r->maps) return;
-    auto it = r->maps->find(key_);
-    if (it == r->maps->end() || it->second.find(userKey) == it->second.end()) return;
-    MapTable& maps = writeMaps(writeTable(state));
-    auto& m = maps[key_];
+    const UserKeyMap* has = r ? r->maps.find(key_) : nullptr;
+    if (!has || has->find(userKey) == has->end()) return;
+    MapEntries& maps = writeTable(state).maps;
+    if (has->size() == 1) {  // its last entry: the key goes (no copy of a map about to be dropped)
+      maps.erase(key_);
+      return;
+    }
+    UserKeyMap& m = maps.writable(key_);
     m.erase(m.find(userKey));
-    if (m.empty()) maps.erase(key_);
   }
   void mapForEach(int state, const std::function<bool(std::string_view, std::string_view)>& fn) override {
     const KgTable* t = readTable(state);
-    if (!t || !t->maps) return;
-    auto it = t->maps->find(key_);
-    if (it == t->maps->end()) return;
-    for (const auto& [k, v] : it->second)
+    const UserKeyMap* m = t ? t->maps.find(key_) : nullptr;
+    if (!m) return;
+    for (const auto& [k, v] : *m)
       if (!fn(k, v)) return;
   }
 
   void mapAppend(int state, std::string_view userKey, std::string_view element) override {
-    UserKeyMap& m = writeMaps(writeTable(state))[key_];
+    UserKeyMap& m = writeTable(state).maps.writable(key_);
     if (auto it = m.find(userKey); it != m.end()) it->second.append(element);
     else m.emplace(userKey, element);
   }
@@ -350,9 +341,9 @@ class HeapBackend : public KeyedStateBackend {
       if (!tables[slot]) continue;
       const int kg = options_.range.start + static_cast<int>(slot);
       for (const auto& e : tables[slot]->values) fn(kg, e.key(), {}, e.value());
-      if (tables[slot]->maps)
-        for (const auto& [k, m] : *tables[slot]->maps)
-          for (const auto& [uk, v] : m) fn(kg, k, uk, v);
+      tables[slot]->maps.forEach([&](std::string_view k, const UserKeyMap& m) {
+        for (const auto& [uk, v] : m) fn(kg, k, uk, v);
+      });
     }
   }
 
@@ -406,7 +397,7 @@ class HeapBackend : public KeyedStateBackend {
           }
           HeapState& st = states_[static_cast<size_t>(map[static_cast<size_t>(e.stateIndex)])];
           KgTable& t = ownTable(st.tables[static_cast<size_t>(e.keyGroup - options_.range.start)]);
-          if (st.descriptor.kind == StateKind::kMap) writeMaps(t)[std::string(e.key)][std::string(e.userKey)] = e.value;
+          if (st.descriptor.kind == StateKind::kMap) t.maps.writable(e.key)[std::string(e.userKey)] = e.value;
           else t.values.insertOrAssign(e.key, e.value);
           return Status::OK();
         });
@@ -454,10 +445,12 @@ class HeapBackend : public KeyedStateBackend {
         const TablePtr& t = s.tables[slot];
         // A table this snapshot does not write (unchanged since the base) is neither read nor pinned.
         if (!t || (plan && plan->changed[slot] != IncrementalPlan::kWrite)) continue;
-        if (t->pins.load(std::memory_order_acquire) == 0) t->values.prepareWrite(false);  // frees retired pages
+        if (t->pins.load(std::memory_order_acquire) == 0) {  // frees retired pages and maps
+          t->values.prepareWrite(false);
+          t->maps.prepareWrite(false);
+        }
         t->pins.fetch_add(1, std::memory_order_relaxed);  // published to the snapshot thread by its start
-        ++t->freezes;
-        mine[slot] = {t, t->values.freeze(), t->maps};
+        mine[slot] = {t, t->values.freeze(), t->maps.freeze()};
       }
       descriptors.push_back(s.descriptor);
     }
@@ -523,7 +516,7 @@ class HeapBackend : public KeyedStateBackend {
     uint64_t n = 0;
     for (const auto& s : states_)
       for (const auto& t : s.tables)
-        if (t) n += t->values.size() + (t->maps ? t->maps->size() : 0);
+        if (t) n += t->values.size() + t->maps.size();
     return n;
   }
 
@@ -560,20 +553,10 @@ class HeapBackend : public KeyedStateBackend {
       t = std::make_shared<KgTable>();
       return *t;
     }
-    t->shared = t->pins.load(std::memory_order_acquire) > 0;
-    t->values.prepareWrite(t->shared);
+    const bool shared = t->pins.load(std::memory_order_acquire) > 0;
+    t->values.prepareWrite(shared);
+    t->maps.prepareWrite(shared);
     return *t;
-  }
-  /// The MapState entries of a table ownTable() returned, copied first if a snapshot reads them.
-  static MapTable& writeMaps(KgTable& t) {
-    if (!t.maps) {
-      t.maps = std::make_shared<MapTable>();
-      t.mapsVersion = t.freezes;
-    } else if (t.shared && t.mapsVersion < t.freezes) {
-      t.maps = std::make_shared<MapTable>(*t.maps);
-      t.mapsVersion = t.freezes;
-    }
-    return *t.maps;
   }
 
   BackendOptions options_;

@@ -23,7 +23,13 @@ cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG
   "${launcher[@]}" >/dev/null
 ninja -C "$BUILD" -j"$JOBS" jobhost_state_tests jobhost_unit_tests
 built=$(date +%s)
-export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp}
+# ignore_noninstrumented_modules: memcpy/memcmp/free called from code that is not built with
+# TSan (librocksdb, libsnappy, libstdc++.so's out-of-line string members RocksDB calls) are
+# not checked. Without it, RocksDB freeing a block (unseen) and malloc handing the address to
+# another of its threads looks like a race between the two users of that memory (seen in
+# recovery_model_test, 2026-12-02, with no frame of ours on the stack). Our own loads and
+# stores, inline string code included, are still checked.
+export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:ignore_noninstrumented_modules=1:suppressions=$PWD/tests/tsan.supp}
 status=0
 failed=()
 for t in jobhost_state_tests jobhost_unit_tests; do

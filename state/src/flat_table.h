@@ -187,14 +187,18 @@ class BasicFlatTable {
   };
 
  public:
+  /// Visits the occupied slots in slot order. Occupancy is read 64 slots at a time into a
+  /// bit mask, so the scan does not branch on every slot (one slot in three or more is
+  /// empty, at random: a per-slot test was a branch mispredicted at that rate, which made
+  /// it the larger part of a heap snapshot's encoding time).
   class const_iterator {
    public:
     const_iterator() = default;  // the end
     const Entry& operator*() const { return *p_; }
     const Entry* operator->() const { return p_; }
     const_iterator& operator++() {
-      ++p_;
-      skip();
+      bits_ &= bits_ - 1;
+      settle();
       return *this;
     }
     bool operator==(const const_iterator& o) const { return p_ == o.p_; }
@@ -202,30 +206,43 @@ class BasicFlatTable {
 
    private:
     friend class BasicFlatTable;
+    static constexpr size_t kGroup = 64;
     const_iterator(const Page* dir, size_t pages, size_t pageSlots) : dir_(dir), pages_(pages), pageSlots_(pageSlots) {
       if (pages_ == 0) return;
-      p_ = dir_[0].slots;
-      pend_ = p_ + pageSlots_;
-      skip();
+      load(dir_[0].slots);
+      settle();
     }
-    void skip() {
-      for (;;) {
-        if (p_ == pend_) {
-          if (++page_ == pages_) {
-            p_ = nullptr;
-            return;
-          }
-          p_ = dir_[page_].slots;
-          pend_ = p_ + pageSlots_;
+    void load(const Entry* group) {
+      group_ = group;
+      const size_t n = std::min(kGroup, pageSlots_);
+      uint64_t bits = 0;
+      for (size_t j = 0; j < n; ++j) bits |= static_cast<uint64_t>(group[j].kind_ != Entry::kEmpty) << j;
+      bits_ = bits;
+    }
+    /// Moves to the slot of the lowest bit left, loading groups and pages as needed.
+    void settle() {
+      while (bits_ == 0) {
+        const size_t next = offset_ + kGroup;
+        if (next < pageSlots_) {
+          offset_ = next;
+          load(group_ + kGroup);
+          continue;
         }
-        if (p_->kind_ != Entry::kEmpty) return;
-        ++p_;
+        if (++page_ == pages_) {
+          p_ = nullptr;
+          return;
+        }
+        offset_ = 0;
+        load(dir_[page_].slots);
       }
+      p_ = group_ + __builtin_ctzll(bits_);
     }
     const Page* dir_ = nullptr;
     size_t pages_ = 0, pageSlots_ = 0, page_ = 0;
+    size_t offset_ = 0;              // of group_ in its page
+    const Entry* group_ = nullptr;   // the first of the 64 (or pageSlots_) slots bits_ covers
+    uint64_t bits_ = 0;              // occupied slots of the group not yet visited
     const Entry* p_ = nullptr;
-    const Entry* pend_ = nullptr;
   };
 
   /// The entries as they were at freeze(), for a snapshot to read on another thread while

@@ -26,6 +26,7 @@
 #include "jobhost/state/checkpoint_storage.h"
 #include "jobhost/state/key_group_format.h"
 #include "jobhost/state/keyed_backend.h"
+#include "support/fault_injection.h"
 #include "support/state_descriptors.h"
 
 namespace jobhost::state {
@@ -199,6 +200,77 @@ TEST_F(KeyGroupFormatTest, OffsetsPointAtEachKeyGroupAndTheSizeIsTheFileSize) {
   EXPECT_EQ(bytes[h.offsets[0]], '\x01');  // kg 4: "counts" (state 0)
   EXPECT_EQ(bytes[h.offsets[3]], '\x02');  // kg 7: "index" (state 1)
   EXPECT_EQ(bytes.back(), '\0');
+}
+
+TEST_F(KeyGroupFormatTest, ManySmallEntriesWrittenThroughTheBackgroundWriterAreTheFormatsBytes) {
+  // ~5 MiB of small entries (the stack-encoded path, key and value sizes 0..20 around the
+  // 8..16-byte copy), so the writer hands four full buffers to its writing thread. The
+  // file must be byte for byte what ByteWriter's encoding of the format gives.
+  const KeyGroupRange range{0, 3};
+  auto w = KeyGroupWriter::create(*storage_, "chk-1/small.kg", states_, range);
+  ASSERT_TRUE(w.ok()) << w.status();
+  std::string expected;
+  ByteWriter bw(expected);
+  bw.writeRaw("JHKG", 4);
+  bw.writeFixed<uint32_t>(kKeyGroupFormatVersion);
+  bw.writeVarint(states_.size());
+  for (const auto& s : states_) {
+    bw.writeBytes(s.name);
+    bw.writeU8(static_cast<uint8_t>(s.kind));
+  }
+  std::vector<uint64_t> offsets;
+  for (int kg = range.start; kg <= range.end; ++kg) {
+    if (kg > range.start) bw.writeVarint(0);
+    offsets.push_back(expected.size());
+    ASSERT_OK((*w)->beginKeyGroup(kg));
+    for (int i = 0; i < 60000; ++i) {
+      const int state = i % 3 == 0 ? 1 : 0;  // every third a MapState entry
+      std::string key = std::to_string(kg) + ":" + std::to_string(i) + std::string(static_cast<size_t>(i % 12), 'k');
+      std::string user = state == 1 ? std::string(static_cast<size_t>(i % 9), 'u') : "";
+      std::string value(static_cast<size_t>(i % 21), static_cast<char>('a' + i % 26));
+      ASSERT_OK((*w)->add(state, key, user, value));
+      bw.writeVarint(static_cast<uint64_t>(state) + 1);
+      bw.writeBytes(key);
+      if (state == 1) bw.writeBytes(user);
+      bw.writeBytes(value);
+    }
+  }
+  bw.writeVarint(0);
+  auto h = (*w)->finish();
+  ASSERT_TRUE(h.ok()) << h.status();
+  ASSERT_GT(expected.size(), size_t{4} << 20);
+  EXPECT_EQ(h->file.size, expected.size());
+  EXPECT_EQ(h->offsets, offsets);
+  std::string bytes;
+  ASSERT_OK(storage_->get(h->file.path, &bytes));
+  ASSERT_EQ(bytes.size(), expected.size());
+  EXPECT_TRUE(bytes == expected) << "first difference at byte "
+                                 << (std::mismatch(bytes.begin(), bytes.end(), expected.begin()).first - bytes.begin());
+}
+
+TEST_F(KeyGroupFormatTest, AWriteFailingOnTheBackgroundWriterIsReturnedAndNothingIsPublished) {
+  // The second write of a ~4 MiB file fails (the disk is full) on the writer's thread: a
+  // later add() or finish() returns that error, and no file appears.
+  auto faultyFs = std::make_shared<jobhost::testing::FaultInjectionFileSystem>();
+  auto st = openStorage((root_ / "faulty").string(), faultyFs);
+  ASSERT_TRUE(st.ok()) << st.status();
+  auto storage = std::move(st).value();
+  auto w = KeyGroupWriter::create(*storage, "chk-1/full.kg", states_, {0, 0});
+  ASSERT_TRUE(w.ok()) << w.status();
+  faultyFs->failNth(jobhost::testing::FsOp::kWrite, 2, ENOSPC);
+  Status failed;
+  ASSERT_OK((*w)->beginKeyGroup(0));
+  for (int i = 0; i < 4000 && failed.ok(); ++i)
+    failed = (*w)->add(0, "key-" + std::to_string(i), "", std::string(1000, 'v'));
+  if (failed.ok()) {
+    auto h = (*w)->finish();
+    ASSERT_FALSE(h.ok()) << "a file whose write failed was published";
+    failed = h.status();
+  }
+  EXPECT_TRUE(failed.isNoSpace()) << failed;
+  EXPECT_NE(failed.toString().find("full.kg"), std::string::npos) << failed;
+  w->reset();
+  EXPECT_FALSE(storage->exists("chk-1/full.kg"));
 }
 
 TEST_F(KeyGroupFormatTest, OffsetsStayRightAcrossBufferFlushesOfLargeFiles) {

@@ -12,14 +12,19 @@
 // The handle records each group's byte offset, so a reader can take any sub-range
 // (rescaling) without scanning the rest.
 //
-// Thread-safety: a writer or reader is used by one thread.
+// Thread-safety: a writer or reader is used by one thread. (A writer of a file past one
+// buffer hands full buffers to a thread of its own that writes them while the caller
+// encodes the next: see KeyGroupWriter::Pipe.)
 #pragma once
 
+#include <condition_variable>
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "jobhost/operator.h"
@@ -47,11 +52,33 @@ class KeyGroupWriter {
   /// Ends the last group, makes the file durable and returns its handle.
   Result<KeyGroupsStateHandle> finish();
   uint64_t bytesWritten() const { return written_; }
+  ~KeyGroupWriter();
+  KeyGroupWriter(const KeyGroupWriter&) = delete;
+  KeyGroupWriter& operator=(const KeyGroupWriter&) = delete;
 
  private:
+  /// Writes the buffers the encoding thread hands over, one at a time and in order, on a
+  /// thread started at the first full buffer (files under one buffer never start it).
+  /// Encoding and the write system calls (a copy into the page cache, as costly per byte as
+  /// the encoding) then overlap instead of adding up. At most one buffer waits while one
+  /// is written; the first write error is kept and returned by the next add() or finish().
+  struct Pipe {
+    std::thread thread;
+    std::mutex mu;
+    std::condition_variable cv;
+    std::string pending;     // handed over, not yet taken by the thread
+    bool hasPending = false;
+    bool closing = false;    // no more buffers: write what is pending and exit
+    bool writing = false;    // the thread holds a buffer it is writing
+    Status status;           // the first failed append
+  };
   KeyGroupWriter() = default;
   Status flushIfLarge(bool force);
+  Status handOver();  // gives buffer_ to the pipe (started on first use)
+  Status closePipe();  // waits until every handed buffer is written; their status
+  void runPipe();
   std::unique_ptr<WritableFile> file_;
+  std::unique_ptr<Pipe> pipe_;
   std::string path_;
   std::vector<StateKind> kinds_;
   KeyGroupRange range_;

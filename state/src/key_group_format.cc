@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <system_error>
 #include <utility>
 
 #include "jobhost/serializer.h"
@@ -74,9 +75,20 @@ Status KeyGroupWriter::flushIfLarge(bool force) {
 }
 
 Status KeyGroupWriter::handOver() {
-  if (!pipe_) {
+  if (!pipe_ && !synchronous_) {
     pipe_ = std::make_unique<Pipe>();
-    pipe_->thread = std::thread([this] { runPipe(); });
+    try {
+      pipe_->thread = std::thread([this] { runPipe(); });
+    } catch (const std::system_error&) {  // no thread to be had (EAGAIN): write on this one
+      pipe_.reset();
+      synchronous_ = true;
+    }
+  }
+  if (synchronous_) {
+    Status s = file_->append(buffer_);
+    written_ += buffer_.size();
+    buffer_.clear();
+    return s;
   }
   Pipe& p = *pipe_;
   std::unique_lock<std::mutex> lock(p.mu);

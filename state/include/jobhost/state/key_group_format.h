@@ -79,6 +79,7 @@ class KeyGroupWriter {
   void runPipe();
   std::unique_ptr<WritableFile> file_;
   std::unique_ptr<Pipe> pipe_;
+  bool synchronous_ = false;  // the pipe's thread could not be started: buffers are written here
   std::string path_;
   std::vector<StateKind> kinds_;
   KeyGroupRange range_;

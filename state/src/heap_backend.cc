@@ -173,30 +173,31 @@ class HeapSnapshot : public AsyncSnapshot {
   /// a new key-group file over the whole range (the others empty).
   Result<KeyGroupsStateHandle> writeFile(const std::string& path, const std::vector<char>* only) {
     if (req_.isAborted()) return stop(path);
-    auto writer = KeyGroupWriter::create(*req_.storage, path, states_, range_);
-    if (!writer.ok()) return writer.status();
+    auto created = KeyGroupWriter::create(*req_.storage, path, states_, range_);
+    if (!created.ok()) return created.status();
+    KeyGroupWriter& writer = **created;
     for (int kg = range_.start; kg <= range_.end; ++kg) {
       if (req_.isAborted()) return stop(path);  // the unfinished file is discarded with the writer
-      if (Status s = (*writer)->beginKeyGroup(kg); !s.ok()) return s;
+      if (Status s = writer.beginKeyGroup(kg); !s.ok()) return s;
       size_t slot = static_cast<size_t>(kg - range_.start);
       if (only && (*only)[slot] != IncrementalPlan::kWrite) continue;
       for (size_t si = 0; si < frozen_.size(); ++si) {
         FrozenTable& t = frozen_[si][slot];
         if (!t.table) continue;
         for (const auto& e : t.values)
-          if (Status s = (*writer)->add(static_cast<int>(si), e.key(), {}, e.value()); !s.ok()) return s;
+          if (Status s = writer.add(static_cast<int>(si), e.key(), {}, e.value()); !s.ok()) return s;
         Status failed;
         t.maps.forEach([&](std::string_view k, const UserKeyMap& m) {
           for (const auto& [uk, v] : m) {
             if (!failed.ok()) return;
-            failed = (*writer)->add(static_cast<int>(si), k, uk, v);
+            failed = writer.add(static_cast<int>(si), k, uk, v);
           }
         });
         if (!failed.ok()) return failed;
         unpin(t);  // written: the task may now modify this table without copying it
       }
     }
-    auto handle = (*writer)->finish();
+    auto handle = writer.finish();
     release();  // writers stop copying
     return handle;
   }

@@ -11,36 +11,12 @@
 namespace jobhost::state {
 namespace {
 constexpr char kMagic[4] = {'J', 'H', 'K', 'G'};
-constexpr size_t kFlushThreshold = 1 << 20;
-
-/// ByteWriter::writeVarint's encoding into `p`; returns the end.
-char* putVarint(char* p, uint64_t v) {
-  while (v >= 0x80) {
-    *p++ = static_cast<char>((v & 0x7f) | 0x80);
-    v >>= 7;
-  }
-  *p++ = static_cast<char>(v);
-  return p;
-}
-
-/// Entries whose key, user key and value add up to at most this many bytes are encoded on
-/// the stack (KeyGroupWriter::add).
-constexpr size_t kSmallEntry = 64;
-
-/// ByteWriter::writeBytes's encoding into `p` (`s` at most kSmallEntry bytes); returns the end.
-char* putBytes(char* p, std::string_view s) {
-  p = putVarint(p, s.size());
-  const size_t n = s.size();
-  const char* from = s.data();
-  if (n >= 8 && n <= 16) {  // two fixed-size copies (possibly overlapping) instead of a call
-    std::memcpy(p, from, 8);
-    std::memcpy(p + n - 8, from + n - 8, 8);
-  } else if (n != 0) {
-    std::memcpy(p, from, n);
-  }
-  return p + n;
-}
 }  // namespace
+
+KeyGroupWriter::KeyGroupWriter() {
+  buf_.cap = kFlushThreshold + kSmallEncoded;
+  buf_.data.reset(new char[buf_.cap]);
+}
 
 Result<std::unique_ptr<KeyGroupWriter>> KeyGroupWriter::create(
     CheckpointStorage& storage, const std::string& path, const std::vector<StateDescriptorInfo>& states,
@@ -52,7 +28,8 @@ Result<std::unique_ptr<KeyGroupWriter>> KeyGroupWriter::create(
   w->path_ = path;
   w->range_ = range;
   w->next_ = range.start;
-  ByteWriter bw(w->buffer_);
+  std::string header;
+  ByteWriter bw(header);
   bw.writeRaw(kMagic, 4);
   bw.writeFixed<uint32_t>(kKeyGroupFormatVersion);
   bw.writeVarint(states.size());
@@ -61,16 +38,32 @@ Result<std::unique_ptr<KeyGroupWriter>> KeyGroupWriter::create(
     bw.writeU8(static_cast<uint8_t>(s.kind));
     w->kinds_.push_back(s.kind);
   }
+  if (Status s = w->append(header); !s.ok()) return s;
   return w;
 }
 
+Status KeyGroupWriter::append(std::string_view bytes) {
+  while (!bytes.empty()) {
+    const size_t n = std::min(bytes.size(), buf_.cap - buf_.used);
+    std::memcpy(buf_.data.get() + buf_.used, bytes.data(), n);
+    buf_.used += n;
+    bytes.remove_prefix(n);
+    if (Status s = flushIfLarge(false); !s.ok()) return s;
+  }
+  return Status::OK();
+}
+
 Status KeyGroupWriter::flushIfLarge(bool force) {
-  if (!force) return buffer_.size() < kFlushThreshold ? Status::OK() : handOver();
+  if (!force) return buf_.used < kFlushThreshold ? Status::OK() : handOver();
   if (Status s = closePipe(); !s.ok()) return s;  // every earlier buffer written, in order
-  if (buffer_.empty()) return Status::OK();
-  Status s = file_->append(buffer_);
-  written_ += buffer_.size();
-  buffer_.clear();
+  return writeHere();
+}
+
+Status KeyGroupWriter::writeHere() {
+  if (buf_.used == 0) return Status::OK();
+  Status s = file_->append(buf_.bytes());
+  written_ += buf_.used;
+  buf_.used = 0;
   return s;
 }
 
@@ -78,25 +71,22 @@ Status KeyGroupWriter::handOver() {
   if (!pipe_ && !synchronous_) {
     pipe_ = std::make_unique<Pipe>();
     try {
+      pipe_->pending.data.reset(new char[buf_.cap]);
+      pipe_->pending.cap = buf_.cap;
       pipe_->thread = std::thread([this] { runPipe(); });
     } catch (const std::system_error&) {  // no thread to be had (EAGAIN): write on this one
       pipe_.reset();
       synchronous_ = true;
     }
   }
-  if (synchronous_) {
-    Status s = file_->append(buffer_);
-    written_ += buffer_.size();
-    buffer_.clear();
-    return s;
-  }
+  if (synchronous_) return writeHere();
   Pipe& p = *pipe_;
   std::unique_lock<std::mutex> lock(p.mu);
   p.cv.wait(lock, [&] { return !p.hasPending; });
   if (!p.status.ok()) return p.status;
-  written_ += buffer_.size();
-  p.pending.swap(buffer_);  // buffer_ gets the pending string's capacity back
-  buffer_.clear();
+  written_ += buf_.used;
+  std::swap(p.pending, buf_);  // buf_ gets the buffer the thread has written back
+  buf_.used = 0;
   p.hasPending = true;
   p.cv.notify_all();
   return Status::OK();
@@ -104,18 +94,20 @@ Status KeyGroupWriter::handOver() {
 
 void KeyGroupWriter::runPipe() {
   Pipe& p = *pipe_;
-  std::string mine;
+  Buffer mine;
+  mine.data.reset(new char[p.pending.cap]);
+  mine.cap = p.pending.cap;
   std::unique_lock<std::mutex> lock(p.mu);
   for (;;) {
     p.cv.wait(lock, [&] { return p.hasPending || p.closing; });
     if (!p.hasPending) return;  // closing, nothing left
-    mine.swap(p.pending);
-    p.pending.clear();
+    std::swap(mine, p.pending);
+    p.pending.used = 0;
     p.hasPending = false;
     const bool failed = !p.status.ok();
     p.cv.notify_all();
     lock.unlock();
-    Status s = failed ? Status::OK() : file_->append(mine);  // after a failure: drop the rest
+    Status s = failed ? Status::OK() : file_->append(mine.bytes());  // after a failure: drop the rest
     lock.lock();
     if (!s.ok() && p.status.ok()) p.status = std::move(s);
   }
@@ -138,7 +130,7 @@ KeyGroupWriter::~KeyGroupWriter() {
   if (!pipe_) return;
   {  // unfinished (aborted or failed): the file is discarded, so what waits is not written
     std::lock_guard<std::mutex> lock(pipe_->mu);
-    pipe_->pending.clear();
+    pipe_->pending.used = 0;
     pipe_->hasPending = false;
   }
   (void)closePipe();
@@ -148,38 +140,32 @@ Status KeyGroupWriter::beginKeyGroup(int keyGroup) {
   if (keyGroup != next_ || !range_.contains(keyGroup))
     return Status::InvalidArgument("key group " + std::to_string(keyGroup) + " written out of order (expected " +
                                    std::to_string(next_) + ")");
-  ByteWriter bw(buffer_);
-  if (inGroup_) bw.writeVarint(0);
-  offsets_.push_back(written_ + buffer_.size());
+  if (inGroup_) {
+    const char end = 0;  // varint(0): the previous group's end
+    if (Status s = append({&end, 1}); !s.ok()) return s;
+  }
+  offsets_.push_back(written_ + buf_.used);
   inGroup_ = true;
   ++next_;
-  return flushIfLarge(false);
+  return Status::OK();
 }
 
-Status KeyGroupWriter::add(int stateIndex, std::string_view key, std::string_view userKey,
-                           std::string_view value) {
+Status KeyGroupWriter::addSlow(int stateIndex, std::string_view key, std::string_view userKey,
+                               std::string_view value) {
   if (!inGroup_ || stateIndex < 0 || static_cast<size_t>(stateIndex) >= kinds_.size())
     return Status::InvalidArgument("entry for state " + std::to_string(stateIndex) + " outside a key group");
-  // The same bytes as ByteWriter's writeVarint/writeBytes. A small entry (the common
-  // case: a key and a value of a few bytes each) is assembled on the stack and appended
-  // once; per-byte push_back and four appends per entry were most of the encoding time of
-  // a heap snapshot.
-  const bool isMap = kinds_[static_cast<size_t>(stateIndex)] == StateKind::kMap;
-  if (key.size() + userKey.size() + value.size() <= kSmallEntry) {
-    char entry[kSmallEntry + 4 * 10];
-    char* p = putVarint(entry, static_cast<uint64_t>(stateIndex) + 1);
-    p = putBytes(p, key);
-    if (isMap) p = putBytes(p, userKey);
-    p = putBytes(p, value);
-    buffer_.append(entry, static_cast<size_t>(p - entry));
-    return flushIfLarge(false);
+  if (key.size() + userKey.size() + value.size() <= kSmallEntry) {  // small, but the buffer was full
+    if (Status s = flushIfLarge(false); !s.ok()) return s;
+    return add(stateIndex, key, userKey, value);
   }
-  ByteWriter bw(buffer_);
+  // A large entry: encoded as ByteWriter does, then copied in (possibly over several buffers).
+  std::string entry;
+  ByteWriter bw(entry);
   bw.writeVarint(static_cast<uint64_t>(stateIndex) + 1);
   bw.writeBytes(key);
-  if (isMap) bw.writeBytes(userKey);
+  if (kinds_[static_cast<size_t>(stateIndex)] == StateKind::kMap) bw.writeBytes(userKey);
   bw.writeBytes(value);
-  return flushIfLarge(false);
+  return append(entry);
 }
 
 Result<KeyGroupsStateHandle> KeyGroupWriter::finish() {
@@ -188,8 +174,8 @@ Result<KeyGroupsStateHandle> KeyGroupWriter::finish() {
     if (!s.ok()) return s;
   }
   if (inGroup_) {
-    ByteWriter bw(buffer_);
-    bw.writeVarint(0);
+    const char end = 0;
+    if (Status s = append({&end, 1}); !s.ok()) return s;
     inGroup_ = false;
   }
   if (Status s = flushIfLarge(true); !s.ok()) return s;

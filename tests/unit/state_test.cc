@@ -248,6 +248,68 @@ TEST_F(KeyGroupFormatTest, ManySmallEntriesWrittenThroughTheBackgroundWriterAreT
                                  << (std::mismatch(bytes.begin(), bytes.end(), expected.begin()).first - bytes.begin());
 }
 
+TEST_F(KeyGroupFormatTest, EntriesOfEverySizeAreTheFormatsBytes) {
+  // Sizes on both sides of the inline path's limit (key + user key + value <= 64 bytes),
+  // lengths whose varint takes two bytes (>= 128), empty parts, and values of 1.5 and 3 MiB
+  // that span several buffers, interleaved with small entries so that the inline path
+  // meets buffers at every fill level. Byte for byte what ByteWriter gives.
+  const KeyGroupRange range{0, 2};
+  auto w = KeyGroupWriter::create(*storage_, "chk-1/sizes.kg", states_, range);
+  ASSERT_TRUE(w.ok()) << w.status();
+  std::string expected;
+  ByteWriter bw(expected);
+  bw.writeRaw("JHKG", 4);
+  bw.writeFixed<uint32_t>(kKeyGroupFormatVersion);
+  bw.writeVarint(states_.size());
+  for (const auto& s : states_) {
+    bw.writeBytes(s.name);
+    bw.writeU8(static_cast<uint8_t>(s.kind));
+  }
+  const std::vector<size_t> sizes = {0, 1, 3, 4, 7, 8, 16, 17, 20, 31, 32, 33, 40, 63, 64, 65, 127, 128, 300};
+  std::vector<uint64_t> offsets;
+  int n = 0;
+  for (int kg = range.start; kg <= range.end; ++kg) {
+    if (kg > range.start) bw.writeVarint(0);
+    offsets.push_back(expected.size());
+    ASSERT_OK((*w)->beginKeyGroup(kg));
+    for (int round = 0; round < 400; ++round) {
+      for (size_t k : sizes) {
+        for (size_t v : sizes) {
+          if (k + v > 400) continue;
+          ++n;
+          const int state = n % 4 == 0 ? 1 : 0;
+          // Every byte differs from its neighbours, so a copy shifted by one shows.
+          auto bytesOf = [&](size_t len, int seed) {
+            std::string b(len, '\0');
+            for (size_t i = 0; i < len; ++i) b[i] = static_cast<char>((seed + 7 * i) % 251);
+            return b;
+          };
+          std::string key = bytesOf(k, n);
+          std::string user = state == 1 ? bytesOf(static_cast<size_t>(n % 70), n + 1) : "";
+          std::string value = bytesOf(v, n + 2);
+          if (n % 9000 == 0) value = bytesOf((n % 18000 == 0 ? 3u : 1u) << 20 | 12345, n);  // spans buffers
+          ASSERT_OK((*w)->add(state, key, user, value));
+          bw.writeVarint(static_cast<uint64_t>(state) + 1);
+          bw.writeBytes(key);
+          if (state == 1) bw.writeBytes(user);
+          bw.writeBytes(value);
+        }
+      }
+    }
+  }
+  bw.writeVarint(0);
+  auto h = (*w)->finish();
+  ASSERT_TRUE(h.ok()) << h.status();
+  ASSERT_GT(expected.size(), size_t{8} << 20);
+  EXPECT_EQ(h->file.size, expected.size());
+  EXPECT_EQ(h->offsets, offsets);
+  std::string bytes;
+  ASSERT_OK(storage_->get(h->file.path, &bytes));
+  ASSERT_EQ(bytes.size(), expected.size());
+  EXPECT_TRUE(bytes == expected) << "first difference at byte "
+                                 << (std::mismatch(bytes.begin(), bytes.end(), expected.begin()).first - bytes.begin());
+}
+
 TEST_F(KeyGroupFormatTest, AWriteFailingOnTheBackgroundWriterIsReturnedAndNothingIsPublished) {
   // The second write of a ~4 MiB file fails (the disk is full) on the writer's thread: a
   // later add() or finish() returns that error, and no file appears.

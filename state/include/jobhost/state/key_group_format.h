@@ -19,6 +19,8 @@
 
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -36,6 +38,34 @@ namespace jobhost::state {
 
 inline constexpr uint32_t kKeyGroupFormatVersion = 1;
 
+namespace detail {
+/// ByteWriter::writeVarint's encoding into `p`; returns the end.
+inline char* putVarint(char* p, uint64_t v) {
+  while (v >= 0x80) {
+    *p++ = static_cast<char>((v & 0x7f) | 0x80);
+    v >>= 7;
+  }
+  *p++ = static_cast<char>(v);
+  return p;
+}
+/// ByteWriter::writeBytes's encoding into `p` (`s` under 128 bytes); returns the end.
+inline char* putShortBytes(char* p, std::string_view s) {
+  const size_t n = s.size();
+  *p++ = static_cast<char>(n);
+  const char* from = s.data();
+  if (n >= 8 && n <= 16) {  // two fixed-size copies (possibly overlapping) instead of a call
+    std::memcpy(p, from, 8);
+    std::memcpy(p + n - 8, from + n - 8, 8);
+  } else if (n >= 4 && n < 8) {
+    std::memcpy(p, from, 4);
+    std::memcpy(p + n - 4, from + n - 4, 4);
+  } else if (n != 0) {
+    std::memcpy(p, from, n);
+  }
+  return p + n;
+}
+}  // namespace detail
+
 /// Streams entries into a storage file, key group by key group.
 class KeyGroupWriter {
  public:
@@ -47,8 +77,21 @@ class KeyGroupWriter {
   /// Starts the next key group; must be called once for every key group of the range,
   /// in increasing order (empty groups included), before its entries.
   Status beginKeyGroup(int keyGroup);
-  /// `userKey` is ignored unless the state is a MapState.
-  Status add(int stateIndex, std::string_view key, std::string_view userKey, std::string_view value);
+  /// `userKey` is ignored unless the state is a MapState. Small entries (the common case: a
+  /// key and a value of a few bytes each) are encoded here, inline, straight into the
+  /// buffer; the rest, and a full buffer, go through addSlow().
+  Status add(int stateIndex, std::string_view key, std::string_view userKey, std::string_view value) {
+    if (inGroup_ && static_cast<size_t>(stateIndex) < kinds_.size() &&
+        key.size() + userKey.size() + value.size() <= kSmallEntry && buf_.cap - buf_.used >= kSmallEncoded) {
+      char* p = detail::putVarint(buf_.data.get() + buf_.used, static_cast<uint64_t>(stateIndex) + 1);
+      p = detail::putShortBytes(p, key);
+      if (kinds_[static_cast<size_t>(stateIndex)] == StateKind::kMap) p = detail::putShortBytes(p, userKey);
+      p = detail::putShortBytes(p, value);
+      buf_.used = static_cast<size_t>(p - buf_.data.get());
+      return Status::OK();
+    }
+    return addSlow(stateIndex, key, userKey, value);
+  }
   /// Ends the last group, makes the file durable and returns its handle.
   Result<KeyGroupsStateHandle> finish();
   uint64_t bytesWritten() const { return written_; }
@@ -57,6 +100,20 @@ class KeyGroupWriter {
   KeyGroupWriter& operator=(const KeyGroupWriter&) = delete;
 
  private:
+  /// A small entry: key, user key and value of at most this many bytes in all (each length
+  /// then fits one varint byte); encoded, it takes at most kSmallEncoded bytes.
+  static constexpr size_t kSmallEntry = 64;
+  static constexpr size_t kSmallEncoded = kSmallEntry + 10 + 3;
+  /// A full buffer (this many bytes or more) is handed to the file; its capacity leaves
+  /// room for one more small entry, so the inline path needs only one test of room.
+  static constexpr size_t kFlushThreshold = size_t{1} << 20;
+
+  /// Encoded bytes: the first `used` of `cap`.
+  struct Buffer {
+    std::unique_ptr<char[]> data;
+    size_t cap = 0, used = 0;
+    std::string_view bytes() const { return {data.get(), used}; }
+  };
   /// Writes the buffers the encoding thread hands over, one at a time and in order, on a
   /// thread started at the first full buffer (files under one buffer never start it).
   /// Encoding and the write system calls (a copy into the page cache, as costly per byte as
@@ -66,15 +123,18 @@ class KeyGroupWriter {
     std::thread thread;
     std::mutex mu;
     std::condition_variable cv;
-    std::string pending;     // handed over, not yet taken by the thread
+    Buffer pending;          // handed over, not yet taken by the thread
     bool hasPending = false;
     bool closing = false;    // no more buffers: write what is pending and exit
-    bool writing = false;    // the thread holds a buffer it is writing
     Status status;           // the first failed append
   };
-  KeyGroupWriter() = default;
+  KeyGroupWriter();
+  Status addSlow(int stateIndex, std::string_view key, std::string_view userKey, std::string_view value);
+  /// Appends bytes to the buffer, handing full buffers to the file.
+  Status append(std::string_view bytes);
   Status flushIfLarge(bool force);
-  Status handOver();  // gives buffer_ to the pipe (started on first use)
+  Status writeHere();  // appends the buffer to the file on this thread and empties it
+  Status handOver();   // gives the buffer to the pipe (started on first use)
   Status closePipe();  // waits until every handed buffer is written; their status
   void runPipe();
   std::unique_ptr<WritableFile> file_;
@@ -86,7 +146,7 @@ class KeyGroupWriter {
   int next_ = 0;
   bool inGroup_ = false;
   std::vector<uint64_t> offsets_;
-  std::string buffer_;
+  Buffer buf_;
   uint64_t written_ = 0;  // bytes handed to file_
 };
 

@@ -29,10 +29,20 @@ using state::Status;
 
 int keyGroupFor(std::string_view key, int maxParallelism) {
   uint64_t h = 1469598103934665603ULL;  // FNV-1a, then a murmur3 finaliser
-  for (unsigned char c : key) {
-    h ^= c;
-    h *= 1099511628211ULL;
+  constexpr uint64_t kPrime = 1099511628211ULL;
+  const auto* p = reinterpret_cast<const unsigned char*>(key.data());
+  size_t n = key.size();
+  for (; n >= 8; n -= 8, p += 8) {  // the same steps, eight bytes per iteration (keys are often 8)
+    h = (h ^ p[0]) * kPrime;
+    h = (h ^ p[1]) * kPrime;
+    h = (h ^ p[2]) * kPrime;
+    h = (h ^ p[3]) * kPrime;
+    h = (h ^ p[4]) * kPrime;
+    h = (h ^ p[5]) * kPrime;
+    h = (h ^ p[6]) * kPrime;
+    h = (h ^ p[7]) * kPrime;
   }
+  for (; n > 0; --n, ++p) h = (h ^ *p) * kPrime;
   h ^= h >> 33;
   h *= 0xff51afd7ed558ccdULL;
   h ^= h >> 33;

@@ -39,13 +39,22 @@
 #include <utility>
 #include <vector>
 
+#ifndef XXH_INLINE_ALL
+#define XXH_INLINE_ALL
+#endif
+#include <xxhash.h>
+
+#include "slot_pages.h"
+
 namespace jobhost::state {
 
-/// libstdc++'s std::hash of bytes (64-bit Murmur2), folded to 32 bits. Independent of
-/// keyGroupFor's hash, which all keys of one table share modulo the key-group count.
+/// XXH3 (libxxhash, inlined) of the bytes, folded to 32 bits: about a dozen instructions for
+/// an 8-byte key, where libstdc++'s std::hash (Murmur2, out of line) took three times that.
+/// Independent of keyGroupFor's hash, which all keys of one table share modulo the
+/// key-group count.
 struct FlatTableHash {
   uint32_t operator()(std::string_view key) const {
-    const uint64_t h = std::hash<std::string_view>()(key);
+    const uint64_t h = XXH3_64bits(key.data(), key.size());
     return static_cast<uint32_t>(h ^ (h >> 32));
   }
 };
@@ -55,6 +64,19 @@ template <class Hash = FlatTableHash>
 class BasicFlatTable {
  public:
   static constexpr size_t kInlineBytes = 25;
+
+  /// A key and its hash. Made from the bytes alone, it hashes them; a caller that looks up
+  /// one key in several tables (the heap backend: every state of the current key) hashes
+  /// once and passes the hash along.
+  struct Key {
+    Key(std::string_view b) : bytes(b), hash(Hash()(b)) {}  // NOLINT: implicit by design
+    Key(std::string_view b, uint32_t h) : bytes(b), hash(h) {}
+    Key(const std::string& b) : Key(std::string_view(b)) {}  // NOLINT
+    Key(const char* b) : Key(std::string_view(b)) {}         // NOLINT
+    std::string_view bytes;
+    uint32_t hash;
+  };
+  static uint32_t hashOf(std::string_view key) { return Hash()(key); }
 
   /// One key and its value, in place in the table's slot array.
   class Entry {
@@ -133,8 +155,23 @@ class BasicFlatTable {
     static void copyTo(char* to, std::string_view from) {
       if (!from.empty()) std::memmove(to, from.data(), from.size());
     }
+    /// Whether `bytes` begins with `k`. Keys of 4 to 16 bytes (int64 keys, most words) are
+    /// compared as two possibly overlapping words, without a call.
     static bool startsWith(const char* bytes, std::string_view k) {
-      return k.empty() || std::memcmp(bytes, k.data(), k.size()) == 0;
+      const size_t n = k.size();
+      if (n >= 8 && n <= 16) return sameWords<uint64_t>(bytes, k.data(), n);
+      if (n >= 4 && n < 8) return sameWords<uint32_t>(bytes, k.data(), n);
+      return n == 0 || std::memcmp(bytes, k.data(), n) == 0;
+    }
+    /// The first and the last sizeof(W) of n bytes (sizeof(W) <= n <= 2 * sizeof(W)) are equal.
+    template <class W>
+    static bool sameWords(const char* a, const char* b, size_t n) {
+      W a0, a1, b0, b1;
+      std::memcpy(&a0, a, sizeof(W));
+      std::memcpy(&b0, b, sizeof(W));
+      std::memcpy(&a1, a + n - sizeof(W), sizeof(W));
+      std::memcpy(&b1, b + n - sizeof(W), sizeof(W));
+      return ((a0 ^ b0) | (a1 ^ b1)) == 0;
     }
     Spilled spilled() const {
       Spilled s;
@@ -322,25 +359,25 @@ class BasicFlatTable {
     return n;
   }
 
-  const Entry* find(std::string_view key) const {
+  const Entry* find(const Key& key) const {
     size_t i;
     return find(key, &i);
   }
   /// As find(), and the entry's slot index for writableAt().
-  const Entry* find(std::string_view key, size_t* index) const {
+  const Entry* find(const Key& key, size_t* index) const {
     if (dir_ == nullptr) return nullptr;
-    const uint32_t h = hashOf(key);
+    const uint32_t h = key.hash;
     for (size_t i = h & mask_;; i = (i + 1) & mask_) {
       const Entry& e = slotAt(i);
       if (e.kind_ == Entry::kEmpty) return nullptr;
-      if (e.hasKey(h, key)) {
+      if (e.hasKey(h, key.bytes)) {
         *index = i;
         return &e;
       }
     }
   }
   /// The entry of `key` to change (its page copied first if a View may read it), or null.
-  Entry* find(std::string_view key) {
+  Entry* find(const Key& key) {
     size_t i;
     return std::as_const(*this).find(key, &i) ? &writableAt(i) : nullptr;
   }
@@ -354,9 +391,10 @@ class BasicFlatTable {
 
   /// The entry of `key`, inserted with an empty value if there is none; its slot index in
   /// `*index` when given (for writableAt()).
-  Entry& findOrInsert(std::string_view key, size_t* index = nullptr) {
+  Entry& findOrInsert(const Key& k, size_t* index = nullptr) {
+    const std::string_view key = k.bytes;
     if (key.size() > UINT32_MAX) throw std::length_error("state key over 4 GiB");
-    const uint32_t h = hashOf(key);
+    const uint32_t h = k.hash;
     size_t i = h & mask_;
     if (dir_ != nullptr) {
       for (;; i = (i + 1) & mask_) {
@@ -377,14 +415,14 @@ class BasicFlatTable {
     if (index) *index = i;
     return place(writableAt(i), h, key);
   }
-  Entry& insertOrAssign(std::string_view key, std::string_view value, size_t* index = nullptr) {
+  Entry& insertOrAssign(const Key& key, std::string_view value, size_t* index = nullptr) {
     Entry& e = findOrInsert(key, index);
     e.assign(value);
     return e;
   }
 
   /// Removes `key`'s entry; false if there was none.
-  bool erase(std::string_view key) {
+  bool erase(const Key& key) {
     size_t hole;
     if (std::as_const(*this).find(key, &hole) == nullptr) return false;
     Entry& found = writableAt(hole);
@@ -412,18 +450,25 @@ class BasicFlatTable {
  private:
   static constexpr size_t kMinCapacity = 8;
 
-  static uint32_t hashOf(std::string_view key) { return Hash()(key); }
   size_t pageSlots() const { return size_t{1} << pageShift_; }
   size_t pageMask() const { return pageSlots() - 1; }
   size_t pages() const { return capacity() >> pageShift_; }
   const Entry& slotAt(size_t i) const { return dir_[i >> pageShift_].slots[i & pageMask()]; }
 
-  /// Zeroed (empty) slots, 64-byte aligned so that no slot straddles two cache lines.
+  /// Zeroed (empty) slots, 64-byte aligned so that no slot straddles two cache lines. A
+  /// whole page comes from the huge-page chunks of slot_pages.h; the smaller arrays of a
+  /// small table from malloc.
   static Entry* allocatePage(size_t n) {
-    void* p = std::aligned_alloc(64, std::max<size_t>(n * sizeof(Entry), 64));
+    static_assert(kPageSlots * sizeof(Entry) == slot_pages::kPageBytes);
+    void* p = n == kPageSlots ? slot_pages::allocate() : std::aligned_alloc(64, std::max<size_t>(n * sizeof(Entry), 64));
     if (p == nullptr) throw std::bad_alloc();
     std::memset(p, 0, n * sizeof(Entry));
     return static_cast<Entry*>(p);
+  }
+  /// Gives back what allocatePage(n) returned (its entries' blocks are not freed).
+  static void releasePage(Entry* slots, size_t n) {
+    if (n == kPageSlots) slot_pages::release(slots);
+    else std::free(slots);
   }
   static Page* allocateDir(size_t n) {
     auto* d = static_cast<Page*>(std::malloc(n * sizeof(Page)));
@@ -434,7 +479,7 @@ class BasicFlatTable {
   static void freePage(Entry* slots, size_t n) {
     for (size_t i = 0; i < n; ++i)
       if (slots[i].kind_ == Entry::kSpilled) std::free(slots[i].spilled().block);
-    std::free(slots);
+    releasePage(slots, n);
   }
   /// A copy of `n` slots whose spilled entries have blocks of their own.
   static Entry* clonePage(const Entry* from, size_t n) {
@@ -521,7 +566,7 @@ class BasicFlatTable {
       for (; made < n; ++made) fresh[made] = {allocatePage(slotsPerPage), version_};
       if (dir_ != nullptr && shared_ && dirVersion_ < version_) retiredDirs_.reserve(retiredDirs_.size() + 1);
     } catch (...) {
-      for (size_t q = 0; q < made; ++q) std::free(fresh[q].slots);
+      for (size_t q = 0; q < made; ++q) releasePage(fresh[q].slots, slotsPerPage);
       std::free(fresh);
       throw;
     }
@@ -533,7 +578,7 @@ class BasicFlatTable {
         while (fresh[j >> shift].slots[j & (slotsPerPage - 1)].kind_ != Entry::kEmpty) j = (j + 1) & mask;
         fresh[j >> shift].slots[j & (slotsPerPage - 1)] = e;
       }
-      std::free(dir_[p].slots);  // its entries (and their blocks) moved
+      releasePage(dir_[p].slots, pageSlots());  // its entries (and their blocks) moved
     }
     if (dir_ != nullptr && shared_ && dirVersion_ < version_) retiredDirs_.emplace_back(dir_, pages());  // reserved
     else std::free(dir_);

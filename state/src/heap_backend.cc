@@ -27,6 +27,7 @@
 // until the last of them is done, and each freeze makes the pages older than it copied on
 // their first write. shared_ptr only keeps memory alive; its use count decides nothing.
 #include <atomic>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -50,6 +51,9 @@ struct KgTable {
   MapEntries maps;   // MapState: copy-on-write per key (map_entries.h)
   /// Snapshots that still read this table (see the file comment).
   std::atomic<uint32_t> pins{0};
+  /// Task thread only: frozen by a snapshot since a write last found it unpinned, so the
+  /// next write must ask whether a snapshot still reads it (ownTable). False: in place.
+  bool frozen = false;
 
   bool empty() const { return values.empty() && maps.empty(); }
 };
@@ -248,7 +252,9 @@ class HeapBackend : public KeyedStateBackend {
 
   void setCurrentKey(int keyGroup, std::string_view key) override {
     slot_ = static_cast<size_t>(keyGroup - options_.range.start);
-    key_.assign(key);
+    key_.resize(key.size());  // same length as the last key (the common case): no-op
+    if (!key.empty()) std::memcpy(key_.data(), key.data(), key.size());  // faster than assign()
+    keyHash_ = FlatTable::hashOf(key_);  // once for every table the key is looked up in
     hasKey_ = true;
     last_ = {};
   }
@@ -260,13 +266,15 @@ class HeapBackend : public KeyedStateBackend {
     return out;
   }
 
-  bool get(int state, std::string& out) override {
+  using KeyedStateAccess::get;
+  using KeyedStateAccess::mapGet;
+  bool get(int state, std::string_view* out) override {
     const KgTable* t = readTable(state);
     if (!t) return false;
     size_t index;
-    const FlatTable::Entry* e = t->values.find(key_, &index);
+    const FlatTable::Entry* e = t->values.find(current(), &index);
     if (e == nullptr) return false;
-    out.assign(e->value());
+    *out = e->value();  // in the slot (or its block) until the table changes
     // A read-modify-write (ValueState::value() then update()) finds the entry again
     // without hashing: nothing moves it before the put() (see LastEntry).
     last_ = {state, t, index};
@@ -279,57 +287,57 @@ class HeapBackend : public KeyedStateBackend {
       return;
     }
     size_t index;
-    t.values.insertOrAssign(key_, value, &index);
+    t.values.insertOrAssign(current(), value, &index);
     last_ = {state, &t, index};
   }
   void append(int state, std::string_view element) override {
     last_ = {};
-    writeTable(state).values.findOrInsert(key_).append(element);
+    writeTable(state).values.findOrInsert(current()).append(element);
   }
   void clear(int state) override {
     last_ = {};
     const KgTable* r = readTable(state);
-    if (!r || (!r->values.find(key_) && !r->maps.find(key_))) return;
+    if (!r || (!r->values.find(current()) && !r->maps.find(current()))) return;
     KgTable& t = writeTable(state);
-    t.values.erase(key_);
-    t.maps.erase(key_);
+    t.values.erase(current());
+    t.maps.erase(current());
   }
-  bool mapGet(int state, std::string_view userKey, std::string& out) override {
+  bool mapGet(int state, std::string_view userKey, std::string_view* out) override {
     const KgTable* t = readTable(state);
-    const UserKeyMap* m = t ? t->maps.find(key_) : nullptr;
+    const UserKeyMap* m = t ? t->maps.find(current()) : nullptr;
     if (!m) return false;
     auto jt = m->find(userKey);
     if (jt == m->end()) return false;
-    out = jt->second;
+    *out = jt->second;
     return true;
   }
   void mapPut(int state, std::string_view userKey, std::string_view value) override {
-    UserKeyMap& m = writeTable(state).maps.writable(key_);
+    UserKeyMap& m = writeTable(state).maps.writable(current());
     if (auto it = m.find(userKey); it != m.end()) it->second.assign(value);
     else m.emplace(userKey, value);
   }
   void mapRemove(int state, std::string_view userKey) override {
     const KgTable* r = readTable(state);
-    const UserKeyMap* has = r ? r->maps.find(key_) : nullptr;
+    const UserKeyMap* has = r ? r->maps.find(current()) : nullptr;
     if (!has || has->find(userKey) == has->end()) return;
     MapEntries& maps = writeTable(state).maps;
     if (has->size() == 1) {  // its last entry: the key goes (no copy of a map about to be dropped)
-      maps.erase(key_);
+      maps.erase(current());
       return;
     }
-    UserKeyMap& m = maps.writable(key_);
+    UserKeyMap& m = maps.writable(current());
     m.erase(m.find(userKey));
   }
   void mapForEach(int state, const std::function<bool(std::string_view, std::string_view)>& fn) override {
     const KgTable* t = readTable(state);
-    const UserKeyMap* m = t ? t->maps.find(key_) : nullptr;
+    const UserKeyMap* m = t ? t->maps.find(current()) : nullptr;
     if (!m) return;
     for (const auto& [k, v] : *m)
       if (!fn(k, v)) return;
   }
 
   void mapAppend(int state, std::string_view userKey, std::string_view element) override {
-    UserKeyMap& m = writeTable(state).maps.writable(key_);
+    UserKeyMap& m = writeTable(state).maps.writable(current());
     if (auto it = m.find(userKey); it != m.end()) it->second.append(element);
     else m.emplace(userKey, element);
   }
@@ -451,6 +459,7 @@ class HeapBackend : public KeyedStateBackend {
           t->maps.prepareWrite(false);
         }
         t->pins.fetch_add(1, std::memory_order_relaxed);  // published to the snapshot thread by its start
+        t->frozen = true;
         mine[slot] = {t, t->values.freeze(), t->maps.freeze()};
       }
       descriptors.push_back(s.descriptor);
@@ -534,6 +543,7 @@ class HeapBackend : public KeyedStateBackend {
                        std::to_string(have.valueSerializerVersion) + ", the job declares " + want.valueSerializer +
                        " v" + std::to_string(want.valueSerializerVersion));
   }
+  FlatTable::Key current() const { return {key_, keyHash_}; }
   void requireKey(int state) const {
     if (!hasKey_) throw StateError("keyed state accessed outside a keyed context");
     if (state < 0 || static_cast<size_t>(state) >= states_.size()) throw StateError("unknown state handle");
@@ -554,9 +564,11 @@ class HeapBackend : public KeyedStateBackend {
       t = std::make_shared<KgTable>();
       return *t;
     }
+    if (!t->frozen) return *t;  // no snapshot froze it since it was last found unpinned
     const bool shared = t->pins.load(std::memory_order_acquire) > 0;
     t->values.prepareWrite(shared);
     t->maps.prepareWrite(shared);
+    t->frozen = shared;
     return *t;
   }
 
@@ -581,6 +593,7 @@ class HeapBackend : public KeyedStateBackend {
   std::string backendId_;
   size_t slot_ = 0;
   std::string key_;
+  uint32_t keyHash_ = 0;  // FlatTable's hash of key_
   bool hasKey_ = false;
   /// The slot of the current key's Value/List entry found last (get or put) in state
   /// `state`'s table `table`; reset by everything that may erase or move it (another key,

@@ -67,14 +67,14 @@ class MapEntries {
   bool empty() const { return keys_.empty(); }
 
   /// The map of `key`, or null.
-  const UserMap* find(std::string_view key) const {
+  const UserMap* find(const FlatTable::Key& key) const {
     const FlatTable::Entry* e = keys_.find(key);
     return e == nullptr ? nullptr : refOf(*e).map;
   }
 
   /// The map of `key` to change, created empty if there is none; copied first if a View
   /// may read it (see the file comment).
-  UserMap& writable(std::string_view key) {
+  UserMap& writable(const FlatTable::Key& key) {
     size_t index;
     const FlatTable::Entry* e = keys_.find(key, &index);
     if (e == nullptr) {
@@ -93,7 +93,7 @@ class MapEntries {
   }
 
   /// Removes `key` and its map; false if there was none.
-  bool erase(std::string_view key) {
+  bool erase(const FlatTable::Key& key) {
     const FlatTable::Entry* e = keys_.find(key);
     if (e == nullptr) return false;
     const Ref r = refOf(*e);

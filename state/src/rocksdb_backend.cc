@@ -650,11 +650,14 @@ class RocksDbBackend final : public KeyedStateBackend {
     return id;
   }
 
-  bool get(int state, std::string& out) override {
+  using KeyedStateAccess::get;
+  using KeyedStateAccess::mapGet;
+  bool get(int state, std::string_view* out) override {
     auto* cf = valueCf(state, "get");
-    rocksdb::Status s = inst_->db->Get(readOptions_, cf, valueKey_, &out);
+    rocksdb::Status s = inst_->db->Get(readOptions_, cf, valueKey_, &got_);
     if (s.IsNotFound()) return false;
     check(s, state, "get");
+    *out = got_;
     return true;
   }
 
@@ -695,12 +698,13 @@ class RocksDbBackend final : public KeyedStateBackend {
     batch_.Clear();
   }
 
-  bool mapGet(int state, std::string_view userKey, std::string& out) override {
+  bool mapGet(int state, std::string_view userKey, std::string_view* out) override {
     auto* cf = mapCf(state, "mapGet");
     mapKey_.assign(mapPrefix_).append(userKey);
-    rocksdb::Status s = inst_->db->Get(readOptions_, cf, mapKey_, &out);
+    rocksdb::Status s = inst_->db->Get(readOptions_, cf, mapKey_, &got_);
     if (s.IsNotFound()) return false;
     check(s, state, "mapGet");
+    *out = got_;
     return true;
   }
 
@@ -997,6 +1001,7 @@ class RocksDbBackend final : public KeyedStateBackend {
   std::string valueKey_;   // kg | key
   std::string mapPrefix_;  // kg | varint(len) | key
   std::string mapKey_;     // mapPrefix_ | userKey
+  std::string got_;  // the value get()/mapGet() returned last (their views point into it)
   rocksdb::WriteBatch batch_;
   rocksdb::WriteOptions writeOptions_;
   rocksdb::ReadOptions readOptions_;

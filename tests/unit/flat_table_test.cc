@@ -122,6 +122,30 @@ void fillEraseAndCheck(Table& t, uint64_t n) {
   for (uint64_t i = 0; i < n; i += 3) ASSERT_EQ(t.find(keyOf(i))->value(), "back");
 }
 
+TEST(FlatTableTest, KeysOfEqualHashAndLengthDifferingInAnyOneByteAreDistinct) {
+  // The key comparison reads 4-16-byte keys as two overlapping words: a key that differs
+  // from another of its length in any single byte, at every length up to 40, is another key.
+  BasicFlatTable<SameHash> t;
+  std::vector<std::string> keys;
+  for (size_t len = 0; len <= 40; ++len) {
+    std::string base(len, '\0');
+    for (size_t i = 0; i < len; ++i) base[i] = static_cast<char>('a' + i % 26);
+    keys.push_back(base);
+    for (size_t at = 0; at < len; ++at) {
+      std::string k = base;
+      k[at] = static_cast<char>(k[at] ^ 0x40);
+      keys.push_back(k);
+    }
+  }
+  for (size_t i = 0; i < keys.size(); ++i) t.insertOrAssign(keys[i], std::to_string(i));
+  ASSERT_EQ(t.size(), keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const auto* e = t.find(keys[i]);
+    ASSERT_NE(e, nullptr) << i;
+    EXPECT_EQ(e->value(), std::to_string(i)) << "key " << i << " of length " << keys[i].size();
+  }
+}
+
 TEST(FlatTableTest, KeysWithEqualHashesAreToldApartByTheirBytes) {
   BasicFlatTable<SameHash> same;
   fillEraseAndCheck(same, 500);

@@ -602,6 +602,12 @@ TEST(KeyGroupAssignmentTest, KeyGroupForIsStableAcrossReleases) {
       {serialized("the"), 128, 63},
       {serialized("to"), 4096, 1749},
       {serialized("hello"), 32768, 8927},
+      // Whole 8-byte blocks and the bytes after them (the loop reads 8 at a time).
+      {std::string("\x01\0\0\0\0\0\0\0", 8), 128, 58},
+      {std::string("\x15\xcd[\x07\0\0\0\0", 8), 4096, 541},
+      {"0123456789abcdef", 128, 74},
+      {"0123456789abcdefg", 4096, 3620},
+      {"a much longer key of 33 bytes...!", 128, 59},
   };
   for (const auto& c : cases)
     EXPECT_EQ(keyGroupFor(c.keyBytes, c.maxParallelism), c.keyGroup)

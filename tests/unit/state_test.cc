@@ -754,6 +754,28 @@ TEST_F(HeapBackendTest, ValueStateIsPerKey) {
   EXPECT_EQ(b->approximateEntries(), 1u);
 }
 
+TEST_F(HeapBackendTest, AValueReadAsAViewIsTheValueItselfShortOrLong) {
+  auto b = make({0, kMaxParallelism - 1});
+  registerAll(*b);
+  const std::string longValue(1000, 'L');
+  b->setCurrentKey(1, "short");
+  b->put(kValue, "v");
+  b->mapPut(kMap, "u", longValue);
+  b->setCurrentKey(1, "long");
+  b->put(kValue, longValue);
+  std::string_view view;
+  ASSERT_TRUE(b->get(kValue, &view));
+  EXPECT_EQ(view, longValue);
+  b->setCurrentKey(1, "short");
+  ASSERT_TRUE(b->get(kValue, &view));
+  EXPECT_EQ(view, "v");
+  ASSERT_TRUE(b->mapGet(kMap, "u", &view));
+  EXPECT_EQ(view, longValue);
+  EXPECT_FALSE(b->mapGet(kMap, "absent", &view));
+  b->setCurrentKey(1, "absent");
+  EXPECT_FALSE(b->get(kValue, &view));
+}
+
 TEST_F(HeapBackendTest, ListStateAppendsEncodedElementsPerKey) {
   auto b = make({0, kMaxParallelism - 1});
   registerAll(*b);

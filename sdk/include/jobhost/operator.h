@@ -107,15 +107,31 @@ class KeyedStateAccess {
   /// Declares a state and returns its handle. Declaring the same name again with the
   /// same descriptor returns the same handle; with another kind throws StateError.
   virtual int registerState(const StateDescriptorInfo& descriptor) = 0;
-  /// ValueState/ListState: the whole value. Returns false when absent.
-  virtual bool get(int state, std::string& out) = 0;
+  /// ValueState/ListState: the current key's whole value, not copied: `*out` stays valid
+  /// until the next call on this object. Returns false when absent.
+  virtual bool get(int state, std::string_view* out) = 0;
+  /// The same, copied into `out`.
+  bool get(int state, std::string& out) {
+    std::string_view v;
+    if (!get(state, &v)) return false;
+    out.assign(v);
+    return true;
+  }
   virtual void put(int state, std::string_view value) = 0;
   /// ListState: appends one encoded element (length-prefixed by the caller).
   virtual void append(int state, std::string_view encodedElement) = 0;
   /// Removes the current key's entry (all map entries for MapState).
   virtual void clear(int state) = 0;
   /// MapState access under the current key.
-  virtual bool mapGet(int state, std::string_view userKey, std::string& out) = 0;
+  /// `*out` stays valid until the next call on this object.
+  virtual bool mapGet(int state, std::string_view userKey, std::string_view* out) = 0;
+  /// The same, copied into `out`.
+  bool mapGet(int state, std::string_view userKey, std::string& out) {
+    std::string_view v;
+    if (!mapGet(state, userKey, &v)) return false;
+    out.assign(v);
+    return true;
+  }
   virtual void mapPut(int state, std::string_view userKey, std::string_view value) = 0;
   virtual void mapRemove(int state, std::string_view userKey) = 0;
   /// Visits every entry of the current key's map, in an unspecified order, until fn

@@ -98,8 +98,9 @@ class ValueState : public StateBase {
   void collectTextForms(std::vector<SerializerTextForm>& out) const override { textFormsOf<T>(out); }
   /// The current key's value, or nullopt if none was set.
   std::optional<T> value() const {
-    if (!access().get(handle_, scratch_)) return std::nullopt;
-    return deserialize<T>(scratch_);
+    std::string_view bytes;
+    if (!access().get(handle_, &bytes)) return std::nullopt;
+    return deserialize<T>(bytes);
   }
   void update(const T& v) {
     serializeInto(scratch_, v);
@@ -125,8 +126,9 @@ class ListState : public StateBase {
   }
   std::vector<T> get() const {
     std::vector<T> out;
-    if (!access().get(handle_, scratch_)) return out;
-    ByteReader r(scratch_);
+    std::string_view bytes;
+    if (!access().get(handle_, &bytes)) return out;
+    ByteReader r(bytes);
     while (!r.atEnd()) out.push_back(deserialize<T>(r.readBytes()));
     return out;
   }
@@ -156,8 +158,9 @@ class MapState : public StateBase {
   }
   std::optional<V> get(const K& k) const {
     serializeInto(scratch2_, k);
-    if (!access().mapGet(handle_, scratch2_, scratch_)) return std::nullopt;
-    return deserialize<V>(scratch_);
+    std::string_view bytes;
+    if (!access().mapGet(handle_, scratch2_, &bytes)) return std::nullopt;
+    return deserialize<V>(bytes);
   }
   void put(const K& k, const V& v) {
     serializeInto(scratch2_, k);
@@ -166,7 +169,8 @@ class MapState : public StateBase {
   }
   bool contains(const K& k) const {
     serializeInto(scratch2_, k);
-    return access().mapGet(handle_, scratch2_, scratch_);
+    std::string_view bytes;
+    return access().mapGet(handle_, scratch2_, &bytes);
   }
   void remove(const K& k) {
     serializeInto(scratch2_, k);

@@ -176,7 +176,7 @@ class WindowOp : public NamedOp, public Collector<T> {
       state_->mapAppend(contents_, windowKey_, element_);
     } else {
       std::optional<Acc> acc;
-      if (state_->mapGet(contents_, windowKey_, scratch_)) acc = deserialize<Acc>(scratch_);
+      if (std::string_view got; state_->mapGet(contents_, windowKey_, &got)) acc = deserialize<Acc>(got);
       Acc next = invoke([&] { return f_.fold(std::move(acc), v); });
       serializeInto(scratch_, next);
       state_->mapPut(contents_, windowKey_, scratch_);

@@ -145,6 +145,39 @@ class KeyGroupFormatTest : public StateTestBase {
       if (r.contains(e.keyGroup)) out.push_back(e);
     return out;
   }
+
+  /// The file header of states_, as ByteWriter encodes the format.
+  std::string encodedHeader() const {
+    std::string out;
+    ByteWriter bw(out);
+    bw.writeRaw("JHKG", 4);
+    bw.writeFixed<uint32_t>(kKeyGroupFormatVersion);
+    bw.writeVarint(states_.size());
+    for (const auto& s : states_) {
+      bw.writeBytes(s.name);
+      bw.writeU8(static_cast<uint8_t>(s.kind));
+    }
+    return out;
+  }
+  /// Adds an entry to `w` and its encoding (as ByteWriter gives it) to `expected`.
+  void addToBoth(KeyGroupWriter& w, ByteWriter& expected, int state, const std::string& key, const std::string& user,
+                 const std::string& value) {
+    ASSERT_OK(w.add(state, key, user, value));
+    expected.writeVarint(static_cast<uint64_t>(state) + 1);
+    expected.writeBytes(key);
+    if (states_[static_cast<size_t>(state)].kind == StateKind::kMap) expected.writeBytes(user);
+    expected.writeBytes(value);
+  }
+  /// The file `h` names holds exactly `expected`, and `h` its size and group offsets.
+  void expectFileBytes(const KeyGroupsStateHandle& h, const std::string& expected, const std::vector<uint64_t>& offsets) {
+    EXPECT_EQ(h.file.size, expected.size());
+    EXPECT_EQ(h.offsets, offsets);
+    std::string bytes;
+    ASSERT_OK(storage_->get(h.file.path, &bytes));
+    ASSERT_EQ(bytes.size(), expected.size());
+    EXPECT_TRUE(bytes == expected) << "first difference at byte "
+                                   << (std::mismatch(bytes.begin(), bytes.end(), expected.begin()).first - bytes.begin());
+  }
 };
 
 TEST_F(KeyGroupFormatTest, AFileReadsBackEveryEntryInKeyGroupOrderWithTheStateNames) {
@@ -209,15 +242,8 @@ TEST_F(KeyGroupFormatTest, ManySmallEntriesWrittenThroughTheBackgroundWriterAreT
   const KeyGroupRange range{0, 3};
   auto w = KeyGroupWriter::create(*storage_, "chk-1/small.kg", states_, range);
   ASSERT_TRUE(w.ok()) << w.status();
-  std::string expected;
+  std::string expected = encodedHeader();
   ByteWriter bw(expected);
-  bw.writeRaw("JHKG", 4);
-  bw.writeFixed<uint32_t>(kKeyGroupFormatVersion);
-  bw.writeVarint(states_.size());
-  for (const auto& s : states_) {
-    bw.writeBytes(s.name);
-    bw.writeU8(static_cast<uint8_t>(s.kind));
-  }
   std::vector<uint64_t> offsets;
   for (int kg = range.start; kg <= range.end; ++kg) {
     if (kg > range.start) bw.writeVarint(0);
@@ -228,24 +254,14 @@ TEST_F(KeyGroupFormatTest, ManySmallEntriesWrittenThroughTheBackgroundWriterAreT
       std::string key = std::to_string(kg) + ":" + std::to_string(i) + std::string(static_cast<size_t>(i % 12), 'k');
       std::string user = state == 1 ? std::string(static_cast<size_t>(i % 9), 'u') : "";
       std::string value(static_cast<size_t>(i % 21), static_cast<char>('a' + i % 26));
-      ASSERT_OK((*w)->add(state, key, user, value));
-      bw.writeVarint(static_cast<uint64_t>(state) + 1);
-      bw.writeBytes(key);
-      if (state == 1) bw.writeBytes(user);
-      bw.writeBytes(value);
+      ASSERT_NO_FATAL_FAILURE(addToBoth(**w, bw, state, key, user, value));
     }
   }
   bw.writeVarint(0);
   auto h = (*w)->finish();
   ASSERT_TRUE(h.ok()) << h.status();
   ASSERT_GT(expected.size(), size_t{4} << 20);
-  EXPECT_EQ(h->file.size, expected.size());
-  EXPECT_EQ(h->offsets, offsets);
-  std::string bytes;
-  ASSERT_OK(storage_->get(h->file.path, &bytes));
-  ASSERT_EQ(bytes.size(), expected.size());
-  EXPECT_TRUE(bytes == expected) << "first difference at byte "
-                                 << (std::mismatch(bytes.begin(), bytes.end(), expected.begin()).first - bytes.begin());
+  expectFileBytes(*h, expected, offsets);
 }
 
 TEST_F(KeyGroupFormatTest, EntriesOfEverySizeAreTheFormatsBytes) {
@@ -256,15 +272,8 @@ TEST_F(KeyGroupFormatTest, EntriesOfEverySizeAreTheFormatsBytes) {
   const KeyGroupRange range{0, 2};
   auto w = KeyGroupWriter::create(*storage_, "chk-1/sizes.kg", states_, range);
   ASSERT_TRUE(w.ok()) << w.status();
-  std::string expected;
+  std::string expected = encodedHeader();
   ByteWriter bw(expected);
-  bw.writeRaw("JHKG", 4);
-  bw.writeFixed<uint32_t>(kKeyGroupFormatVersion);
-  bw.writeVarint(states_.size());
-  for (const auto& s : states_) {
-    bw.writeBytes(s.name);
-    bw.writeU8(static_cast<uint8_t>(s.kind));
-  }
   const std::vector<size_t> sizes = {0, 1, 3, 4, 7, 8, 16, 17, 20, 31, 32, 33, 40, 63, 64, 65, 127, 128, 300};
   std::vector<uint64_t> offsets;
   int n = 0;
@@ -288,11 +297,7 @@ TEST_F(KeyGroupFormatTest, EntriesOfEverySizeAreTheFormatsBytes) {
           std::string user = state == 1 ? bytesOf(static_cast<size_t>(n % 70), n + 1) : "";
           std::string value = bytesOf(v, n + 2);
           if (n % 9000 == 0) value = bytesOf((n % 18000 == 0 ? 3u : 1u) << 20 | 12345, n);  // spans buffers
-          ASSERT_OK((*w)->add(state, key, user, value));
-          bw.writeVarint(static_cast<uint64_t>(state) + 1);
-          bw.writeBytes(key);
-          if (state == 1) bw.writeBytes(user);
-          bw.writeBytes(value);
+          ASSERT_NO_FATAL_FAILURE(addToBoth(**w, bw, state, key, user, value));
         }
       }
     }
@@ -301,13 +306,7 @@ TEST_F(KeyGroupFormatTest, EntriesOfEverySizeAreTheFormatsBytes) {
   auto h = (*w)->finish();
   ASSERT_TRUE(h.ok()) << h.status();
   ASSERT_GT(expected.size(), size_t{8} << 20);
-  EXPECT_EQ(h->file.size, expected.size());
-  EXPECT_EQ(h->offsets, offsets);
-  std::string bytes;
-  ASSERT_OK(storage_->get(h->file.path, &bytes));
-  ASSERT_EQ(bytes.size(), expected.size());
-  EXPECT_TRUE(bytes == expected) << "first difference at byte "
-                                 << (std::mismatch(bytes.begin(), bytes.end(), expected.begin()).first - bytes.begin());
+  expectFileBytes(*h, expected, offsets);
 }
 
 TEST_F(KeyGroupFormatTest, AWriteFailingOnTheBackgroundWriterIsReturnedAndNothingIsPublished) {

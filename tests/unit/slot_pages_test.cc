@@ -31,12 +31,13 @@ TEST(SlotPagesTest, PagesAreAlignedDistinctWritableAndReusedAfterRelease) {
   }
   EXPECT_EQ(slot_pages::stats().pagesInUse, before.pagesInUse + pages.size());
 
-  // A released page is handed out again before anything new is touched.
+  // A released page is handed out again before anything new is touched (by the chunks;
+  // under the sanitizers malloc may hold a freed page back).
   void* again = pages.back();
   slot_pages::release(again);
   pages.pop_back();
   void* next = slot_pages::allocate();
-  EXPECT_EQ(next, again);
+  if (slot_pages::stats().chunks > 0) EXPECT_EQ(next, again);
   pages.push_back(next);
 
   for (void* p : pages) slot_pages::release(p);

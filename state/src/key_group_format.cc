@@ -14,8 +14,8 @@ constexpr char kMagic[4] = {'J', 'H', 'K', 'G'};
 }  // namespace
 
 KeyGroupWriter::KeyGroupWriter() {
-  buf_.cap = kFlushThreshold + kSmallEncoded;
-  buf_.data.reset(new char[buf_.cap]);
+  buf_.cap = kBufferBytes;
+  buf_.data.reset(new char[kBufferBytes]);
 }
 
 Result<std::unique_ptr<KeyGroupWriter>> KeyGroupWriter::create(
@@ -71,8 +71,8 @@ Status KeyGroupWriter::handOver() {
   if (!pipe_ && !synchronous_) {
     pipe_ = std::make_unique<Pipe>();
     try {
-      pipe_->pending.data.reset(new char[buf_.cap]);
-      pipe_->pending.cap = buf_.cap;
+      pipe_->pending.data.reset(new char[kBufferBytes]);
+      pipe_->pending.cap = kBufferBytes;
       pipe_->thread = std::thread([this] { runPipe(); });
     } catch (const std::system_error&) {  // no thread to be had (EAGAIN): write on this one
       pipe_.reset();
@@ -94,9 +94,9 @@ Status KeyGroupWriter::handOver() {
 
 void KeyGroupWriter::runPipe() {
   Pipe& p = *pipe_;
-  Buffer mine;
-  mine.data.reset(new char[p.pending.cap]);
-  mine.cap = p.pending.cap;
+  Buffer mine;  // swapped with p.pending, under the lock, for each buffer handed over
+  mine.data.reset(new char[kBufferBytes]);
+  mine.cap = kBufferBytes;
   std::unique_lock<std::mutex> lock(p.mu);
   for (;;) {
     p.cv.wait(lock, [&] { return p.hasPending || p.closing; });

@@ -107,6 +107,7 @@ class KeyGroupWriter {
   /// A full buffer (this many bytes or more) is handed to the file; its capacity leaves
   /// room for one more small entry, so the inline path needs only one test of room.
   static constexpr size_t kFlushThreshold = size_t{1} << 20;
+  static constexpr size_t kBufferBytes = kFlushThreshold + kSmallEncoded;
 
   /// Encoded bytes: the first `used` of `cap`.
   struct Buffer {

@@ -93,6 +93,11 @@ class BasicFlatTable {
     }
     /// Replaces the value (`v` may point into it).
     void assign(std::string_view v) {
+      if (kind_ == kInline && klen_ + v.size() <= kInlineBytes) [[likely]] {  // stays inline
+        copyTo(inline_ + klen_, v);
+        vlen_ = static_cast<uint8_t>(v.size());
+        return;
+      }
       const std::string_view k = key();
       if (k.size() + v.size() <= kInlineBytes) {
         if (kind_ == kInline) {
@@ -152,8 +157,21 @@ class BasicFlatTable {
     static_assert(sizeof(Spilled) <= kInlineBytes - 1, "a Spilled fills the slot from offset 8");
 
     /// memmove/memcmp, also for a default string_view (whose null data() they must not get).
+    /// Values of 4 to 16 bytes (the common case) are moved as two possibly overlapping words,
+    /// both loaded before either is stored, so `from` may overlap `to` as for memmove.
     static void copyTo(char* to, std::string_view from) {
-      if (!from.empty()) std::memmove(to, from.data(), from.size());
+      const size_t n = from.size();
+      if (n >= 8 && n <= 16) return moveWords<uint64_t>(to, from.data(), n);
+      if (n >= 4 && n < 8) return moveWords<uint32_t>(to, from.data(), n);
+      if (n != 0) std::memmove(to, from.data(), n);
+    }
+    template <class W>
+    static void moveWords(char* to, const char* from, size_t n) {
+      W head, tail;
+      std::memcpy(&head, from, sizeof(W));
+      std::memcpy(&tail, from + n - sizeof(W), sizeof(W));
+      std::memcpy(to, &head, sizeof(W));
+      std::memcpy(to + n - sizeof(W), &tail, sizeof(W));
     }
     /// Whether `bytes` begins with `k`. Keys of 4 to 16 bytes (int64 keys, most words) are
     /// compared as two possibly overlapping words, without a call.
@@ -367,13 +385,18 @@ class BasicFlatTable {
   const Entry* find(const Key& key, size_t* index) const {
     if (dir_ == nullptr) return nullptr;
     const uint32_t h = key.hash;
-    for (size_t i = h & mask_;; i = (i + 1) & mask_) {
-      const Entry& e = slotAt(i);
+    const size_t pageMask = this->pageMask();
+    size_t i = h & mask_;
+    const Entry* page = dir_[i >> pageShift_].slots;  // the probe walks a page, then the next
+    for (;;) {
+      const Entry& e = page[i & pageMask];
       if (e.kind_ == Entry::kEmpty) return nullptr;
       if (e.hasKey(h, key.bytes)) {
         *index = i;
         return &e;
       }
+      i = (i + 1) & mask_;
+      if ((i & pageMask) == 0) page = dir_[i >> pageShift_].slots;
     }
   }
   /// The entry of `key` to change (its page copied first if a View may read it), or null.

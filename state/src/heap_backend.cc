@@ -560,11 +560,15 @@ class HeapBackend : public KeyedStateBackend {
   /// The table to write into: created if there is none; otherwise told whether a snapshot
   /// still reads it (its pages and maps are then copied on write, not written in place).
   static KgTable& ownTable(TablePtr& t) {
+    if (t && !t->frozen) [[likely]]
+      return *t;  // no snapshot froze it since it was last found unpinned
+    return ownTableSlow(t);
+  }
+  [[gnu::noinline]] static KgTable& ownTableSlow(TablePtr& t) {
     if (!t) {
       t = std::make_shared<KgTable>();
       return *t;
     }
-    if (!t->frozen) return *t;  // no snapshot froze it since it was last found unpinned
     const bool shared = t->pins.load(std::memory_order_acquire) > 0;
     t->values.prepareWrite(shared);
     t->maps.prepareWrite(shared);

@@ -193,6 +193,24 @@ TEST(SerializerTest, TruncatedInputThrowsSerializationErrorNamingTheShortfall) {
   }
 }
 
+TEST(SerializerTest, IntegersOfTheWrongWidthAreRejectedAndTheRightWidthRoundTrips) {
+  // Integers take a copy of their bytes on the way in and out (no reader): every width
+  // still round-trips, and a value of another width is an error, not a partial read.
+  std::string out;
+  serializeInto(out, std::string("longer than an int"));  // the buffer held something else before
+  serializeInto(out, int64_t{-2});
+  EXPECT_EQ(out, std::string("\xfe\xff\xff\xff\xff\xff\xff\xff", 8));
+  EXPECT_EQ(deserialize<int64_t>(out), -2);
+  serializeInto(out, uint16_t{0x1234});
+  EXPECT_EQ(out, std::string("\x34\x12", 2));
+  EXPECT_EQ(deserialize<uint16_t>(out), 0x1234);
+  serializeInto(out, int32_t{7});
+  EXPECT_EQ(deserialize<int32_t>(out), 7);
+  EXPECT_THROW(deserialize<int64_t>(std::string(7, '\0')), SerializationError);  // short
+  EXPECT_THROW(deserialize<int64_t>(std::string(9, '\0')), SerializationError);  // trailing byte
+  EXPECT_THROW(deserialize<int32_t>(std::string()), SerializationError);
+}
+
 TEST(SerializerTest, TrailingBytesAreRejectedNamingTheType) {
   std::string bytes = encode(WordCountRecord{"hello", 3}) + "x";
   try {

@@ -278,17 +278,38 @@ struct Serializer<std::optional<T>> {
   }
 };
 
+namespace detail {
+/// Types whose Serializer writes the value's own bytes, fixed-width little-endian (the
+/// integer Serializer above): serializeInto()/deserialize() copy them without a
+/// ByteWriter/ByteReader (keyed state reads and writes one per access).
+template <class T>
+inline constexpr bool kRawFixedWidth =
+    std::is_integral_v<T> && !std::is_same_v<T, bool> && !std::is_same_v<T, char>;
+}  // namespace detail
+
 /// Serializes `v` into `out` (cleared first); convenience for one-off encodes.
 template <class T>
 void serializeInto(std::string& out, const T& v) {
-  out.clear();
-  ByteWriter w(out);
-  Serializer<T>::write(w, v);
+  if constexpr (detail::kRawFixedWidth<T>) {
+    out.resize(sizeof(T));  // no-op when it holds a value of T already
+    std::memcpy(out.data(), &v, sizeof(T));
+  } else {
+    out.clear();
+    ByteWriter w(out);
+    Serializer<T>::write(w, v);
+  }
 }
 
 /// Decodes a whole byte string; trailing bytes are an error.
 template <class T>
 T deserialize(std::string_view bytes) {
+  if constexpr (detail::kRawFixedWidth<T>) {
+    if (bytes.size() == sizeof(T)) {
+      T v;
+      std::memcpy(&v, bytes.data(), sizeof(T));
+      return v;
+    }  // otherwise the reader below says what is wrong
+  }
   ByteReader r(bytes);
   T v = Serializer<T>::read(r);
   if (!r.atEnd()) throw SerializationError("trailing bytes after a " + Serializer<T>::id());

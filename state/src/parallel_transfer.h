@@ -8,7 +8,9 @@
 //
 // Thread-safety: job(i) runs on up to `threads` threads at once, each index exactly once
 // unless a job failed (then the indices not yet started are skipped). Returns after every
-// started job has returned, so nothing runs once runParallel() is back.
+// started job has returned, so nothing runs once runParallel() is back. A thread that
+// cannot be started (std::system_error, e.g. EAGAIN) is done without: the jobs run on
+// those that could, at least the calling one.
 #pragma once
 
 #include <algorithm>
@@ -16,6 +18,7 @@
 #include <cstddef>
 #include <functional>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -47,7 +50,13 @@ inline Status runParallel(size_t n, int threads, const std::function<Status(size
   const size_t extra = std::min<size_t>(n, static_cast<size_t>(std::max(threads, 1))) - (n > 0 ? 1 : 0);
   std::vector<std::thread> pool;
   pool.reserve(extra);
-  for (size_t t = 0; t < extra; ++t) pool.emplace_back(worker);
+  for (size_t t = 0; t < extra; ++t) {
+    try {
+      pool.emplace_back(worker);
+    } catch (const std::system_error&) {  // no thread to be had: fewer do the work
+      break;
+    }
+  }
   worker();
   for (auto& t : pool) t.join();
   return first;

@@ -558,7 +558,7 @@ class IncrementalAsyncSnapshot : public AsyncSnapshot {
       return batch->putFile(ref.file.path, local);
     };
     Status s = runParallel(order.size(), threads_, [&](size_t k) { return transfer(order[k]); });
-    // Every transfer has returned (runParallel joins them): nothing adds any more.
+    // Every transfer has returned (runParallel waits for them): nothing adds any more.
     if (s.ok() && request_.isAborted()) s = abortedError();
     if (s.ok()) s = batch->commit();
     if (!s.ok()) return s;  // the uncommitted batch removes its files as it goes

@@ -7,6 +7,15 @@
 // so a crash at any point leaves either nothing or the complete file visible;
 // listTemporary() finds what a crash left.
 //
+// A FileBatch (LocalFileBatch) runs the same steps with the waits shared: putFile()
+// writes and fsyncs its temporary file on the caller's thread (so the fsyncs of files
+// added from several threads overlap); commit() moves every file to its final name and
+// then fsyncs each directory involved once — those of the files and the parents of
+// directories created for them — all at once, on a thread per directory, so that they
+// wait for one journal commit together instead of one after the other. Nothing is under
+// a final name before every file of the batch is durable; a failed commit() removes what
+// it had moved.
+//
 // Every OS call goes through the FileSystem given to openStorage() (file_system.h);
 // this file turns its errno values into Status messages naming the storage path.
 //
@@ -21,7 +30,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <random>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -31,6 +42,7 @@
 #include "jobhost/state/file_system.h"
 #include "jobhost/state/s3_storage.h"
 #include "jobhost/state/status.h"
+#include "parallel_transfer.h"
 
 namespace jobhost::state {
 namespace {
@@ -84,8 +96,12 @@ Status fsyncDir(FileSystem& fs, const std::string& dir) {
   return Status::OK();
 }
 
-// mkdir -p for an absolute directory; fsyncs the parent of every directory it creates.
-Status ensureDir(FileSystem& fs, const std::string& dir) {
+// Directories whose fsync a batch defers to its commit().
+using DirSet = std::set<std::string>;
+
+// mkdir -p for an absolute directory. The parent of every directory it creates is
+// fsynced, or, with deferredSyncs, added to it for the caller to fsync later.
+Status ensureDir(FileSystem& fs, const std::string& dir, DirSet* deferredSyncs = nullptr) {
   FileInfo info;
   int err = fs.stat(dir, &info);
   if (err == 0) {
@@ -95,7 +111,7 @@ Status ensureDir(FileSystem& fs, const std::string& dir) {
   if (err != ENOENT) return fromErrno("cannot create directory " + dir, err);
   std::string parent = parentOf(dir);
   if (parent != dir) {
-    Status s = ensureDir(fs, parent);
+    Status s = ensureDir(fs, parent, deferredSyncs);
     if (!s.ok()) return s;
   }
   if (err = fs.mkdir(dir); err != 0 && err != EEXIST) {
@@ -103,6 +119,10 @@ Status ensureDir(FileSystem& fs, const std::string& dir) {
   }
   // Also after EEXIST: a concurrent creator may not have synced the parent yet, and our
   // file must not depend on it having done so.
+  if (deferredSyncs != nullptr) {
+    deferredSyncs->insert(parent);
+    return Status::OK();
+  }
   return fsyncDir(fs, parent);
 }
 
@@ -176,6 +196,21 @@ class LocalWritableFile final : public WritableFile {
 
   Status close() override {
     if (closed_) return Status::InvalidArgument("cannot close " + finalPath_ + ": already closed");
+    Status s = seal();
+    if (!s.ok()) return s;
+    s = moveToFinalName();
+    if (!s.ok()) return s;
+    s = fsyncDir(*fs_, parentOf(finalPath_));
+    if (!s.ok()) {
+      unpublish();  // not durable, so not successfully closed: must not stay visible
+      status_ = s;
+    }
+    return s;
+  }
+
+  // close() in steps, for LocalFileBatch. seal(): flush, fsync and close the temporary
+  // file — complete and durable, not yet published; no append() after it.
+  Status seal() {
     closed_ = true;
     if (!status_.ok()) return status_;
     Status s = flush();
@@ -183,21 +218,27 @@ class LocalWritableFile final : public WritableFile {
     if (int err = file_->sync(); err != 0) return fail(fromErrno("cannot sync " + finalPath_, err));
     std::unique_ptr<FsWritableFile> file = std::move(file_);
     if (int err = file->close(); err != 0) return fail(fromErrno("cannot write " + finalPath_, err));
+    return Status::OK();
+  }
+
+  // After seal(): moves the file to its final name, never replacing a file there. The
+  // name is durable only once the caller has fsynced the directory.
+  Status moveToFinalName() {
+    if (!status_.ok()) return status_;
     int err = fs_->renameNoReplace(tempPath_, finalPath_);
     if (err != 0) {
       return fail(err == EEXIST ? alreadyExists(finalPath_)
                                 : fromErrno("cannot publish " + finalPath_, err));
     }
     tempPath_.clear();  // now lives under finalPath_
-    s = fsyncDir(*fs_, parentOf(finalPath_));
-    if (!s.ok()) {
-      // Not durable, so not successfully closed: must not stay visible.
-      (void)fs_->unlink(finalPath_);
-      status_ = s;
-      return s;
-    }
     return Status::OK();
   }
+
+  // After moveToFinalName(): removes the file from its final name again (best effort),
+  // for a publication that could not be made durable.
+  void unpublish() { (void)fs_->unlink(finalPath_); }
+
+  const std::string& finalPath() const { return finalPath_; }
 
   // Appends the whole local file src (named srcName for messages).
   Status appendFrom(const FsReadableFile& src, const std::string& srcName, uint64_t* copied) {
@@ -316,6 +357,17 @@ class LocalFileStorage final : public CheckpointStorage {
   }
 
   Status putFile(const std::string& path, const std::string& localSourcePath) override {
+    auto writer = copyIn(path, localSourcePath, nullptr);
+    if (!writer.ok()) return writer.status();
+    return (*writer)->close();
+  }
+
+  std::unique_ptr<FileBatch> createBatch() override;
+
+  // putFile() up to the publication: a writer holding a complete copy of
+  // localSourcePath, not yet sealed. Directories created as in startWrite().
+  Result<std::unique_ptr<LocalWritableFile>> copyIn(const std::string& path, const std::string& localSourcePath,
+                                                    DirSet* deferredSyncs) {
     Status s = validateStoragePath(path);
     if (!s.ok()) return s;
     std::unique_ptr<FsReadableFile> src;
@@ -326,7 +378,7 @@ class LocalFileStorage final : public CheckpointStorage {
     if (info.type != FileType::kRegular) {
       return Status::InvalidArgument("cannot upload " + localSourcePath + ": not a regular file");
     }
-    auto writer = startWrite(path);
+    auto writer = startWrite(path, deferredSyncs);
     if (!writer.ok()) return writer.status();
     uint64_t copied = 0;
     s = (*writer)->appendFrom(*src, localSourcePath, &copied);
@@ -337,8 +389,10 @@ class LocalFileStorage final : public CheckpointStorage {
                              ": source changed size during copy (" + std::to_string(info.size) +
                              " -> " + std::to_string(copied) + " bytes)");
     }
-    return (*writer)->close();
+    return writer;
   }
+
+  FileSystem& fileSystem() const { return *fs_; }
 
   Status put(const std::string& path, std::string_view bytes) override {
     auto writer = startWrite(path);
@@ -512,7 +566,9 @@ class LocalFileStorage final : public CheckpointStorage {
     return fsyncDir(*fs_, parentOf(full));
   }
 
-  Result<std::unique_ptr<LocalWritableFile>> startWrite(const std::string& path) {
+  // A writer of a new temporary file for path. Directories created for it are made
+  // durable now, or, with deferredSyncs, their parents are added there.
+  Result<std::unique_ptr<LocalWritableFile>> startWrite(const std::string& path, DirSet* deferredSyncs = nullptr) {
     Status s = validateStoragePath(path);
     if (!s.ok()) return s;
     const std::string full = fullPath(path);
@@ -521,7 +577,7 @@ class LocalFileStorage final : public CheckpointStorage {
     if (err == 0) return alreadyExists(full);
     if (err != ENOENT) return fromErrno("cannot create " + full, err);
     const std::string dir = parentOf(full);
-    s = ensureDir(*fs_, dir);
+    s = ensureDir(*fs_, dir, deferredSyncs);
     if (!s.ok()) return s;
     const std::string stem = baseNameOf(full).substr(0, kMaxTempStemLength);
     for (int attempt = 0; attempt < kTempNameAttempts; ++attempt) {
@@ -619,6 +675,78 @@ class LocalFileStorage final : public CheckpointStorage {
   const std::string root_;  // absolute, lexically normal, no trailing '/' (unless "/")
   const std::shared_ptr<FileSystem> fs_;
 };
+
+// FileBatch of LocalFileStorage (see the file comment). mu_ guards the bookkeeping only:
+// the copies and fsyncs of putFile() run unlocked, in parallel.
+class LocalFileBatch final : public FileBatch {
+ public:
+  explicit LocalFileBatch(LocalFileStorage& storage) : storage_(storage) {}
+
+  // (The destructor: files_ go with the batch, each removing its temporary file unless
+  // it was published.)
+
+  Status putFile(const std::string& path, const std::string& localSourcePath) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (committed_) {
+        return Status::InvalidArgument("cannot add " + storage_.describe(path) + " to a batch already committed");
+      }
+      // Reserved while it is copied: two files of one batch for one path would make
+      // commit() fail after both were written.
+      if (!paths_.insert(path).second) {
+        return Status::InvalidArgument("cannot create " + storage_.describe(path) +
+                                       ": already exists (added twice to one batch)");
+      }
+    }
+    DirSet deferred;
+    auto writer = storage_.copyIn(path, localSourcePath, &deferred);
+    Status s = writer.ok() ? (*writer)->seal() : writer.status();
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!s.ok()) {
+      paths_.erase(path);
+      return s;  // the writer, if any, removed its temporary file
+    }
+    files_.push_back(std::move(writer).value());
+    dirsToSync_.insert(deferred.begin(), deferred.end());
+    return s;
+  }
+
+  Status commit() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (committed_) return Status::InvalidArgument("cannot commit a batch of files twice");
+    committed_ = true;
+    for (size_t i = 0; i < files_.size(); ++i) {
+      Status s = files_[i]->moveToFinalName();
+      if (!s.ok()) return undo(i, std::move(s));
+      dirsToSync_.insert(parentOf(files_[i]->finalPath()));
+    }
+    // Together: on a journaling file system they wait for the same commit, which makes
+    // every rename and mkdir durable, instead of a commit (or a cache flush) each in turn.
+    const std::vector<std::string> dirs(dirsToSync_.begin(), dirsToSync_.end());
+    Status s = runParallel(dirs.size(), static_cast<int>(dirs.size()),
+                           [&](size_t i) { return fsyncDir(storage_.fileSystem(), dirs[i]); });
+    if (!s.ok()) return undo(files_.size(), std::move(s));
+    return Status::OK();
+  }
+
+ private:
+  // A failed commit(): the first `published` files leave their final names again, the
+  // others their temporary names (when files_ goes).
+  Status undo(size_t published, Status s) {
+    for (size_t i = 0; i < published; ++i) files_[i]->unpublish();
+    files_.clear();
+    return s;
+  }
+
+  LocalFileStorage& storage_;
+  std::mutex mu_;
+  std::set<std::string> paths_;                          // GUARDED_BY(mu_); added or being added
+  std::vector<std::unique_ptr<LocalWritableFile>> files_;  // GUARDED_BY(mu_); sealed, in order of addition
+  DirSet dirsToSync_;                                    // GUARDED_BY(mu_)
+  bool committed_ = false;                               // GUARDED_BY(mu_)
+};
+
+std::unique_ptr<FileBatch> LocalFileStorage::createBatch() { return std::make_unique<LocalFileBatch>(*this); }
 
 Status invalidPath(std::string_view path, std::string_view why) {
   return Status::InvalidArgument("invalid storage path '" + std::string(path) + "': " +

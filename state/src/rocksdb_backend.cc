@@ -13,9 +13,10 @@
 //    hard-links a native RocksDB checkpoint into <localDir>/chk-*; the async phase
 //    uploads the SSTs not already uploaded by a *completed* checkpoint to the shared
 //    directory (never overwriting: a name taken by an aborted upload gets a unique
-//    suffix) and then, once every SST is up, the MANIFEST/CURRENT/OPTIONS files to the
-//    exclusive directory (IncrementalStateHandle), on options.transferThreads threads.
-//    An aborted or failed upload removes the exclusive files it wrote.
+//    suffix) and the MANIFEST/CURRENT/OPTIONS files to the exclusive directory
+//    (IncrementalStateHandle), as one FileBatch on options.transferThreads threads: no
+//    file is published before all are durable, and an aborted or failed upload leaves
+//    none of them.
 //
 // Restore reads both handle types; a single incremental handle covering the whole range
 // becomes the live instance (keys outside the range are removed with DeleteRange),
@@ -472,9 +473,10 @@ class IncrementalAsyncSnapshot : public AsyncSnapshot {
     dir_.clear();
   }
 
-  /// Uploads an SST to the shared directory under <backendId>-<name>, or, when that
-  /// name is taken (an upload of an aborted checkpoint), under a unique variant of it.
-  Status uploadShared(const std::string& local, const std::string& name, std::string* path) {
+  /// Adds an SST to the batch for the shared directory under <backendId>-<name>, or,
+  /// when that name is taken (an upload of an aborted checkpoint), under a unique variant
+  /// of it.
+  Status uploadShared(FileBatch& batch, const std::string& local, const std::string& name, std::string* path) {
     CheckpointStorage& st = *request_.storage;
     const std::string base = joinPath(request_.sharedDir, backendId_ + "-" + name);
     const std::string withId = base + "-" + std::to_string(request_.checkpointId);
@@ -483,7 +485,7 @@ class IncrementalAsyncSnapshot : public AsyncSnapshot {
                               : attempt == 1 ? withId
                                              : withId + "-" + std::to_string(attempt);
       if (st.exists(candidate)) continue;
-      Status s = st.putFile(candidate, local);
+      Status s = batch.putFile(candidate, local);
       if (s.ok()) {
         *path = std::move(candidate);
         return s;
@@ -514,18 +516,24 @@ class IncrementalAsyncSnapshot : public AsyncSnapshot {
     h.checkpointId = request_.checkpointId;
     h.range = range_;
     h.columnFamilies = columnFamilies_;
-    // Uploads run on threads_ threads, in two rounds: the SSTs, then — only if every SST
-    // is up and the checkpoint is not aborted — MANIFEST/CURRENT/OPTIONS. An abort seen
-    // or a failure in either round removes the exclusive files this run wrote before
-    // run() reports (SSTs in the shared directory are the registry's to collect), so an
-    // aborted upload leaves nothing of its own in the exclusive directory. Every putFile
-    // is durable when it returns, and run() returns (so the caller can publish
-    // _metadata) only after all of them did.
+    // Every file goes into one FileBatch, on threads_ threads, largest first: each is
+    // copied and made durable under a temporary name as it is added (the fsyncs of the
+    // threads overlap), and commit() publishes them all with one fsync per directory —
+    // two dependent journal commits, where a putFile() per file in two rounds (SSTs,
+    // then the rest) waited for at least four. The abort is checked before each file
+    // starts and before the commit; an abort or a failure drops the uncommitted batch,
+    // which leaves none of its files, so an aborted upload leaves nothing in the
+    // exclusive directory (nor in the shared one). run() returns (so the caller can
+    // publish _metadata) only once every file is published and durable. A creator
+    // racing for one of the shared names (found by commit()) fails the checkpoint; the
+    // next one sees the name taken and picks another.
     std::vector<SharedFileRef> refs(files.size());
-    std::vector<size_t> ssts, others;  // indices into files
-    for (size_t i = 0; i < files.size(); ++i) (isSst(files[i].first) ? ssts : others).push_back(i);
+    std::vector<size_t> order(files.size());  // indices into files, largest first
+    for (size_t i = 0; i < files.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return files[a].second > files[b].second; });
+    std::unique_ptr<FileBatch> batch = st.createBatch();
     std::atomic<size_t> started{0};
-    std::vector<char> written(files.size(), 0);  // an exclusive file this run created (written[i] by job i only)
     auto abortedError = [&] {
       return request_.abortedError("the RocksDB files of " + request_.filePrefix + " to " +
                                    st.describe(request_.exclusiveDir) + " (" + std::to_string(started.load()) +
@@ -545,21 +553,15 @@ class IncrementalAsyncSnapshot : public AsyncSnapshot {
         ref = b->second;  // uploaded by a completed checkpoint: reference it unchanged
         return Status::OK();
       }
-      if (isSst(name) && !selfContained) return uploadShared(local, name, &ref.file.path);
+      if (isSst(name) && !selfContained) return uploadShared(*batch, local, name, &ref.file.path);
       ref.file.path = joinPath(request_.exclusiveDir, request_.filePrefix + "-" + name);
-      Status s = st.putFile(ref.file.path, local);
-      if (s.ok()) written[i] = 1;
-      return s;
+      return batch->putFile(ref.file.path, local);
     };
-    Status s = runParallel(ssts.size(), threads_, [&](size_t k) { return transfer(ssts[k]); });
-    if (s.ok()) s = request_.isAborted() ? abortedError() : Status::OK();
-    if (s.ok()) s = runParallel(others.size(), threads_, [&](size_t k) { return transfer(others[k]); });
-    if (!s.ok()) {
-      // Every transfer has returned (runParallel joins them): nothing writes any more.
-      for (size_t i = 0; i < files.size(); ++i)
-        if (written[i]) st.remove(refs[i].file.path).ignoreError();
-      return s;
-    }
+    Status s = runParallel(order.size(), threads_, [&](size_t k) { return transfer(order[k]); });
+    // Every transfer has returned (runParallel waits for them): nothing adds any more.
+    if (s.ok() && request_.isAborted()) s = abortedError();
+    if (s.ok()) s = batch->commit();
+    if (!s.ok()) return s;  // the uncommitted batch removes its files as it goes
     std::map<std::string, SharedFileRef> all;
     for (size_t i = 0; i < files.size(); ++i) {
       if (isSst(files[i].first)) {

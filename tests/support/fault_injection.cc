@@ -67,6 +67,7 @@ const char* storageOpName(StorageOp op) {
     case StorageOp::kList: return "list";
     case StorageOp::kRemove: return "remove";
     case StorageOp::kRemoveAll: return "removeAll";
+    case StorageOp::kBatchCommit: return "batch-commit";
   }
   return "unknown";
 }
@@ -482,6 +483,33 @@ class FaultInjectionStorage::WritableFile final : public state::WritableFile {
   const std::string location_;
 };
 
+class FaultInjectionStorage::Batch final : public state::FileBatch {
+ public:
+  Batch(std::unique_ptr<state::FileBatch> base, std::shared_ptr<Faults> faults, const state::CheckpointStorage& storage)
+      : base_(std::move(base)), faults_(std::move(faults)), storage_(storage) {}
+
+  Status putFile(const std::string& path, const std::string& localSourcePath) override {
+    if (base_ == nullptr) return Status::InvalidArgument("cannot add " + path + " to a batch already committed");
+    if (Status s = faults_->admit(StorageOp::kPutFile, storage_.describe(path)); !s.ok()) return s;
+    return base_->putFile(path, localSourcePath);
+  }
+
+  Status commit() override {
+    if (base_ == nullptr) return Status::InvalidArgument("cannot commit a batch of files twice");
+    Status s = faults_->admit(StorageOp::kBatchCommit, storage_.describe(""));
+    if (!s.ok()) {
+      base_.reset();  // discarded: none of its files stays
+      return s;
+    }
+    return base_->commit();
+  }
+
+ private:
+  std::unique_ptr<state::FileBatch> base_;  // null after a failed commit
+  const std::shared_ptr<Faults> faults_;
+  const state::CheckpointStorage& storage_;  // the wrapped one, for describe()
+};
+
 FaultInjectionStorage::FaultInjectionStorage(std::shared_ptr<state::CheckpointStorage> base)
     : base_(std::move(base)), faults_(std::make_shared<Faults>()) {}
 
@@ -522,6 +550,10 @@ state::Result<std::unique_ptr<state::WritableFile>> FaultInjectionStorage::creat
 Status FaultInjectionStorage::putFile(const std::string& path, const std::string& localSourcePath) {
   if (Status s = faults_->admit(StorageOp::kPutFile, base_->describe(path)); !s.ok()) return s;
   return base_->putFile(path, localSourcePath);
+}
+
+std::unique_ptr<state::FileBatch> FaultInjectionStorage::createBatch() {
+  return std::make_unique<Batch>(base_->createBatch(), faults_, *base_);
 }
 
 Status FaultInjectionStorage::put(const std::string& path, std::string_view bytes) {

@@ -179,19 +179,21 @@ class FaultInjectionFileSystem final : public state::FileSystem {
 /// Kinds of CheckpointStorage calls, for faults and counts.
 enum class StorageOp {
   kPut,          // put
-  kPutFile,      // putFile
+  kPutFile,      // putFile, FileBatch::putFile of a batch from createBatch()
   kCreateClose,  // WritableFile::close of a file from create()
   kGet,          // get, getToLocalFile, fetchToLocal
   kOpen,         // open
   kList,         // list, listTemporary
   kRemove,       // remove, removeTemporary
   kRemoveAll,    // removeAll
+  kBatchCommit,  // FileBatch::commit of a batch from createBatch() (location: the root)
 };
-inline constexpr size_t kStorageOpCount = 8;
+inline constexpr size_t kStorageOpCount = 9;
 const char* storageOpName(StorageOp op);  // "put", "create-close", ...
 
 /// A CheckpointStorage that forwards to another one and can fail chosen calls. A failed
-/// call does not reach the wrapped storage (a failed create-close discards the file);
+/// call does not reach the wrapped storage (a failed create-close discards the file, a
+/// failed batch-commit the wrapped storage's batch, so none of its files stays);
 /// its Status is what fromErrno(err) gives (EIO: IOError, ENOSPC: NoSpace, ...), with
 /// the location and "(injected fault)" in the message. Calls not listed in StorageOp
 /// are forwarded and not counted.
@@ -214,6 +216,8 @@ class FaultInjectionStorage final : public state::CheckpointStorage {
   state::Result<std::unique_ptr<state::WritableFile>> create(const std::string& path) override;
   state::Status putFile(const std::string& path, const std::string& localSourcePath) override;
   state::Status put(const std::string& path, std::string_view bytes) override;
+  /// The wrapped storage's batch, with faults on its putFile() and commit().
+  std::unique_ptr<state::FileBatch> createBatch() override;
   state::Result<std::unique_ptr<state::ReadableFile>> open(const std::string& path) override;
   state::Status get(const std::string& path, std::string* out) override;
   state::Status getToLocalFile(const std::string& path, const std::string& localDest) override;
@@ -232,6 +236,7 @@ class FaultInjectionStorage final : public state::CheckpointStorage {
 
  private:
   class WritableFile;
+  class Batch;
   struct Faults;  // counts and rules; shared with the files from create(), which may
                   // outlive this object
 

@@ -386,6 +386,12 @@ TEST_F(FaultInjectionStorageTest, EachKindFailsOnlyItsOwnCalls) {
       {StorageOp::kList, [&] { return faulty_->listTemporary("d", &entries); }},
       {StorageOp::kRemove, [&] { return faulty_->remove("d/f"); }},
       {StorageOp::kRemoveAll, [&] { return faulty_->removeAll("d"); }},
+      {StorageOp::kPutFile, [&] { return faulty_->createBatch()->putFile("d/p", local); }},
+      {StorageOp::kBatchCommit, [&] {
+         auto batch = faulty_->createBatch();
+         if (Status s = batch->putFile("d/p", local); !s.ok()) return s;
+         return batch->commit();
+       }},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(storageOpName(c.op));

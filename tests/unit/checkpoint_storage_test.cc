@@ -1,10 +1,12 @@
-// Unit tests for jobhost::state::Status/Result and the local CheckpointStorage.
+// Unit tests for jobhost::state::Status/Result, the local CheckpointStorage and batches
+// of files (FileBatch: LocalFileStorage's, and the default one of other storages).
 //
 // Every test runs against a fresh directory under $TMPDIR (or /tmp).
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
@@ -23,7 +25,9 @@
 #include <gtest/gtest.h>
 
 #include "jobhost/state/checkpoint_storage.h"
+#include "jobhost/state/file_system.h"
 #include "jobhost/state/status.h"
+#include "support/fault_injection.h"
 
 namespace jobhost::state {
 namespace {
@@ -794,6 +798,401 @@ TEST_F(LocalStorageTest, RemovingALiveWritersTemporaryFileMakesItsCloseFail) {
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find(root_ + "/job/chk-3/_metadata"), std::string::npos) << s;
   EXPECT_FALSE(storage_->exists("job/chk-3/_metadata"));
+}
+
+// ---------------------------------------------------------------------------------------
+// FileBatch of LocalFileStorage, over a FaultInjectionFileSystem (the real disk below it)
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+class FileBatchTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string tmpl = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/jobhost-batch-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr) << std::strerror(errno);
+    base_ = tmpl;
+    root_ = base_ + "/root";  // created by the first write
+    fs::create_directories(base_ + "/local");
+    fs_ = std::make_shared<testing::FaultInjectionFileSystem>();
+    reopen();
+  }
+
+  void TearDown() override {
+    storage_.reset();
+    std::error_code ec;
+    fs::remove_all(base_, ec);
+  }
+
+  void reopen() {
+    auto opened = openStorage(root_, fs_);
+    ASSERT_TRUE(opened.ok()) << opened.status();
+    storage_ = std::move(opened).value();
+  }
+
+  // A local source file named name with n bytes (content from seed); its path.
+  std::string source(const std::string& name, size_t n, uint32_t seed) {
+    const std::string path = base_ + "/local/" + name;
+    writeLocal(path, randomBytes(n, seed));
+    return path;
+  }
+
+  std::vector<FileEntry> listOrDie(const std::string& prefix) {
+    std::vector<FileEntry> out;
+    Status s = storage_->list(prefix, &out);
+    EXPECT_TRUE(s.ok()) << s;
+    return out;
+  }
+
+  std::vector<FileEntry> temporaries(const std::string& prefix) {
+    std::vector<FileEntry> out;
+    Status s = storage_->listTemporary(prefix, &out);
+    EXPECT_TRUE(s.ok()) << s;
+    return out;
+  }
+
+  std::string getOrDie(const std::string& path) {
+    std::string out;
+    Status s = storage_->get(path, &out);
+    EXPECT_TRUE(s.ok()) << s;
+    return out;
+  }
+
+  // Three files as a RocksDB upload has them, under dir: two SSTs in a shared directory
+  // (the first spans several copy chunks) and a small file in a checkpoint's own one.
+  struct Upload {
+    std::string path;
+    std::string local;
+  };
+  std::vector<Upload> threeFiles(const std::string& dir) {
+    return {{dir + "/shared/000012.sst", source("000012.sst", 3 * 1024 * 1024 + 5, 12)},
+            {dir + "/shared/000013.sst", source("000013.sst", 4000, 13)},
+            {dir + "/chk-1/MANIFEST-000005", source("MANIFEST-000005", 77, 5)}};
+  }
+
+  std::unique_ptr<FileBatch> batchOf(const std::vector<Upload>& files) {
+    std::unique_ptr<FileBatch> batch = storage_->createBatch();
+    for (const Upload& f : files) {
+      Status s = batch->putFile(f.path, f.local);
+      EXPECT_TRUE(s.ok()) << f.path << ": " << s;
+    }
+    return batch;
+  }
+
+  std::string base_;
+  std::string root_;
+  std::shared_ptr<testing::FaultInjectionFileSystem> fs_;
+  std::unique_ptr<CheckpointStorage> storage_;
+};
+
+TEST_F(FileBatchTest, NothingIsPublishedBeforeCommitAndThenEveryFileWhole) {
+  const auto files = threeFiles("job");
+  auto batch = batchOf(files);
+  EXPECT_TRUE(listOrDie("").empty()) << "a file of the batch is visible before commit()";
+  EXPECT_EQ(temporaries("").size(), 3u);
+  for (const Upload& f : files) EXPECT_FALSE(storage_->exists(f.path)) << f.path;
+  ASSERT_OK(batch->commit());
+  std::vector<FileEntry> expected;
+  for (const Upload& f : files) expected.push_back({f.path, fs::file_size(f.local)});
+  std::sort(expected.begin(), expected.end(), [](const FileEntry& a, const FileEntry& b) { return a.path < b.path; });
+  EXPECT_EQ(listOrDie(""), expected);
+  for (const Upload& f : files) EXPECT_EQ(getOrDie(f.path), readLocal(f.local)) << f.path;
+  EXPECT_TRUE(temporaries("").empty());
+  batch.reset();  // a committed batch keeps its files
+  EXPECT_EQ(listOrDie("").size(), 3u);
+}
+
+TEST_F(FileBatchTest, ABatchDroppedWithoutCommitLeavesNoFile) {
+  auto batch = batchOf(threeFiles("job"));
+  batch.reset();
+  EXPECT_TRUE(rawFiles(root_).empty()) << *rawFiles(root_).begin();
+  ASSERT_OK(storage_->createBatch()->commit());  // an empty batch commits
+  EXPECT_TRUE(rawFiles(root_).empty());
+}
+
+TEST_F(FileBatchTest, AnExistingOrRepeatedPathOrAMissingSourceFailsThatFileAndTheBatchGoesOn) {
+  ASSERT_OK(storage_->put("job/chk-1/CURRENT", "earlier"));
+  const std::string a = source("a", 100, 1);
+  const std::string b = source("b", 200, 2);
+  auto batch = storage_->createBatch();
+
+  Status existing = batch->putFile("job/chk-1/CURRENT", a);
+  EXPECT_TRUE(existing.isInvalidArgument()) << existing;
+  EXPECT_TRUE(contains(existing.message(), root_ + "/job/chk-1/CURRENT: already exists")) << existing;
+
+  ASSERT_OK(batch->putFile("job/shared/a.sst", a));
+  Status twice = batch->putFile("job/shared/a.sst", b);
+  EXPECT_TRUE(twice.isInvalidArgument()) << twice;
+  EXPECT_TRUE(contains(twice.message(), "added twice to one batch")) << twice;
+
+  const std::string missing = base_ + "/local/no-such.sst";
+  Status notFound = batch->putFile("job/shared/c.sst", missing);
+  EXPECT_TRUE(notFound.isNotFound()) << notFound;
+  EXPECT_TRUE(contains(notFound.message(), missing)) << notFound;
+
+  ASSERT_OK(batch->putFile("job/shared/c.sst", b));  // the name is free again
+  ASSERT_OK(batch->commit());
+  EXPECT_EQ(listOrDie("job"), (std::vector<FileEntry>{{"job/chk-1/CURRENT", 7}, {"job/shared/a.sst", 100},
+                                                      {"job/shared/c.sst", 200}}));
+  EXPECT_EQ(getOrDie("job/chk-1/CURRENT"), "earlier");
+  EXPECT_EQ(getOrDie("job/shared/a.sst"), readLocal(a));
+  EXPECT_TRUE(temporaries("").empty());
+
+  Status late = batch->putFile("job/shared/d.sst", a);
+  EXPECT_TRUE(late.isInvalidArgument()) << late;
+  EXPECT_TRUE(contains(late.message(), "already committed")) << late;
+  EXPECT_TRUE(batch->commit().isInvalidArgument());
+  EXPECT_FALSE(storage_->exists("job/shared/d.sst"));
+}
+
+TEST_F(FileBatchTest, AFileCreatedAtABatchPathBeforeCommitFailsTheCommitAndNoFileOfTheBatchStays) {
+  const auto files = threeFiles("job");
+  auto batch = batchOf(files);
+  ASSERT_OK(storage_->put(files[1].path, "a racing creator's"));
+  Status s = batch->commit();
+  EXPECT_TRUE(s.isInvalidArgument()) << s;
+  EXPECT_TRUE(contains(s.message(), root_ + "/" + files[1].path + ": already exists")) << s;
+  EXPECT_EQ(listOrDie(""), (std::vector<FileEntry>{{files[1].path, 18}}));
+  EXPECT_EQ(getOrDie(files[1].path), "a racing creator's") << "overwritten";
+  EXPECT_TRUE(temporaries("").empty());
+}
+
+TEST_F(FileBatchTest, AFailureInTheCommitLeavesNoFileOfTheBatchAndNoTemporaryFile) {
+  struct Case {
+    std::string name;
+    testing::FsOp op;
+    uint64_t nth;
+    std::string message;
+  };
+  // The commit of a batch into new directories (a new root each time): 3 renames, then
+  // fsyncs of the storage root's parent, the root, job, job/chk-1 and job/shared (at
+  // once, so "first" and "last" are in the order they happen to start).
+  const std::vector<Case> cases = {
+      {"the first rename fails", testing::FsOp::kRename, 1, "cannot publish"},
+      {"the third rename fails", testing::FsOp::kRename, 3, "cannot publish"},
+      {"the first directory fsync fails", testing::FsOp::kSyncDir, 1, "cannot sync directory"},
+      {"the last directory fsync fails", testing::FsOp::kSyncDir, 5, "cannot sync directory"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::error_code ec;
+    fs::remove_all(root_, ec);
+    auto batch = batchOf(threeFiles("job"));
+    const uint64_t syncDirsBefore = fs_->count(testing::FsOp::kSyncDir);
+    fs_->failNth(c.op, c.nth, EIO);
+    Status s = batch->commit();
+    fs_->clearFaults();
+    EXPECT_TRUE(s.isIOError()) << s;
+    EXPECT_TRUE(contains(s.message(), c.message)) << s;
+    EXPECT_TRUE(contains(s.message(), std::strerror(EIO))) << s;
+    if (c.op == testing::FsOp::kSyncDir) {
+      EXPECT_GE(fs_->count(testing::FsOp::kSyncDir), syncDirsBefore + c.nth);
+    }
+    EXPECT_TRUE(listOrDie("").empty()) << listOrDie("").front().path;
+    EXPECT_TRUE(temporaries("").empty()) << temporaries("").front().path;
+    batch.reset();
+    EXPECT_TRUE(rawFiles(root_).empty());
+  }
+}
+
+TEST_F(FileBatchTest, AFailureWhileAddingAFileFailsThatFileOnlyAndLeavesNoTemporaryOfIt) {
+  struct Case {
+    std::string name;
+    testing::FsOp op;
+    uint64_t nth;
+    int err;
+    bool (Status::*is)() const;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"a full disk while copying", testing::FsOp::kWrite, 1, ENOSPC, &Status::isNoSpace, "cannot write"},
+      {"an fsync fails", testing::FsOp::kSync, 1, EIO, &Status::isIOError, "cannot sync"},
+      // The source is opened first, then the temporary file.
+      {"the temporary file cannot be created", testing::FsOp::kOpen, 2, EIO, &Status::isIOError, "cannot create"},
+  };
+  int n = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string dir = "job-" + std::to_string(++n);
+    const auto files = threeFiles(dir);
+    auto batch = storage_->createBatch();
+    ASSERT_OK(batch->putFile(files[0].path, files[0].local));
+    fs_->failNth(c.op, c.nth, c.err);
+    Status s = batch->putFile(files[1].path, files[1].local);
+    fs_->clearFaults();
+    EXPECT_TRUE((s.*c.is)()) << s;
+    EXPECT_TRUE(contains(s.message(), c.message)) << s;
+    EXPECT_EQ(temporaries(dir).size(), 1u) << "only the first file's";
+    ASSERT_OK(batch->putFile(files[2].path, files[2].local));
+    ASSERT_OK(batch->commit());
+    std::vector<FileEntry> published = listOrDie(dir);
+    ASSERT_EQ(published.size(), 2u);
+    EXPECT_EQ(published[0].path, files[2].path);
+    EXPECT_EQ(published[1].path, files[0].path);
+    EXPECT_TRUE(temporaries(dir).empty());
+  }
+}
+
+TEST_F(FileBatchTest, AfterAPowerLossAtAnyPointEveryPublishedFileIsWholeAndACommittedBatchIsComplete) {
+  struct Case {
+    std::string name;
+    bool commit;                           // call commit() at all
+    std::vector<std::pair<testing::FsOp, uint64_t>> faults;  // during commit()
+    bool complete;                         // every file must be there after the power loss
+  };
+  const std::vector<Case> cases = {
+      {"power lost before commit", false, {}, false},
+      {"the second rename fails, then the power", true, {{testing::FsOp::kRename, 2}}, false},
+      {"a directory fsync fails, then the power", true, {{testing::FsOp::kSyncDir, 2}}, false},
+      {"a directory fsync and the clean-up fail, then the power", true,
+       {{testing::FsOp::kSyncDir, 1}, {testing::FsOp::kUnlink, 1}}, false},
+      {"power lost after commit", true, {}, true},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::error_code ec;
+    fs::remove_all(root_, ec);  // new directories each time: their durability is tested too
+    const auto files = threeFiles("job");
+    auto batch = batchOf(files);
+    if (c.commit) {
+      for (const auto& [op, nth] : c.faults) fs_->failNth(op, nth, EIO);
+      Status s = batch->commit();
+      fs_->clearFaults();
+      EXPECT_EQ(s.ok(), c.faults.empty()) << s;
+    }
+    fs_->setFilesystemActive(false);  // the process dies, its clean-up does nothing
+    batch.reset();
+    storage_.reset();
+    ASSERT_OK(fs_->dropUnsyncedData());
+    reopen();
+    std::vector<FileEntry> left = listOrDie("");
+    for (const FileEntry& e : left) {
+      auto f = std::find_if(files.begin(), files.end(), [&](const Upload& u) { return u.path == e.path; });
+      ASSERT_NE(f, files.end()) << e.path;
+      EXPECT_EQ(getOrDie(e.path), readLocal(f->local)) << e.path << " is not whole";
+    }
+    if (c.complete) {
+      EXPECT_EQ(left.size(), files.size());
+    }
+  }
+}
+
+TEST_F(FileBatchTest, ACommitFsyncsEachDirectoryOnceWhereOnePutFilePerFileFsyncsItForEveryFile) {
+  // Existing directories, as for a checkpoint's shared/ and chk-N/ after the first.
+  ASSERT_OK(storage_->put("job/shared/old", "o"));
+  ASSERT_OK(storage_->put("job/chk-1/old", "o"));
+  std::vector<Upload> files;
+  for (int i = 0; i < 6; ++i) {
+    const std::string name = (i < 4 ? "shared/0000" : "chk-1/misc-") + std::to_string(i);
+    files.push_back({"job/" + name, source("f" + std::to_string(i), 1000 + i, 100 + i)});
+  }
+  struct Counts {
+    uint64_t syncs, syncDirs, renames;
+  };
+  auto counts = [&] {
+    return Counts{fs_->count(testing::FsOp::kSync), fs_->count(testing::FsOp::kSyncDir),
+                  fs_->count(testing::FsOp::kRename)};
+  };
+  Counts before = counts();
+  auto batch = batchOf(files);
+  ASSERT_OK(batch->commit());
+  Counts after = counts();
+  EXPECT_EQ(after.syncs - before.syncs, 6u);
+  EXPECT_EQ(after.renames - before.renames, 6u);
+  EXPECT_EQ(after.syncDirs - before.syncDirs, 2u) << "one fsync per directory";
+
+  ASSERT_OK(storage_->removeAll("job/chk-1"));
+  ASSERT_OK(storage_->put("job/chk-1/old", "o"));
+  for (int i = 0; i < 4; ++i) ASSERT_OK(storage_->remove(files[i].path));
+  before = counts();
+  for (const Upload& f : files) ASSERT_OK(storage_->putFile(f.path, f.local));
+  after = counts();
+  EXPECT_EQ(after.syncDirs - before.syncDirs, 6u) << "putFile: one per file";
+}
+
+TEST_F(FileBatchTest, FilesAddedFromManyThreadsAtOnceAreAllPublished) {
+  constexpr int kThreads = 8;
+  constexpr int kPerThread = 4;
+  std::vector<std::string> locals;
+  for (int i = 0; i < kThreads * kPerThread; ++i) locals.push_back(source("t" + std::to_string(i), 3000 + i, i));
+  auto batch = storage_->createBatch();
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int k = 0; k < kPerThread; ++k) {
+        const int i = t * kPerThread + k;
+        if (!batch->putFile("job/" + std::string(i % 2 == 0 ? "shared/" : "chk-1/") + std::to_string(i), locals[i]).ok())
+          failures.fetch_add(1);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_TRUE(listOrDie("").empty());
+  ASSERT_OK(batch->commit());
+  std::vector<FileEntry> published = listOrDie("");
+  ASSERT_EQ(published.size(), locals.size());
+  for (const FileEntry& e : published) {
+    const int i = std::stoi(e.path.substr(e.path.rfind('/') + 1));
+    EXPECT_EQ(e.size, 3000u + i) << e.path;
+  }
+  EXPECT_TRUE(temporaries("").empty());
+}
+
+// ---------------------------------------------------------------------------------------
+// The default FileBatch (storages that do not batch, e.g. S3): one putFile() per file
+
+/// Forwards everything to a LocalFileStorage except createBatch(), so the base class's
+/// default batch runs over it.
+class NonBatchingStorage final : public CheckpointStorage {
+ public:
+  explicit NonBatchingStorage(CheckpointStorage& base) : base_(base) {}
+  Result<std::unique_ptr<WritableFile>> create(const std::string& p) override { return base_.create(p); }
+  Status putFile(const std::string& p, const std::string& l) override {
+    ++putFiles;
+    return base_.putFile(p, l);
+  }
+  Status put(const std::string& p, std::string_view b) override { return base_.put(p, b); }
+  Result<std::unique_ptr<ReadableFile>> open(const std::string& p) override { return base_.open(p); }
+  Status get(const std::string& p, std::string* out) override { return base_.get(p, out); }
+  Status getToLocalFile(const std::string& p, const std::string& d) override { return base_.getToLocalFile(p, d); }
+  Result<uint64_t> fileSize(const std::string& p) override { return base_.fileSize(p); }
+  bool exists(const std::string& p) override { return base_.exists(p); }
+  Status list(const std::string& d, std::vector<FileEntry>* out) override { return base_.list(d, out); }
+  Status listTemporary(const std::string& d, std::vector<FileEntry>* out) override {
+    return base_.listTemporary(d, out);
+  }
+  Status remove(const std::string& p) override { return base_.remove(p); }
+  Status removeTemporary(const std::string& p) override { return base_.removeTemporary(p); }
+  Status removeAll(const std::string& d) override { return base_.removeAll(d); }
+  std::string describe(const std::string& p) const override { return base_.describe(p); }
+  std::string rootUri() const override { return base_.rootUri(); }
+
+  std::atomic<int> putFiles{0};
+
+ private:
+  CheckpointStorage& base_;
+};
+
+TEST_F(FileBatchTest, TheDefaultBatchPutsEachFileAsItIsAddedAndRemovesThemUnlessCommitted) {
+  NonBatchingStorage plain(*storage_);
+  const auto files = threeFiles("job");
+  for (bool commit : {false, true}) {
+    SCOPED_TRACE(commit ? "committed" : "dropped");
+    auto batch = plain.createBatch();
+    for (const Upload& f : files) ASSERT_OK(batch->putFile(f.path, f.local));
+    EXPECT_EQ(listOrDie("").size(), 3u) << "each file is published by its putFile()";
+    Status again = batch->putFile(files[0].path, files[1].local);
+    EXPECT_TRUE(again.isInvalidArgument()) << again;
+    if (commit) ASSERT_OK(batch->commit());
+    batch.reset();
+    EXPECT_EQ(listOrDie("").size(), commit ? 3u : 0u);
+  }
+  EXPECT_EQ(plain.putFiles.load(), 8);
+  for (const Upload& f : files) EXPECT_EQ(getOrDie(f.path), readLocal(f.local)) << f.path;
 }
 
 }  // namespace

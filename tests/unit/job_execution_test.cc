@@ -649,7 +649,12 @@ TEST_F(JobExecutionTest, AnAbortStopsTheRunningUploadAndItsTaskDeclinesOnceWhile
     auto pausing = std::make_shared<PausingStorage>(storage_, script);
     CheckpointTarget t = target(1, false, pausing);
     t.exclusiveDir = dir;
-    JobExecution exec(env.takePlan(), config(2, c.backend, c.incremental), &listener);
+    ExecutionConfig ec = config(2, c.backend, c.incremental);
+    // One transfer thread, so that the RocksDB files behind the paused one wait in the
+    // queue and the abort must keep them from starting ("1 of"): with four, all four
+    // files of this small checkpoint (one upload batch) would start at once.
+    ec.rocksdb.transferThreads = 1;
+    JobExecution exec(env.takePlan(), ec, &listener);
     ScriptRelease release{*script};  // before exec goes: no job thread stays held
     ASSERT_TRUE(exec.prepare(nullptr).ok());
     exec.start();

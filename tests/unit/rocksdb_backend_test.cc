@@ -1078,6 +1078,60 @@ TEST_F(RocksDbBackendTest, AnAbortOrAFailureDuringParallelUploadsFailsOnceAndLea
   }
 }
 
+// The upload is one FileBatch of the local storage: a file that fails, or a commit that
+// fails, leaves no file of the checkpoint under a final name — in the exclusive directory
+// nor in the shared one — and no temporary file.
+TEST_F(RocksDbBackendTest, AFailedFileOrCommitOfTheUploadBatchLeavesNoFileInEitherDirectory) {
+  struct Case {
+    std::string name;
+    testing::StorageOp op;
+    uint64_t nth;
+  };
+  const std::vector<Case> cases = {
+      {"the first file added fails", testing::StorageOp::kPutFile, 1},
+      {"the third file added fails", testing::StorageOp::kPutFile, 3},
+      {"the commit fails", testing::StorageOp::kBatchCommit, 1},
+  };
+  auto base = openStorage((root_ / "ckpt").string());
+  ASSERT_TRUE(base.ok()) << base.status();
+  testing::FaultInjectionStorage faulty(std::shared_ptr<CheckpointStorage>(std::move(base).value()));
+  uint64_t id = 0;
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    ++id;
+    Model model;
+    auto b = make({0, 127}, true, "batch-" + std::to_string(id), 4);
+    ASSERT_TRUE(b);
+    registerAll(*b);
+    populate(*b, 0, 3000, "t", &model);
+    SnapshotRequest r = request(id, "op-0");
+    r.storage = &faulty;
+    r.sharedDir = "shared-" + std::to_string(id);
+    faulty.failNth(c.op, c.nth, EIO);
+    auto async = b->snapshotSync(r);
+    ASSERT_TRUE(async.ok()) << async.status();
+    auto h = (*async)->run();
+    faulty.clearFaults();
+    ASSERT_FALSE(h.ok()) << "the upload went through";
+    EXPECT_NE(h.status().message().find("(injected fault)"), std::string::npos) << h.status();
+    for (const std::string& dir : {r.exclusiveDir, r.sharedDir}) {
+      std::vector<FileEntry> left, temps;
+      EXPECT_TRUE(storage_->list(dir, &left).ok());
+      EXPECT_TRUE(left.empty()) << left.size() << " files left in " << dir << ", first " << left.front().path;
+      EXPECT_TRUE(storage_->listTemporary(dir, &temps).ok());
+      EXPECT_TRUE(temps.empty()) << temps.size() << " temporary files left in " << dir;
+    }
+    // The next checkpoint uploads everything and restores the state.
+    SnapshotRequest next = request(100 + id, "op-0");
+    next.storage = &faulty;
+    next.sharedDir = r.sharedDir;
+    auto k = snapshot(*b, next);
+    auto restored = restoreInto({0, 127}, "batch-dst-" + std::to_string(id), {k});
+    ASSERT_TRUE(restored);
+    EXPECT_EQ(dump(*restored), model);
+  }
+}
+
 // ---------------------------------------------------------------------------------------
 // Interoperability with the heap backend (key-group files restore anywhere)
 

@@ -15,8 +15,9 @@
 // it: a prefix naming a file (not a directory) has nothing under it.
 //
 // Durability: a file becomes visible under its final name only once it is completely
-// written and durable (WritableFile::close, putFile and put returning OK). A crash or
-// failure never leaves a partial file under a final name, and never overwrites a file.
+// written and durable (WritableFile::close, putFile and put returning OK; for a
+// FileBatch, at the latest when its commit() returns OK). A crash or failure never
+// leaves a partial file under a final name, and never overwrites a file.
 //
 // Temporary files: while a file is written it lives under a temporary name in its final
 // directory. A crash can leave such a file behind; list() never reports it,
@@ -100,6 +101,58 @@ struct FileEntry {
   bool operator==(const FileEntry&) const = default;
 };
 
+/// Files uploaded together and published together: CheckpointStorage::createBatch().
+///
+/// Uploading n files with putFile() costs, on a local file system, n times "fsync the
+/// file, rename it, fsync its directory", each a journal commit the next step waits for.
+/// A batch makes each file's bytes durable under a temporary name as it is added (the
+/// fsyncs of files added from several threads run at the same time), and commit() then
+/// renames them all and fsyncs each directory involved once.
+///
+/// Contract:
+///  - A file is under its final name only once its bytes are durable, as with putFile().
+///  - commit() returning OK: every file added is published under its final name and
+///    durable, exactly as if putFile() had returned OK for each.
+///  - commit() failing, or the batch destroyed without a successful commit() (a failure
+///    or an abort of the caller): no file of the batch stays under its final name (any
+///    already published are removed again) and its temporary files are removed. Best
+///    effort, as every clean-up: a removal that fails leaves a complete file, which is
+///    garbage for `jobhost gc` like any file no `_metadata` references.
+///  - Before commit() returns, whether an added file is visible depends on the storage:
+///    LocalFileStorage shows none; the default implementation (object stores, whose
+///    every put is atomic and durable) publishes each file in putFile(). Readers must
+///    not rely on either.
+///  - A crash at any point leaves under final names only complete files (all, some or
+///    none of the batch); temporary files are what listTemporary() reports.
+///
+/// Thread-safety: putFile() may be called from several threads at once (parallel
+/// transfers); commit() once, from one thread, after every putFile() has returned. The
+/// destructor must not run concurrently with either. A batch must not outlive the
+/// storage that created it.
+class FileBatch {
+ public:
+  FileBatch() = default;
+  FileBatch(const FileBatch&) = delete;
+  FileBatch& operator=(const FileBatch&) = delete;
+
+  /// Removes every file of the batch unless commit() returned OK (see above).
+  virtual ~FileBatch() = default;
+
+  /// Adds a copy of the local file localSourcePath, to be published at path. Errors as
+  /// CheckpointStorage::putFile(): InvalidArgument "already exists" if a file is at path
+  /// or the batch already holds one for path (a creator racing with the batch is
+  /// detected by commit()), NotFound for a missing source, I/O errors. A failed putFile()
+  /// leaves nothing of that file, and the batch usable: the caller may add the file
+  /// under another name, or discard the batch. After commit(): InvalidArgument.
+  virtual Status putFile(const std::string& path, const std::string& localSourcePath) = 0;
+
+  /// Publishes every file added, durably. On failure none of them is published (see
+  /// above): InvalidArgument "already exists" if a file appeared at one of the paths
+  /// since it was added (nothing is overwritten), I/O errors. OK for an empty batch. A
+  /// second call is InvalidArgument.
+  virtual Status commit() = 0;
+};
+
 class CheckpointStorage {
  public:
   CheckpointStorage() = default;
@@ -119,6 +172,13 @@ class CheckpointStorage {
 
   /// Writes bytes as a new file at path: create(), append(bytes), close().
   virtual Status put(const std::string& path, std::string_view bytes) = 0;
+
+  /// Starts a batch of files to copy in and publish together (FileBatch), for uploads of
+  /// many files (a RocksDB checkpoint's SSTs, MANIFEST, CURRENT and OPTIONS). The default
+  /// publishes each file with putFile() as it is added, and removes them again when the
+  /// batch goes away uncommitted: right for a storage whose puts are atomic and durable
+  /// one by one (an object store).
+  virtual std::unique_ptr<FileBatch> createBatch();
 
   /// Opens the file at path for reading. NotFound if there is no file at path
   /// (including when path is a directory).

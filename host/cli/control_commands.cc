@@ -123,7 +123,7 @@ int listCommand() {
       std::string bytes;
       PluginError unreadable;
       if (!readPluginFile(s.pluginPath, &bytes, &unreadable)) onDisk = "MISSING";
-      else onDisk = fnv1a64Hex(bytes) == s.pluginDigest ? "unchanged" : "CHANGED";
+      else onDisk = pluginDigestHex(bytes) == s.pluginDigest ? "unchanged" : "CHANGED";
       anyChanged |= onDisk != "unchanged";
     }
     t.add({j.jobId, status, s.jobClass, formatLocalTime(s.startedMs), last, onDisk, s.pluginPath});

@@ -13,6 +13,11 @@
 #include <utility>
 
 #include <boost/dll/shared_library.hpp>
+
+#ifndef XXH_INLINE_ALL
+#define XXH_INLINE_ALL
+#endif
+#include <xxhash.h>
 #include <spdlog/spdlog.h>
 
 #include "host/plugin/did_you_mean.h"
@@ -188,12 +193,8 @@ std::optional<PluginError> checkPluginCompatibility(const std::string& path,
   return std::nullopt;
 }
 
-std::string fnv1a64Hex(std::string_view bytes) {
-  uint64_t hash = 0xcbf29ce484222325ull;  // FNV-1a 64 offset basis
-  for (char c : bytes) {
-    hash ^= static_cast<uint8_t>(c);
-    hash *= 0x100000001b3ull;  // FNV-1a 64 prime
-  }
+std::string pluginDigestHex(std::string_view bytes) {
+  uint64_t hash = XXH3_64bits(bytes.data(), bytes.size());
   static constexpr char kDigits[] = "0123456789abcdef";
   std::string out(16, '0');
   for (int i = 15; i >= 0; --i) {
@@ -223,7 +224,7 @@ std::unique_ptr<PluginLibrary> PluginLibrary::open(const std::string& path, Plug
     *error = std::move(*incompatible);
     return nullptr;
   }
-  std::string digest = fnv1a64Hex(bytes);
+  std::string digest = pluginDigestHex(bytes);
   int pinnedFd = -1;
   if (options.fd >= 0) {
     pinnedFd = options.fd;

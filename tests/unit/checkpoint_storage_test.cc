@@ -28,6 +28,7 @@
 #include "jobhost/state/file_system.h"
 #include "jobhost/state/status.h"
 #include "support/fault_injection.h"
+#include "support/forwarding_storage.h"
 
 namespace jobhost::state {
 namespace {
@@ -1147,34 +1148,15 @@ TEST_F(FileBatchTest, FilesAddedFromManyThreadsAtOnceAreAllPublished) {
 
 /// Forwards everything to a LocalFileStorage except createBatch(), so the base class's
 /// default batch runs over it.
-class NonBatchingStorage final : public CheckpointStorage {
+class NonBatchingStorage final : public testing::ForwardingStorage {
  public:
-  explicit NonBatchingStorage(CheckpointStorage& base) : base_(base) {}
-  Result<std::unique_ptr<WritableFile>> create(const std::string& p) override { return base_.create(p); }
+  using ForwardingStorage::ForwardingStorage;
   Status putFile(const std::string& p, const std::string& l) override {
     ++putFiles;
     return base_.putFile(p, l);
   }
-  Status put(const std::string& p, std::string_view b) override { return base_.put(p, b); }
-  Result<std::unique_ptr<ReadableFile>> open(const std::string& p) override { return base_.open(p); }
-  Status get(const std::string& p, std::string* out) override { return base_.get(p, out); }
-  Status getToLocalFile(const std::string& p, const std::string& d) override { return base_.getToLocalFile(p, d); }
-  Result<uint64_t> fileSize(const std::string& p) override { return base_.fileSize(p); }
-  bool exists(const std::string& p) override { return base_.exists(p); }
-  Status list(const std::string& d, std::vector<FileEntry>* out) override { return base_.list(d, out); }
-  Status listTemporary(const std::string& d, std::vector<FileEntry>* out) override {
-    return base_.listTemporary(d, out);
-  }
-  Status remove(const std::string& p) override { return base_.remove(p); }
-  Status removeTemporary(const std::string& p) override { return base_.removeTemporary(p); }
-  Status removeAll(const std::string& d) override { return base_.removeAll(d); }
-  std::string describe(const std::string& p) const override { return base_.describe(p); }
-  std::string rootUri() const override { return base_.rootUri(); }
 
   std::atomic<int> putFiles{0};
-
- private:
-  CheckpointStorage& base_;
 };
 
 TEST_F(FileBatchTest, TheDefaultBatchPutsEachFileAsItIsAddedAndRemovesThemUnlessCommitted) {

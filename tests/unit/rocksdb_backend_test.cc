@@ -34,6 +34,7 @@
 #include "jobhost/state/keyed_backend.h"
 #include "support/state_descriptors.h"
 #include "support/fault_injection.h"
+#include "support/forwarding_storage.h"
 
 namespace jobhost::state {
 namespace {
@@ -987,35 +988,16 @@ TEST_F(RocksDbBackendTest, DownloadErrorFailsTheRestoreNamingTheFileAndLeavesNoP
 
 /// Forwards to another storage; putFile() first asks `hook`, whose error it returns
 /// instead of uploading.
-class HookedPutStorage final : public CheckpointStorage {
+class HookedPutStorage final : public testing::ForwardingStorage {
  public:
   HookedPutStorage(CheckpointStorage& base, std::function<Status(const std::string&)> hook)
-      : base_(base), hook_(std::move(hook)) {}
-  Result<std::unique_ptr<WritableFile>> create(const std::string& path) override { return base_.create(path); }
+      : ForwardingStorage(base), hook_(std::move(hook)) {}
   Status putFile(const std::string& path, const std::string& local) override {
     if (Status s = hook_(path); !s.ok()) return s;
     return base_.putFile(path, local);
   }
-  Status put(const std::string& path, std::string_view bytes) override { return base_.put(path, bytes); }
-  Result<std::unique_ptr<ReadableFile>> open(const std::string& path) override { return base_.open(path); }
-  Status get(const std::string& path, std::string* out) override { return base_.get(path, out); }
-  Status getToLocalFile(const std::string& path, const std::string& dest) override {
-    return base_.getToLocalFile(path, dest);
-  }
-  Result<uint64_t> fileSize(const std::string& path) override { return base_.fileSize(path); }
-  bool exists(const std::string& path) override { return base_.exists(path); }
-  Status list(const std::string& dir, std::vector<FileEntry>* out) override { return base_.list(dir, out); }
-  Status listTemporary(const std::string& dir, std::vector<FileEntry>* out) override {
-    return base_.listTemporary(dir, out);
-  }
-  Status remove(const std::string& path) override { return base_.remove(path); }
-  Status removeTemporary(const std::string& path) override { return base_.removeTemporary(path); }
-  Status removeAll(const std::string& dir) override { return base_.removeAll(dir); }
-  std::string describe(const std::string& path) const override { return base_.describe(path); }
-  std::string rootUri() const override { return base_.rootUri(); }
 
  private:
-  CheckpointStorage& base_;
   std::function<Status(const std::string&)> hook_;
 };
 

@@ -27,6 +27,7 @@
 #include "jobhost/state/key_group_format.h"
 #include "jobhost/state/keyed_backend.h"
 #include "support/fault_injection.h"
+#include "support/forwarding_storage.h"
 #include "support/state_descriptors.h"
 
 namespace jobhost::state {
@@ -517,32 +518,16 @@ TEST_F(KeyGroupFormatTest, AnErrorFromTheCallbackStopsTheRead) {
 
 // Forwards to a storage and remembers the largest single read of an opened file: how
 // much of a file a reader holds at once.
-class ReadSizeRecordingStorage final : public CheckpointStorage {
+class ReadSizeRecordingStorage final : public testing::ForwardingStorage {
  public:
-  explicit ReadSizeRecordingStorage(CheckpointStorage& base) : base_(base) {}
+  using ForwardingStorage::ForwardingStorage;
   size_t largestRead() const { return *largest_; }
 
-  Result<std::unique_ptr<WritableFile>> create(const std::string& p) override { return base_.create(p); }
-  Status putFile(const std::string& p, const std::string& l) override { return base_.putFile(p, l); }
-  Status put(const std::string& p, std::string_view b) override { return base_.put(p, b); }
   Result<std::unique_ptr<ReadableFile>> open(const std::string& p) override {
     auto f = base_.open(p);
     if (!f.ok()) return f.status();
     return std::unique_ptr<ReadableFile>(new File(std::move(*f), largest_));
   }
-  Status get(const std::string& p, std::string* out) override { return base_.get(p, out); }
-  Status getToLocalFile(const std::string& p, const std::string& l) override { return base_.getToLocalFile(p, l); }
-  Result<uint64_t> fileSize(const std::string& p) override { return base_.fileSize(p); }
-  bool exists(const std::string& p) override { return base_.exists(p); }
-  Status list(const std::string& d, std::vector<FileEntry>* out) override { return base_.list(d, out); }
-  Status listTemporary(const std::string& d, std::vector<FileEntry>* out) override {
-    return base_.listTemporary(d, out);
-  }
-  Status remove(const std::string& p) override { return base_.remove(p); }
-  Status removeTemporary(const std::string& p) override { return base_.removeTemporary(p); }
-  Status removeAll(const std::string& d) override { return base_.removeAll(d); }
-  std::string describe(const std::string& p) const override { return base_.describe(p); }
-  std::string rootUri() const override { return base_.rootUri(); }
 
  private:
   class File final : public ReadableFile {
@@ -559,7 +544,6 @@ class ReadSizeRecordingStorage final : public CheckpointStorage {
     std::unique_ptr<ReadableFile> base_;
     std::shared_ptr<size_t> largest_;
   };
-  CheckpointStorage& base_;
   std::shared_ptr<size_t> largest_ = std::make_shared<size_t>(0);
 };
 

@@ -281,10 +281,11 @@ struct Serializer<std::optional<T>> {
 namespace detail {
 /// Types whose Serializer writes the value's own bytes, fixed-width little-endian (the
 /// integer Serializer above): serializeInto()/deserialize() copy them without a
-/// ByteWriter/ByteReader (keyed state reads and writes one per access).
+/// ByteWriter/ByteReader (keyed state reads and writes one per access). Only where the
+/// value's memory is that little-endian encoding; a big-endian host takes the writer.
 template <class T>
-inline constexpr bool kRawFixedWidth =
-    std::is_integral_v<T> && !std::is_same_v<T, bool> && !std::is_same_v<T, char>;
+inline constexpr bool kRawFixedWidth = std::endian::native == std::endian::little && std::is_integral_v<T> &&
+                                       !std::is_same_v<T, bool> && !std::is_same_v<T, char>;
 }  // namespace detail
 
 /// Serializes `v` into `out` (cleared first); convenience for one-off encodes.

@@ -94,7 +94,8 @@ void CheckpointCoordinator::attach(JobExecution* execution) {
 
 void CheckpointCoordinator::detach() {
   std::lock_guard lock(mu_);
-  if (pending_) abortLocked(pending_->id, "the job attempt ended before it completed");
+  if (pending_)
+    abortLocked(pending_->id, CheckpointFailureReason::kAttemptEnded, "the job attempt ended before it completed");
   execution_ = nullptr;
 }
 
@@ -131,8 +132,9 @@ void CheckpointCoordinator::loop() {
       if (stop_) return;
     }
     if (pending_ && !pending_->savepoint && std::chrono::steady_clock::now() - pending_->started > options_.timeout)
-      abortLocked(pending_->id, "not complete after " + std::to_string(options_.timeout.count()) +
-                                    " ms (execution.checkpointing.timeout)");
+      abortLocked(pending_->id, CheckpointFailureReason::kExpired,
+                  "not complete after " + std::to_string(options_.timeout.count()) +
+                      " ms (execution.checkpointing.timeout)");
     lock.unlock();
     triggerCheckpoint();
     lock.lock();
@@ -214,13 +216,13 @@ void CheckpointCoordinator::acknowledge(uint64_t id, TaskSnapshot snapshot) {
   finalizeLocked(std::move(p));
 }
 
-void CheckpointCoordinator::decline(uint64_t id, const Status& reason) {
+void CheckpointCoordinator::decline(uint64_t id, CheckpointFailureReason reason, const Status& detail) {
   std::lock_guard lock(mu_);
   if (!pending_ || pending_->id != id) {
     cleanUpAbortedLocked(id, {});
     return;
   }
-  abortLocked(id, reason.toString());
+  abortLocked(id, reason, detail.toString());
 }
 
 void CheckpointCoordinator::cleanUpAbortedLocked(uint64_t id, const std::vector<TaskSnapshot>& parts) {
@@ -242,7 +244,7 @@ void CheckpointCoordinator::cleanUpAbortedLocked(uint64_t id, const std::vector<
   for (const auto& r : removed) spdlog::debug("removed {} ({})", storage_->describe(r.path), r.reason);
 }
 
-void CheckpointCoordinator::abortLocked(uint64_t id, const std::string& reason) {
+void CheckpointCoordinator::abortLocked(uint64_t id, CheckpointFailureReason why, const std::string& reason) {
   if (pending_ && pending_->savepoint) {
     SavepointRequest* sp = pending_->savepoint;
     spdlog::warn("savepoint {} failed: {}", sp->storage->describe(sp->dir), reason);
@@ -258,7 +260,8 @@ void CheckpointCoordinator::abortLocked(uint64_t id, const std::string& reason) 
     cleanUpAbortedLocked(id, {});
     return;
   }
-  spdlog::warn("checkpoint {} failed and was discarded: {}", id, reason);
+  if (countsAgainstTolerance(why)) spdlog::warn("checkpoint {} failed and was discarded: {}", id, reason);
+  else spdlog::info("checkpoint {} was not taken ({}): {}", id, checkpointFailureName(why), reason);
   failRecordLocked(id, reason);
   std::vector<TaskSnapshot> reported;  // parts that reported before the abort
   if (pending_ && pending_->id == id) reported = std::move(pending_->acks);
@@ -266,8 +269,8 @@ void CheckpointCoordinator::abortLocked(uint64_t id, const std::string& reason) 
   done_.notify_all();
   aborted_.insert(id);
   while (aborted_.size() > 64) aborted_.erase(aborted_.begin());
-  ++consecutiveFailures_;
-  if (execution_ && consecutiveFailures_ > options_.tolerableFailures && reason.find("attempt ended") == std::string::npos)
+  if (countsAgainstTolerance(why)) ++consecutiveFailures_;
+  if (execution_ && countsAgainstTolerance(why) && consecutiveFailures_ > options_.tolerableFailures)
     execution_->failExternally("checkpoint " + std::to_string(id) + " failed: " + reason + " (" +
                                std::to_string(consecutiveFailures_) +
                                " in a row; execution.checkpointing.tolerable-failed-checkpoints = " +
@@ -329,7 +332,7 @@ void CheckpointCoordinator::finalizeLocked(Pending p) {
       std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - p.started).count());
   if (Status s = registry_.publish(dir, m); !s.ok()) {
     pending_ = std::move(p);  // abortLocked expects the pending checkpoint
-    abortLocked(pending_->id, "cannot write its metadata: " + s.toString());
+    abortLocked(pending_->id, CheckpointFailureReason::kFinalizeFailed, "cannot write its metadata: " + s.toString());
     return;
   }
   ++completed_;
@@ -381,7 +384,7 @@ void CheckpointCoordinator::finalizeSavepointLocked(Pending p, state::Checkpoint
   Status s = bytes.ok() ? sp->storage->put(sp->dir + "/" + state::kMetadataFileName, *bytes) : bytes.status();
   if (!s.ok()) {
     pending_ = std::move(p);  // abortLocked reports through the request
-    abortLocked(pending_->id, "cannot write its metadata: " + s.toString());
+    abortLocked(pending_->id, CheckpointFailureReason::kFinalizeFailed, "cannot write its metadata: " + s.toString());
     return;
   }
   std::string path = sp->storage->describe(sp->dir);
@@ -445,7 +448,8 @@ state::Result<std::string> CheckpointCoordinator::triggerSavepoint(const std::st
     recordLocked(r);
   }
   if (!done_.wait_until(lock, deadline, [&] { return req.result.has_value(); })) {
-    if (pending_ && pending_->savepoint == &req) abortLocked(pending_->id, "timed out");
+    if (pending_ && pending_->savepoint == &req)
+      abortLocked(pending_->id, CheckpointFailureReason::kExpired, "timed out");
     return Status::IOError("savepoint timed out");
   }
   return std::move(*req.result);

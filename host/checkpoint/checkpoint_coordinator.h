@@ -102,7 +102,7 @@ class CheckpointCoordinator : public CheckpointListener {
   void acknowledge(uint64_t checkpointId, TaskSnapshot snapshot) override;
   /// Wakes the trigger loop: the next checkpoint is triggered now, not an interval later.
   void finalCheckpointWanted() override;
-  void decline(uint64_t checkpointId, const state::Status& reason) override;
+  void decline(uint64_t checkpointId, CheckpointFailureReason reason, const state::Status& detail) override;
 
  private:
   struct SavepointRequest {
@@ -121,7 +121,9 @@ class CheckpointCoordinator : public CheckpointListener {
   };
   void finalizeLocked(Pending p);
   void finalizeSavepointLocked(Pending p, state::CheckpointMetadata m);
-  void abortLocked(uint64_t id, const std::string& reason);
+  /// Aborts checkpoint `id`; a failure `why` that counts against the tolerance
+  /// (checkpoint_failure.h) beyond tolerable-failed-checkpoints in a row fails the attempt.
+  void abortLocked(uint64_t id, CheckpointFailureReason why, const std::string& reason);
   /// Discards the oldest retained checkpoints beyond num-retained (through the registry).
   void subsumeLocked();
   /// What an aborted checkpoint wrote (called at the abort and again for every late

@@ -575,6 +575,17 @@ struct JobExecution::Impl {
     for (uint64_t id : triggered) performCheckpoint(t, id, 0);
   }
 
+  /// A source whose input just ended: serves the mail and triggers that came meanwhile.
+  /// If one of them was a stop checkpoint, nothing may follow its barrier: waits (as the
+  /// poll loop does) until it is aborted, which resumes the source, or the job is cancelled.
+  void serveMailAtEndOfInput(Task& t) {
+    drainMail(t);
+    while (t.suspendedBy != 0 && !cancelled.load()) {
+      waitForMail(t);
+      drainMail(t);
+    }
+  }
+
   /// A suspended source: waits for mail, a trigger or cancellation.
   void waitForMail(Task& t) {
     std::unique_lock lock(t.mailMu);
@@ -741,7 +752,8 @@ struct JobExecution::Impl {
     // suspendedBy set and resumes the source (mail runs on this thread, after this).
     if (!t.gate && target.stopSources) t.suspendedBy = id;
     if (!failure.ok()) {
-      enqueueUpload([this, id, failure] { listener->decline(id, failure); });
+      enqueueUpload(
+          [this, id, failure] { listener->decline(id, CheckpointFailureReason::kSnapshotFailed, failure); });
       return;
     }
     auto parts = std::make_shared<decltype(asyncParts)>(std::move(asyncParts));
@@ -753,7 +765,7 @@ struct JobExecution::Impl {
       for (auto& [slot, part] : *parts) {
         auto h = part->run();
         if (!h.ok()) {
-          listener->decline(id, h.status());
+          listener->decline(id, CheckpointFailureReason::kSnapshotFailed, h.status());
           return;
         }
         snap->operators[slot].second.keyed = std::move(*h);
@@ -800,6 +812,12 @@ struct JobExecution::Impl {
       }
     }
     if (!cancelled.load()) {
+      // A checkpoint triggered while the last poll ran: its barrier still follows the last
+      // record (the source's position is its end). Declining it instead failed checkpoints
+      // of bounded jobs at random, depending on when the input ended (issue 35).
+      serveMailAtEndOfInput(t);
+    }
+    if (!cancelled.load()) {
       advance(t, head, kMaxWatermark);  // the end of a bounded input: every event-time timer fires
       if (finalCheckpoint) {
         // Serve checkpoints until one triggered after every source ended is complete.
@@ -819,7 +837,10 @@ struct JobExecution::Impl {
       left.swap(t.triggers);
     }
     for (uint64_t id : left)
-      enqueueUpload([this, id] { listener->decline(id, Status::IOError("a source finished before its barrier")); });
+      enqueueUpload([this, id] {
+        listener->decline(id, CheckpointFailureReason::kTaskFinished,
+                          Status::IOError("a source had finished before the checkpoint reached it"));
+      });
   }
 
   void processData(Task& t, const ChannelEvent& ev) {

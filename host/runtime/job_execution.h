@@ -62,6 +62,7 @@
 #include "jobhost/operator.h"
 #include "jobhost/state/checkpoint_metadata.h"
 #include "jobhost/state/keyed_backend.h"
+#include "runtime/checkpoint_failure.h"
 
 namespace jobhost::host {
 
@@ -119,12 +120,15 @@ struct TaskSnapshot {
 ///    decline(), or had finished and acknowledges). A task that had not started it
 ///    writes nothing for that checkpoint and need not report. So once every task that
 ///    started has reported, no file of the aborted checkpoint is being written.
-///  - A source that ends before it emitted the barrier declines.
+///  - A source whose input ends while a trigger waits for it still emits that barrier
+///    after its last record; one triggered after it finished declines with kTaskFinished.
 class CheckpointListener {
  public:
   virtual ~CheckpointListener() = default;
   virtual void acknowledge(uint64_t checkpointId, TaskSnapshot snapshot) = 0;
-  virtual void decline(uint64_t checkpointId, const state::Status& reason) = 0;
+  /// The task does not take part in the checkpoint: `reason` says why (and whether that
+  /// counts as a failure, checkpoint_failure.h), `detail` what happened.
+  virtual void decline(uint64_t checkpointId, CheckpointFailureReason reason, const state::Status& detail) = 0;
   /// Every source's input ended and the job waits for its final checkpoint (a
   /// transactional sink): trigger one soon rather than at the next interval. May be
   /// called from a task thread; must not block on the execution.

@@ -209,7 +209,7 @@ class RecordingListener : public CheckpointListener {
     acks_[id].push_back(std::move(snapshot));
     cv_.notify_all();
   }
-  void decline(uint64_t id, const state::Status& reason) override {
+  void decline(uint64_t id, CheckpointFailureReason, const state::Status& reason) override {
     std::lock_guard lock(mu_);
     declines_[id].push_back(reason.toString());
     cv_.notify_all();

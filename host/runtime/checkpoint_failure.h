@@ -1,0 +1,60 @@
+// host/runtime/checkpoint_failure.h — why a checkpoint did not complete, and whether that
+// counts against `execution.checkpointing.tolerable-failed-checkpoints`.
+//
+// One owner for that decision, as Flink's CheckpointFailureManager: whoever reports a
+// failed checkpoint names its reason here, and the coordinator asks
+// countsAgainstTolerance(); nothing looks at a message's text to decide. A reason that
+// does not count is still logged and recorded in the checkpoint history as FAILED.
+//
+// Thread-safety: plain values and a pure function.
+#pragma once
+
+#include <string_view>
+
+namespace jobhost::host {
+
+enum class CheckpointFailureReason {
+  /// A task's input ended (a bounded source finished) before the barrier could follow its
+  /// last record. Not a fault of checkpointing: Flink ignores it too
+  /// (CHECKPOINT_DECLINED_INPUT_END_OF_STREAM, CHECKPOINT_DECLINED_TASK_CLOSING).
+  kTaskFinished,
+  /// The job attempt ended (a task failure, cancellation) before the checkpoint completed.
+  /// The restart strategy handles that ending; it is not counted a second time.
+  kAttemptEnded,
+  /// A task could not take or upload its snapshot (CHECKPOINT_ASYNC_EXCEPTION).
+  kSnapshotFailed,
+  /// Not complete within `execution.checkpointing.timeout` (CHECKPOINT_EXPIRED).
+  kExpired,
+  /// Every part was there, but its `_metadata` could not be published
+  /// (FINALIZE_CHECKPOINT_FAILURE).
+  kFinalizeFailed,
+};
+
+/// Whether a checkpoint failing for `reason` counts as one of the consecutive failures
+/// that `execution.checkpointing.tolerable-failed-checkpoints` tolerates.
+constexpr bool countsAgainstTolerance(CheckpointFailureReason reason) {
+  switch (reason) {
+    case CheckpointFailureReason::kTaskFinished:
+    case CheckpointFailureReason::kAttemptEnded:
+      return false;
+    case CheckpointFailureReason::kSnapshotFailed:
+    case CheckpointFailureReason::kExpired:
+    case CheckpointFailureReason::kFinalizeFailed:
+      return true;
+  }
+  return true;
+}
+
+/// A short name for logs and tests, e.g. "task finished".
+constexpr std::string_view checkpointFailureName(CheckpointFailureReason reason) {
+  switch (reason) {
+    case CheckpointFailureReason::kTaskFinished: return "task finished";
+    case CheckpointFailureReason::kAttemptEnded: return "attempt ended";
+    case CheckpointFailureReason::kSnapshotFailed: return "snapshot failed";
+    case CheckpointFailureReason::kExpired: return "expired";
+    case CheckpointFailureReason::kFinalizeFailed: return "metadata not published";
+  }
+  return "unknown";
+}
+
+}  // namespace jobhost::host

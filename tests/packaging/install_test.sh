@@ -5,7 +5,10 @@
 # a checkpoint and a restore that continues the counts. Also checks the installed layout,
 # the default configuration file and what the plugin exports.
 #
-# usage: install_test.sh --build-dir DIR --project DIR --work DIR --cmake CMAKE
+# Then builds the example plugin's own sources (plugins/wordcount) out of tree the same way
+# (examples_project/: find_package(jobhost COMPONENTS postgres), jobhost::postgres).
+#
+# usage: install_test.sh --build-dir DIR --project DIR --examples DIR --work DIR --cmake CMAKE
 #                        --generator GEN --make-program PROG --cxx COMPILER
 set -euo pipefail
 
@@ -24,11 +27,12 @@ logged() {
   fi
 }
 
-build_dir="" project="" work="" cmake="" generator="" make_program="" cxx=""
+build_dir="" project="" examples="" work="" cmake="" generator="" make_program="" cxx=""
 while [[ $# -gt 0 ]]; do
   case $1 in
     --build-dir) build_dir=$2 ;;
     --project) project=$2 ;;
+    --examples) examples=$2 ;;
     --work) work=$2 ;;
     --cmake) cmake=$2 ;;
     --generator) generator=$2 ;;
@@ -38,7 +42,7 @@ while [[ $# -gt 0 ]]; do
   esac
   shift 2
 done
-for v in build_dir project work cmake generator cxx; do
+for v in build_dir project examples work cmake generator cxx; do
   [[ -n ${!v} ]] || fail "missing --${v//_/-}"
 done
 
@@ -158,6 +162,17 @@ check_exports() {
 }
 check_exports "$plugin" jhjob_HeapWordCount jhjob_RocksWordCount
 check_exports "$prefix/lib/jobhost/plugins/libwordcount_jobs.so"
+
+step "the example plugin's sources, out of tree against $prefix"
+# Unoptimised (no build type): this checks what the build needs, not the code it makes.
+logged "$work/examples-configure.log" "$cmake" -S "$(dirname "$project")/examples_project" -B "$work/examples-build" \
+  "${generator_args[@]}" -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_PREFIX_PATH="$prefix" -DEXAMPLES_DIR="$examples" \
+  -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF -DCMAKE_FIND_USE_SYSTEM_PACKAGE_REGISTRY=OFF
+logged "$work/examples-build.log" "$cmake" --build "$work/examples-build"
+examples_info=$("$jobhost" info "$work/examples-build/libwordcount_jobs.so") || fail "jobhost info of the examples failed"
+for cls in WordCount NexmarkQ5 WordCountToPostgres; do
+  grep -qw "$cls" <<<"$examples_info" || fail "the out-of-tree example plugin lacks $cls: $examples_info"
+done
 
 step "the installed default configuration loads"
 # As shipped (everything commented out), and with every setting uncommented: each

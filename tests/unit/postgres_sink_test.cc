@@ -319,6 +319,30 @@ TEST_F(PostgresSinkTest, WithoutCheckpointsTheEndOfTheInputCommits) {
   op.close();
 }
 
+// The rows go as one COPY (appending) or one INSERT ... FROM unnest(text arrays) (upserting):
+// values with the characters those formats escape, or give a meaning (\N is NULL to COPY,
+// quotes and backslashes delimit array elements, braces and commas separate them), arrive
+// as they were, and the upsert casts each column to its type (n is bigint).
+TEST_F(PostgresSinkTest, ValuesWithQuotesBackslashesTabsNewlinesAndBracesArriveUnchangedEitherWay) {
+  const std::vector<std::string> words = {"plain", "it's", "say \"hi\"", "back\\slash", "\\N", "tab\there",
+                                          "new\nline", "cr\rhere", "{a,b}", "NULL", "", "ünïcödé", " lead"};
+  for (bool upsert : {true, false}) {
+    SCOPED_TRACE(upsert ? "upsert" : "append");
+    const std::string t = upsert ? "counts" : "log";
+    SinkOp& op = openSink(0, 1, {}, sink(t, upsert).withBatchSize(65536));
+    std::vector<Count> records;
+    for (size_t i = 0; i < words.size(); ++i) records.push_back({words[i], static_cast<int64_t>(i + 1)});
+    write(op, records);
+    op.endInput();
+    Table want;
+    for (size_t i = 0; i < words.size(); ++i) want[words[i]] = static_cast<long>(i + 1);
+    EXPECT_EQ(table(t), want);
+    EXPECT_EQ(server_->column("SELECT count(*) FROM " + t + " WHERE word IS NULL", db_),
+              std::vector<std::string>{"0"});
+    op.close();
+  }
+}
+
 TEST_F(PostgresSinkTest, BadArgumentsAreRefusedWhenTheJobIsBuilt) {
   auto row = [](const Count& c) { return std::vector<std::string>{c.first}; };
   EXPECT_THROW(Sink("host=/x", "", {"a"}, row), jobhost::JobArgumentError);

@@ -1,6 +1,6 @@
 // example: sdk_examples/postgres.cpp
 #include <jobhost/jobhost.h>
-#include <jobhost/postgres.h>  // not in jobhost.h: link libpq (PostgreSQL::PostgreSQL)
+#include <jobhost/postgres.h>  // not in jobhost.h: link jobhost::postgres (brings libpq)
 
 #include <chrono>
 #include <string>

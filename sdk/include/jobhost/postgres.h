@@ -103,7 +103,9 @@ class PostgresSink : public TwoPhaseCommitSink<T, PostgresTransaction> {
     writer_.withJobName(std::move(name));
     return *this;
   }
-  /// Rows buffered before they are written (one statement), at most. Default 65536.
+  /// Rows buffered before they are written (one statement), at most. Default 262144;
+  /// with upsertOn the buffer holds one row per key, so an interval with fewer keys is
+  /// written once, at its barrier.
   PostgresSink& withBatchSize(size_t rows) {
     writer_.withBatchSize(rows);
     return *this;

@@ -216,7 +216,7 @@ class PostgresWriter {
     return *this;
   }
   /// Rows buffered before they are written, at most (one COPY, or one INSERT ... ON
-  /// CONFLICT statement, which the server runs while the task goes on). Default 65536.
+  /// CONFLICT statement, which the server runs while the task goes on). Default 262144.
   PostgresWriter& withBatchSize(size_t rows) {
     if (rows == 0) throw JobArgumentError("PostgresSink::withBatchSize must be positive");
     batch_ = rows;
@@ -830,7 +830,7 @@ class PostgresWriter {
   std::vector<std::string> columns_, keys_;
   std::vector<size_t> keyIndexes_;
   std::string jobName_;
-  size_t batch_ = 65536;
+  size_t batch_ = 262144;
   std::chrono::milliseconds lockTimeout_{std::chrono::seconds(30)};
 
   // After open():

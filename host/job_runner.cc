@@ -184,9 +184,11 @@ int decideStableJobRestore(const RunOptions& o, const JobSetup& setup, std::opti
 
 int runJob(const RunOptions& o) {
   JobSetup setup;
-  // Pinned: every attempt loads the bytes read now (plugin_loader.h, "Pinning").
+  // Pinned: every attempt loads the bytes read now (plugin_loader.h, "Pinning"). A dry
+  // run (`jobhost check`) starts no attempt: no private copy (for the 21 MB example plugin
+  // that copy was half of every `jobhost check`, issue 33 H1).
   PluginOpenOptions pluginOptions;
-  pluginOptions.pin = true;
+  pluginOptions.pin = !o.dryRun;
   if (int rc = setupJob(o, &setup, pluginOptions); rc != 0) return rc;
   for (const auto& w : setup.config.suspiciousKeys()) spdlog::warn("{}", w);
   auto restart = createRestartStrategy(setup.config);

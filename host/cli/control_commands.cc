@@ -120,10 +120,10 @@ int listCommand() {
     else last = s.checkpointDir.empty() ? "checkpoints off" : "none yet";
     std::string onDisk = "-";
     if (!s.pluginDigest.empty()) {
-      std::string bytes;
+      PluginFileBytes bytes;
       PluginError unreadable;
       if (!readPluginFile(s.pluginPath, &bytes, &unreadable)) onDisk = "MISSING";
-      else onDisk = pluginDigestHex(bytes) == s.pluginDigest ? "unchanged" : "CHANGED";
+      else onDisk = pluginDigestHex(bytes.view()) == s.pluginDigest ? "unchanged" : "CHANGED";
       anyChanged |= onDisk != "unchanged";
     }
     t.add({j.jobId, status, s.jobClass, formatLocalTime(s.startedMs), last, onDisk, s.pluginPath});

@@ -7,6 +7,7 @@
 #include "host/plugin/elf_metadata.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -474,8 +475,29 @@ PluginMetadataResult readPluginMetadata(std::string_view b) {
   return parseRecords(b.substr(meta->offset, meta->size));
 }
 
-bool readPluginFile(const std::string& path, std::string* bytes, PluginError* error) {
+PluginFileBytes& PluginFileBytes::operator=(PluginFileBytes&& other) noexcept {
+  if (this != &other) {
+    release();
+    std::swap(map_, other.map_);
+    std::swap(mapBytes_, other.mapBytes_);
+    std::swap(data_, other.data_);
+    std::swap(size_, other.size_);
+  }
+  return *this;
+}
+
+void PluginFileBytes::release() {
+  if (map_ != nullptr) ::munmap(map_, mapBytes_);
+  map_ = nullptr;
+  mapBytes_ = 0;
+  data_ = nullptr;
+  size_ = 0;
+}
+
+bool readPluginFile(const std::string& path, PluginFileBytes* bytes, PluginError* error) {
+  bytes->release();
   auto fail = [&](PluginError::Kind kind, std::string message) {
+    bytes->release();
     *error = PluginError{kind, std::move(message)};
     return false;
   };
@@ -517,37 +539,50 @@ bool readPluginFile(const std::string& path, std::string* bytes, PluginError* er
                     "-byte limit for plugins; strip debug info (`strip -g`) to shrink it");
   }
 
-  bytes->clear();
-  bytes->reserve(static_cast<size_t>(st.st_size));
-  char buffer[1 << 16];
+  // Room for the size fstat() saw plus one byte, to see that the file grew meanwhile;
+  // mapped with 2 MiB of slack so the data can start on a 2 MiB boundary.
+  constexpr size_t kHuge = size_t{2} << 20;
+  const size_t capacity = static_cast<size_t>(st.st_size) + 1;
+  const size_t rounded = (capacity + kHuge - 1) & ~(kHuge - 1);
+  bytes->mapBytes_ = rounded + kHuge;
+  void* map = ::mmap(nullptr, bytes->mapBytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (map == MAP_FAILED) {
+    bytes->mapBytes_ = 0;
+    return fail(PluginError::kLoadFailed, "cannot read " + path + ": " + std::strerror(errno));
+  }
+  bytes->map_ = map;
+  bytes->data_ = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(map) + kHuge - 1) & ~uintptr_t{kHuge - 1});
+  ::madvise(bytes->data_, rounded, MADV_HUGEPAGE);  // a hint: without THP it reads as before
+  size_t got = 0;
   while (true) {
-    const ssize_t n = ::read(fd, buffer, sizeof(buffer));
+    const ssize_t n = ::read(fd, bytes->data_ + got, capacity - got);
     if (n < 0) {
       if (errno == EINTR) continue;
       return failErrno(errno);
     }
     if (n == 0) break;
-    // The file may grow while we read; keep the cap.
-    if (bytes->size() + static_cast<size_t>(n) > kMaxPluginFileBytes) {
+    got += static_cast<size_t>(n);
+    // The file grew while we read.
+    if (got == capacity) {
       return fail(PluginError::kLoadFailed,
-                  path + " grew beyond the " + std::to_string(kMaxPluginFileBytes) +
-                      "-byte limit for plugins while being read");
+                  path + " grew while it was read (" + std::to_string(st.st_size) +
+                      " bytes when opened); is it being rewritten? Run the command again once it is complete");
     }
-    bytes->append(buffer, static_cast<size_t>(n));
   }
+  bytes->size_ = got;
   return true;
 }
 
-PluginMetadataResult readPluginMetadataFile(const std::string& path, std::string* fileBytes) {
-  std::string local;
-  std::string* bytes = fileBytes != nullptr ? fileBytes : &local;
+PluginMetadataResult readPluginMetadataFile(const std::string& path, PluginFileBytes* fileBytes) {
+  PluginFileBytes local;
+  PluginFileBytes* bytes = fileBytes != nullptr ? fileBytes : &local;
   PluginError error;
   if (!readPluginFile(path, bytes, &error)) {
     PluginMetadataResult result;
     result.error = std::move(error);
     return result;
   }
-  PluginMetadataResult result = readPluginMetadata(*bytes);
+  PluginMetadataResult result = readPluginMetadata(bytes->view());
   if (result.error) result.error->message = path + ": " + result.error->message;
   return result;
 }

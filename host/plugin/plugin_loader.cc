@@ -83,7 +83,7 @@ std::string fdPath(int fd) { return "/proc/self/fd/" + std::to_string(fd); }
 
 /// A sealed in-memory copy of `bytes` (see "Pinning" in the header); -1 and *why on
 /// failure.
-int makeSealedCopy(const std::string& path, const std::string& bytes, std::string* why) {
+int makeSealedCopy(const std::string& path, std::string_view bytes, std::string* why) {
   int fd = ::memfd_create("jobhost-plugin", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) {
     *why = std::string("memfd_create: ") + std::strerror(errno);
@@ -207,11 +207,11 @@ std::string pluginDigestHex(std::string_view bytes) {
 std::unique_ptr<PluginLibrary> PluginLibrary::open(const std::string& path, PluginError* error,
                                                    const PluginOpenOptions& options) {
   // 1 and 2: static checks, no plugin code runs.
-  std::string bytes;
+  PluginFileBytes bytes;
   PluginMetadataResult metadata;
   if (options.fd >= 0) {
     if (!readPluginFile(fdPath(options.fd), &bytes, error)) return nullptr;
-    metadata = readPluginMetadata(bytes);
+    metadata = readPluginMetadata(bytes.view());
     if (metadata.error) metadata.error->message = path + ": " + metadata.error->message;
   } else {
     metadata = readPluginMetadataFile(path, &bytes);
@@ -224,20 +224,20 @@ std::unique_ptr<PluginLibrary> PluginLibrary::open(const std::string& path, Plug
     *error = std::move(*incompatible);
     return nullptr;
   }
-  std::string digest = pluginDigestHex(bytes);
+  std::string digest = pluginDigestHex(bytes.view());
   int pinnedFd = -1;
   if (options.fd >= 0) {
     pinnedFd = options.fd;
     ::fcntl(pinnedFd, F_SETFD, FD_CLOEXEC);  // ours now; a later worker gets its own dup
   } else if (options.pin) {
     std::string why;
-    pinnedFd = makeSealedCopy(path, bytes, &why);
+    pinnedFd = makeSealedCopy(path, bytes.view(), &why);
     if (pinnedFd < 0) {
       *error = PluginError{PluginError::kLoadFailed, "cannot load " + path + ": " + why};
       return nullptr;
     }
   }
-  bytes = std::string();  // may be large; not needed any more
+  bytes.release();  // may be large; not needed any more
   const std::string loadPath = pinnedFd >= 0 ? fdPath(pinnedFd) : path;
   auto fail = [&](PluginError e) {
     if (pinnedFd >= 0) ::close(pinnedFd);

@@ -276,14 +276,29 @@ void JobSupervisor::setState(JobState s) {
 
 void JobSupervisor::recordCheckpointLocked(const CheckpointRecord& r) {
   history_.record(r);
+  updateCheckpointStatsLocked();
+}
+
+void JobSupervisor::updateCheckpointStatsLocked() {
   info_.checkpointsCompleted = history_.completed();
   info_.checkpointsFailed = history_.failed();
+  info_.checkpointsInProgress = 0;
+  bool lastFound = false;
+  const auto& records = history_.records();
+  for (auto it = records.rbegin(); it != records.rend(); ++it) {
+    if (it->status == CheckpointRecord::Status::kInProgress) ++info_.checkpointsInProgress;
+    if (lastFound || it->savepoint || it->status != CheckpointRecord::Status::kCompleted) continue;
+    lastFound = true;
+    info_.lastCheckpointDurationMs = it->durationMicros / 1000;
+    info_.lastCheckpointSizeBytes = it->newBytes;
+    info_.lastCheckpointFullSizeBytes = it->totalBytes;
+    info_.lastCheckpointCompletedMs = it->triggerTimeMs + static_cast<int64_t>(it->durationMicros / 1000);
+  }
 }
 
 void JobSupervisor::failInProgressLocked(const std::string& reason) {
   history_.failAllInProgress(reason, nowMs());
-  info_.checkpointsCompleted = history_.completed();
-  info_.checkpointsFailed = history_.failed();
+  updateCheckpointStatsLocked();
 }
 
 void JobSupervisor::onCheckpointRecord(const CheckpointRecord& r) {
@@ -389,13 +404,42 @@ std::optional<JobSupervisor::WorkerEnd> JobSupervisor::readWorker(int fd) {
       capnp::StreamFdMessageReader reader(fd);
       auto m = reader.getRoot<wire::FromWorker>();
       switch (m.which()) {
-        case wire::FromWorker::RUNNING:
+        case wire::FromWorker::RUNNING: {
+          {
+            std::lock_guard lock(mu_);
+            info_.runningSinceMs = nowMs();
+            if (attemptRestores_) info_.lastRestoreMs = info_.runningSinceMs;  // restored by now
+          }
           setState(JobState::kRunning);
           ready_.signalReady(jobId_);
           break;
+        }
         case wire::FromWorker::STATS: {
           auto s = m.getStats();
+          std::vector<TaskMetricsSample> tasks;
+          for (auto t : s.getTasks()) {
+            TaskMetricsSample x;
+            x.name = t.getName();
+            x.subtask = t.getSubtask();
+            x.parallelism = t.getParallelism();
+            x.recordsIn = t.getRecordsIn();
+            x.recordsOut = t.getRecordsOut();
+            x.idleNanos = t.getIdleNanos();
+            x.backPressuredNanos = t.getBackPressuredNanos();
+            x.inputWatermark = t.getInputWatermark();
+            for (auto b : t.getBackends()) x.backends.push_back({b.getOperatorUid(), b.getBackend(), b.getEntries()});
+            tasks.push_back(std::move(x));
+          }
+          const int64_t at = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 std::chrono::steady_clock::now().time_since_epoch())
+                                 .count();
           std::lock_guard lock(mu_);
+          info_.tasks = taskRates_.add(at, std::move(tasks));
+          info_.recordsInPerSecond = info_.recordsOutPerSecond = 0;
+          for (const auto& t : info_.tasks) {
+            info_.recordsInPerSecond += t.recordsInPerSecond;
+            info_.recordsOutPerSecond += t.recordsOutPerSecond;
+          }
           info_.recordsIn = s.getRecordsIn();
           info_.recordsOut = s.getRecordsOut();
           if (s.getLastCheckpointId()) {
@@ -516,10 +560,12 @@ int JobSupervisor::run() {
         exitCode = kExitJobFailed;
         break;
       }
+      attemptRestores_ = restore->directory.has_value();
       {
         std::lock_guard lock(mu_);
         workerChannel_ = w.channel;
         attempt_ = attempt;
+        taskRates_.reset();
         if (cancelRequested_) sendLocked([](wire::ToWorker::Builder b) { b.setCancel(); });
       }
       auto ended = readWorker(w.channel);
@@ -535,6 +581,7 @@ int JobSupervisor::run() {
       {
         std::lock_guard lock(mu_);
         workerChannel_ = -1;
+        info_.runningSinceMs = 0;
         failInProgressLocked("the job attempt ended before it completed");
         changed_.notify_all();
         requested = cancelRequested_;

@@ -22,6 +22,7 @@
 #include "jobhost/state/checkpoint_layout.h"
 #include "jobhost/state/snapshot_registry.h"
 #include "runtime/worker_protocol.capnp.h"
+#include "log_format.h"
 #include "signal_handling.h"
 
 namespace jobhost::host {
@@ -191,6 +192,7 @@ int JobSupervisor::prepare() {
   }
   std::lock_guard lock(mu_);
   info_.jobId = jobId_;
+  setLogJob(jobId_, 0);
   info_.pluginDigest = setup_.plugin->contentDigest();
   info_.jobClass = setup_.className;
   info_.pluginPath = fs::absolute(o_.pluginPath).string();
@@ -392,6 +394,7 @@ std::vector<std::string> JobSupervisor::workerArguments(int attempt, const Resto
   if (d.directory) a.insert(a.end(), {"--restore-from", *d.directory});
   if (d.initial) a.push_back("--restore-initial");
   if (o_.allowNonRestoredState) a.push_back("-n");
+  if (o_.logFormat != "text") a.insert(a.end(), {"--log-format", o_.logFormat});
   a.push_back(o_.pluginPath);
   a.insert(a.end(), o_.jobArgs.begin(), o_.jobArgs.end());
   return a;
@@ -561,6 +564,7 @@ int JobSupervisor::run() {
         break;
       }
       attemptRestores_ = restore->directory.has_value();
+      setLogJob(jobId_, attempt);
       {
         std::lock_guard lock(mu_);
         workerChannel_ = w.channel;

@@ -20,6 +20,7 @@
 #include "checkpoint/checkpoint_coordinator.h"
 #include "checkpoint/checkpoint_record_capnp.h"
 #include "job_setup.h"
+#include "log_format.h"
 #include "runtime/worker_protocol.capnp.h"
 
 namespace jobhost::host {
@@ -118,6 +119,7 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
   if (const char* sup = std::getenv("JOBHOST_SUPERVISOR_PID"); sup && getppid() != std::atoi(sup))
     return kExitJobFailed;
   installCrashReporter(w.crashFd);
+  setLogJob(w.jobId, w.attempt);
   Channel channel(w.channelFd);
   auto end = [&](wire::EndKind kind, const std::string& message, const std::string& op, const std::string& subtask,
                  bool restoreFailure, int exitCode) {

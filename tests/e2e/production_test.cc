@@ -96,7 +96,8 @@ class Production : public Cli {
     std::vector<std::string> args = {"run", "-c", "WordCount", "-p", "2"};
     for (auto& f : ckFlags()) args.push_back(f);
     args.insert(args.end(), extra.begin(), extra.end());
-    args.insert(args.end(), {kPlugin, "--input", input(400).string(), "--rate", "3000"});
+    // About 10 s of input: the tests stop it earlier (SIGTERM).
+    args.insert(args.end(), {kPlugin, "--input", input(2000).string(), "--rate", "3000"});
     return std::make_unique<Process>(jobhost(args), tmp / (name + ".out"), tmp / (name + ".err"));
   }
 };
@@ -131,7 +132,16 @@ TEST_F(Production, HealthEndpointServesProbesAndMetricsThatPromtoolAcceptsAndTha
   EXPECT_GT(sum(b, "jobhost_job_number_of_completed_checkpoints_total"),
             sum(a, "jobhost_job_number_of_completed_checkpoints_total"));
   EXPECT_GT(sum(b, "jobhost_job_last_completed_checkpoint_id"), sum(a, "jobhost_job_last_completed_checkpoint_id"));
-  EXPECT_GT(sum(b, "jobhost_task_num_records_in_per_second"), 0);
+  // The rates cover the last 5 s of the worker's samples (two a second): poll until
+  // the supervisor has two samples with records between them.
+  HttpResponse third;
+  for (int i = 0; i < 100; ++i) {
+    third = httpGet(port, "/metrics");
+    if (sum(samples(third.body), "jobhost_task_num_records_in_per_second") > 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_GT(sum(samples(third.body), "jobhost_task_num_records_in_per_second"), 0) << third.body;
+  EXPECT_GT(sum(samples(third.body), "jobhost_job_num_records_in_per_second"), 0) << third.body;
   // Both subtasks of the keyed task and the source task, with Flink's labels.
   int keyedSubtasks = 0;
   for (const auto& [key, value] : b)

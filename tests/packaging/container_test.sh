@@ -76,14 +76,19 @@ fi
 start() {
   local name=$1
   shift
+  export W=$work/$name
   if [[ $mode == podman ]]; then
     names+=("$name")
     podman rm -f "$name" >/dev/null 2>&1 || true
     "${podman_run[@]}" -d --name "$name" "$IMAGE" "$@" >/dev/null
   else
-    setsid chroot --userspec=10001:10001 "$ROOTFS" /usr/bin/env HOME=/var/lib/jobhost JOBHOST_HOME=/var/lib/jobhost \
-      /usr/bin/jobhost "$@" >"$work/$name.out" 2>"$work/$name.err" &
-    echo $! >"$work/$name.pid"
+    # A session of its own (kill -9 of the group is the node loss); jobhost's pid in NAME.pid,
+    # its exit code in NAME.rc (none: it was killed with its group).
+    rm -f "$work/$name.pid" "$work/$name.rc"
+    setsid sh -c 'chroot --userspec=10001:10001 "$0" /usr/bin/env HOME=/var/lib/jobhost JOBHOST_HOME=/var/lib/jobhost \
+      /usr/bin/jobhost "$@" >"$W.out" 2>"$W.err" & echo $! >"$W.pid"; wait $!; echo $? >"$W.rc"' \
+      "$ROOTFS" "$@" &
+    for _ in $(seq 100); do [[ -s $work/$name.pid ]] && break; sleep 0.05; done
   fi
 }
 # finish NAME [timeout]: waits for the job to exit; prints its exit code; collects its output
@@ -95,16 +100,17 @@ finish() {
   else
     local pid
     pid=$(cat "$work/$name.pid")
-    for _ in $(seq $((timeout * 10))); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -0 "$pid" 2>/dev/null && fail "$name did not end within $timeout s"
-    wait "$pid" && rc=0 || rc=$?
+    for _ in $(seq $((timeout * 10))); do [[ -s $work/$name.rc ]] || kill -0 "$pid" 2>/dev/null || break; [[ -s $work/$name.rc ]] && break; sleep 0.1; done
+    [[ -s $work/$name.rc ]] || ! kill -0 "$pid" 2>/dev/null || fail "$name did not end within $timeout s"
+    sleep 0.2
+    rc=$(cat "$work/$name.rc" 2>/dev/null || echo 137)
   fi
   echo "$rc"
 }
 # signal NAME SIG
 signal() {
   if [[ $mode == podman ]]; then podman kill -s "$2" "$1" >/dev/null
-  elif [[ $2 == KILL ]]; then kill -KILL -- "-$(cat "$work/$1.pid")"
+  elif [[ $2 == KILL ]]; then kill -KILL -- "-$(ps -o pgid= -p "$(cat "$work/$1.pid")" | tr -d ' ')"
   else kill -"$2" "$(cat "$work/$1.pid")"; fi
 }
 # wait_checkpoints JOB_ID N: until the job's directory on the volume holds chk-N or later
@@ -159,5 +165,5 @@ stop_took=$((SECONDS - stop_start))
 compgen -G "$vol/savepoints/savepoint-*/_metadata" >/dev/null || { cat "$work/third.err" >&2; fail "SIGTERM: no savepoint"; }
 grep -q "stopped with savepoint" "$work/third.err" || fail "SIGTERM: the log does not name the savepoint"
 t_term=$((SECONDS - t2))
-echo "PASS ($mode): image $IMAGE, non-root, kill + restore exact, SIGTERM as PID 1 -> savepoint + exit 130 in ${stop_took} s;" \
+echo "PASS ($mode): image $IMAGE, non-root, kill + restore exact, SIGTERM$([[ $mode == podman ]] && echo " to PID 1") -> savepoint + exit 130 in ${stop_took} s;" \
   "build ${t_build} s, kill/restore ${t_kill} s, SIGTERM ${t_term} s, total $((SECONDS - t0)) s"

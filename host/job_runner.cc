@@ -26,6 +26,7 @@
 #include "runtime/restart_strategy.h"
 #include "signal_handling.h"
 #include "supervisor_control.h"
+#include "ui/health_server.h"
 
 namespace jobhost::host {
 
@@ -240,7 +241,7 @@ int runJob(const RunOptions& o) {
   JobSupervisor supervisor(o, setup, std::move(restart), std::move(initial));
   if (int rc = supervisor.prepare(); rc != 0) return rc;
   SupervisorControl control(supervisor, setup);
-  setSignalTarget(&control);
+  setSignalTarget(&control, setup.stopWithSavepointOnSigterm);
   std::unique_ptr<ControlServer> server;
   {
     auto started = ControlServer::start(control, supervisor.jobId());
@@ -248,7 +249,22 @@ int runJob(const RunOptions& o) {
     else spdlog::warn("control endpoint unavailable ({}); list/savepoint/cancel cannot reach this job",
                       started.status().message());
   }
+  std::unique_ptr<HealthServer> health;
+  if (o.healthPort) {
+    HealthOptions ho;
+    ho.address = o.healthAddress;
+    ho.port = *o.healthPort;
+    ho.maxCheckpointAge = setup.readinessMaxCheckpointAge;
+    auto started = HealthServer::start(control, ho);
+    if (!started.ok()) {
+      setSignalTarget(nullptr);
+      std::cerr << "error: " << started.status().message() << "\n";
+      return kExitUsage;
+    }
+    health = std::move(*started);
+  }
   int exitCode = supervisor.run();
+  health.reset();
   server.reset();  // the socket goes before the process does
   setSignalTarget(nullptr);
   return exitCode;

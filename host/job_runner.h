@@ -55,6 +55,12 @@ struct RunOptions {
   /// --max-checkpoint-age: with restoreLatest, refuse (exit 3) a newest checkpoint taken
   /// longer ago than this, instead of silently going back that far.
   std::optional<std::chrono::milliseconds> maxCheckpointAge;
+  /// --health-port: serve /healthz, /readyz and /metrics (ui/health_server.h) on this port
+  /// of --health-address ("*": every interface).
+  std::optional<int> healthPort;
+  std::string healthAddress = "*";
+  /// --log-format: "text" or "json" (log_format.h); the worker processes get the same.
+  std::string logFormat = "text";
 };
 
 /// Why `id` cannot be a job id (empty if it can): 1 to 64 letters, digits, '-' and '_',

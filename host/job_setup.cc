@@ -177,6 +177,22 @@ int setupJob(const RunOptions& o, JobSetup* s, const PluginOpenOptions& pluginOp
       throw ConfigError("execution.checkpointing.externalized-checkpoint-retention = '" + retention +
                         "' is unknown; use RETAIN_ON_CANCELLATION or DELETE_ON_CANCELLATION");
     s->deleteOnCancel = retention == "DELETE_ON_CANCELLATION";
+    s->stopWithSavepointOnSigterm = config.getBool("execution.stop-with-savepoint-on-sigterm");
+    if (s->stopWithSavepointOnSigterm && s->savepointDir.empty())
+      throw ConfigError("execution.stop-with-savepoint-on-sigterm = true (from " +
+                        config.origin("execution.stop-with-savepoint-on-sigterm") +
+                        ") needs state.savepoints.dir: where the savepoint goes");
+    if (s->stopWithSavepointOnSigterm && s->interval.count() <= 0)
+      throw ConfigError("execution.stop-with-savepoint-on-sigterm = true needs checkpointing "
+                        "(execution.checkpointing.interval): savepoints are taken by the checkpoint coordinator");
+    if (config.get("health.readiness.max-checkpoint-age")) {
+      s->readinessMaxCheckpointAge = config.getDuration("health.readiness.max-checkpoint-age");
+      if (s->readinessMaxCheckpointAge.count() <= 0)
+        throw ConfigError("health.readiness.max-checkpoint-age (from " +
+                          config.origin("health.readiness.max-checkpoint-age") + ") must be a positive duration");
+    } else if (s->interval.count() > 0) {
+      s->readinessMaxCheckpointAge = std::max<std::chrono::milliseconds>(5 * s->interval, std::chrono::minutes(1));
+    }
     std::string local = config.get("state.local.dir").value_or("");
     s->localDirIsDefault = local.empty();
     s->localDirRoot = local.empty() ? defaultWorkRoot() : fs::absolute(local).lexically_normal().string();

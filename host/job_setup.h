@@ -40,6 +40,9 @@ struct JobSetup {
   std::string checkpointDir;  // state.checkpoints.dir (absolute)
   std::string savepointDir;   // state.savepoints.dir, may be empty
   bool deleteOnCancel = false;
+  bool stopWithSavepointOnSigterm = false;  // execution.stop-with-savepoint-on-sigterm
+  /// health.readiness.max-checkpoint-age (0 with checkpoints off: RUNNING is ready).
+  std::chrono::milliseconds readinessMaxCheckpointAge{0};
   std::string localDirRoot;   // state.local.dir, else defaultWorkRoot() (job_work_directory.h)
   bool localDirIsDefault = true;
 };

@@ -22,6 +22,7 @@
 #include "jobhost/state/checkpoint_layout.h"
 #include "jobhost/state/snapshot_registry.h"
 #include "runtime/worker_protocol.capnp.h"
+#include "log_format.h"
 #include "signal_handling.h"
 
 namespace jobhost::host {
@@ -191,6 +192,7 @@ int JobSupervisor::prepare() {
   }
   std::lock_guard lock(mu_);
   info_.jobId = jobId_;
+  setLogJob(jobId_, 0);
   info_.pluginDigest = setup_.plugin->contentDigest();
   info_.jobClass = setup_.className;
   info_.pluginPath = fs::absolute(o_.pluginPath).string();
@@ -276,14 +278,29 @@ void JobSupervisor::setState(JobState s) {
 
 void JobSupervisor::recordCheckpointLocked(const CheckpointRecord& r) {
   history_.record(r);
+  updateCheckpointStatsLocked();
+}
+
+void JobSupervisor::updateCheckpointStatsLocked() {
   info_.checkpointsCompleted = history_.completed();
   info_.checkpointsFailed = history_.failed();
+  info_.checkpointsInProgress = 0;
+  bool lastFound = false;
+  const auto& records = history_.records();
+  for (auto it = records.rbegin(); it != records.rend(); ++it) {
+    if (it->status == CheckpointRecord::Status::kInProgress) ++info_.checkpointsInProgress;
+    if (lastFound || it->savepoint || it->status != CheckpointRecord::Status::kCompleted) continue;
+    lastFound = true;
+    info_.lastCheckpointDurationMs = it->durationMicros / 1000;
+    info_.lastCheckpointSizeBytes = it->newBytes;
+    info_.lastCheckpointFullSizeBytes = it->totalBytes;
+    info_.lastCheckpointCompletedMs = it->triggerTimeMs + static_cast<int64_t>(it->durationMicros / 1000);
+  }
 }
 
 void JobSupervisor::failInProgressLocked(const std::string& reason) {
   history_.failAllInProgress(reason, nowMs());
-  info_.checkpointsCompleted = history_.completed();
-  info_.checkpointsFailed = history_.failed();
+  updateCheckpointStatsLocked();
 }
 
 void JobSupervisor::onCheckpointRecord(const CheckpointRecord& r) {
@@ -377,6 +394,7 @@ std::vector<std::string> JobSupervisor::workerArguments(int attempt, const Resto
   if (d.directory) a.insert(a.end(), {"--restore-from", *d.directory});
   if (d.initial) a.push_back("--restore-initial");
   if (o_.allowNonRestoredState) a.push_back("-n");
+  if (o_.logFormat != "text") a.insert(a.end(), {"--log-format", o_.logFormat});
   a.push_back(o_.pluginPath);
   a.insert(a.end(), o_.jobArgs.begin(), o_.jobArgs.end());
   return a;
@@ -389,13 +407,42 @@ std::optional<JobSupervisor::WorkerEnd> JobSupervisor::readWorker(int fd) {
       capnp::StreamFdMessageReader reader(fd);
       auto m = reader.getRoot<wire::FromWorker>();
       switch (m.which()) {
-        case wire::FromWorker::RUNNING:
+        case wire::FromWorker::RUNNING: {
+          {
+            std::lock_guard lock(mu_);
+            info_.runningSinceMs = nowMs();
+            if (attemptRestores_) info_.lastRestoreMs = info_.runningSinceMs;  // restored by now
+          }
           setState(JobState::kRunning);
           ready_.signalReady(jobId_);
           break;
+        }
         case wire::FromWorker::STATS: {
           auto s = m.getStats();
+          std::vector<TaskMetricsSample> tasks;
+          for (auto t : s.getTasks()) {
+            TaskMetricsSample x;
+            x.name = t.getName();
+            x.subtask = t.getSubtask();
+            x.parallelism = t.getParallelism();
+            x.recordsIn = t.getRecordsIn();
+            x.recordsOut = t.getRecordsOut();
+            x.idleNanos = t.getIdleNanos();
+            x.backPressuredNanos = t.getBackPressuredNanos();
+            x.inputWatermark = t.getInputWatermark();
+            for (auto b : t.getBackends()) x.backends.push_back({b.getOperatorUid(), b.getBackend(), b.getEntries()});
+            tasks.push_back(std::move(x));
+          }
+          const int64_t at = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 std::chrono::steady_clock::now().time_since_epoch())
+                                 .count();
           std::lock_guard lock(mu_);
+          info_.tasks = taskRates_.add(at, std::move(tasks));
+          info_.recordsInPerSecond = info_.recordsOutPerSecond = 0;
+          for (const auto& t : info_.tasks) {
+            info_.recordsInPerSecond += t.recordsInPerSecond;
+            info_.recordsOutPerSecond += t.recordsOutPerSecond;
+          }
           info_.recordsIn = s.getRecordsIn();
           info_.recordsOut = s.getRecordsOut();
           if (s.getLastCheckpointId()) {
@@ -516,10 +563,13 @@ int JobSupervisor::run() {
         exitCode = kExitJobFailed;
         break;
       }
+      attemptRestores_ = restore->directory.has_value();
+      setLogJob(jobId_, attempt);
       {
         std::lock_guard lock(mu_);
         workerChannel_ = w.channel;
         attempt_ = attempt;
+        taskRates_.reset();
         if (cancelRequested_) sendLocked([](wire::ToWorker::Builder b) { b.setCancel(); });
       }
       auto ended = readWorker(w.channel);
@@ -535,6 +585,7 @@ int JobSupervisor::run() {
       {
         std::lock_guard lock(mu_);
         workerChannel_ = -1;
+        info_.runningSinceMs = 0;
         failInProgressLocked("the job attempt ended before it completed");
         changed_.notify_all();
         requested = cancelRequested_;

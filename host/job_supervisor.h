@@ -41,6 +41,7 @@
 #include "job_runner.h"
 #include "job_setup.h"
 #include "job_work_directory.h"
+#include "metrics/task_rates.h"
 #include "runtime/restart_strategy.h"
 
 namespace jobhost::host {
@@ -95,6 +96,8 @@ class JobSupervisor {
   template <class Fill>
   void sendLocked(Fill fill);
   void recordCheckpointLocked(const CheckpointRecord& r);
+  /// The checkpoint figures of info_ from history_ (after every change of it).
+  void updateCheckpointStatsLocked();
   void failInProgressLocked(const std::string& reason);
 
   const RunOptions& o_;
@@ -121,6 +124,8 @@ class JobSupervisor {
   bool cancelRequested_ = false;       // guarded by mu_
   bool stopped_ = false;               // guarded by mu_
   CheckpointHistory history_;          // guarded by mu_
+  TaskRates taskRates_;                // guarded by mu_: the running attempt's task samples
+  bool attemptRestores_ = false;       // main thread: the running attempt restores a snapshot
   DetachHandshake ready_;              // main thread: `jobhost run -d` waits for RUNNING
 };
 

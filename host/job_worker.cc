@@ -20,6 +20,7 @@
 #include "checkpoint/checkpoint_coordinator.h"
 #include "checkpoint/checkpoint_record_capnp.h"
 #include "job_setup.h"
+#include "log_format.h"
 #include "runtime/worker_protocol.capnp.h"
 
 namespace jobhost::host {
@@ -78,6 +79,27 @@ void onFatalSignal(int sig) {
   raise(sig);
 }
 
+void writeTaskStats(const std::vector<TaskMetricsSample>& tasks, capnp::List<wire::TaskStats>::Builder out) {
+  for (unsigned i = 0; i < tasks.size(); ++i) {
+    const TaskMetricsSample& t = tasks[i];
+    auto b = out[i];
+    b.setName(t.name);
+    b.setSubtask(t.subtask);
+    b.setParallelism(t.parallelism);
+    b.setRecordsIn(t.recordsIn);
+    b.setRecordsOut(t.recordsOut);
+    b.setIdleNanos(t.idleNanos);
+    b.setBackPressuredNanos(t.backPressuredNanos);
+    b.setInputWatermark(t.inputWatermark);
+    auto backends = b.initBackends(static_cast<unsigned>(t.backends.size()));
+    for (unsigned j = 0; j < t.backends.size(); ++j) {
+      backends[j].setOperatorUid(t.backends[j].operatorUid);
+      backends[j].setBackend(t.backends[j].backend);
+      backends[j].setEntries(t.backends[j].entries);
+    }
+  }
+}
+
 void installCrashReporter(int fd) {
   gCrashFd = fd;
   for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) {
@@ -97,6 +119,7 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
   if (const char* sup = std::getenv("JOBHOST_SUPERVISOR_PID"); sup && getppid() != std::atoi(sup))
     return kExitJobFailed;
   installCrashReporter(w.crashFd);
+  setLogJob(w.jobId, w.attempt);
   Channel channel(w.channelFd);
   auto end = [&](wire::EndKind kind, const std::string& message, const std::string& op, const std::string& subtask,
                  bool restoreFailure, int exitCode) {
@@ -248,19 +271,26 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
       if (finished.load()) return;
     }
   });
+  // The job's counters, every 500 ms and once at the end (the supervisor's status, the
+  // dashboard and /metrics read them there).
+  auto sendStats = [&] {
+    auto last = coordinator ? coordinator->latestCompleted() : std::nullopt;
+    auto tasks = exec->taskMetrics();
+    channel.send([&](wire::FromWorker::Builder b) {
+      auto s = b.initStats();
+      s.setRecordsIn(exec->recordsIn());
+      s.setRecordsOut(exec->recordsOut());
+      if (last) {
+        s.setLastCheckpointId(last->checkpointId);
+        s.setLastCheckpointPath(coordinator->pathOf(last->checkpointId));
+      }
+      writeTaskStats(tasks, s.initTasks(static_cast<unsigned>(tasks.size())));
+    });
+  };
   std::thread stats([&] {
     while (!finished.load()) {
       for (int i = 0; i < 25 && !finished.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      auto last = coordinator ? coordinator->latestCompleted() : std::nullopt;
-      channel.send([&](wire::FromWorker::Builder b) {
-        auto s = b.initStats();
-        s.setRecordsIn(exec->recordsIn());
-        s.setRecordsOut(exec->recordsOut());
-        if (last) {
-          s.setLastCheckpointId(last->checkpointId);
-          s.setLastCheckpointPath(coordinator->pathOf(last->checkpointId));
-        }
-      });
+      sendStats();
     }
   });
 
@@ -279,16 +309,7 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
     std::lock_guard lock(threadsMu);
     for (auto& t : savepointThreads) t.join();
   }
-  auto last = coordinator ? coordinator->latestCompleted() : std::nullopt;
-  channel.send([&](wire::FromWorker::Builder b) {
-    auto s = b.initStats();
-    s.setRecordsIn(exec->recordsIn());
-    s.setRecordsOut(exec->recordsOut());
-    if (last) {
-      s.setLastCheckpointId(last->checkpointId);
-      s.setLastCheckpointPath(coordinator->pathOf(last->checkpointId));
-    }
-  });
+  sendStats();
   exec.reset();
   std::error_code rm;
   fs::remove_all(ec.localStateDir, rm);

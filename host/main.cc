@@ -12,6 +12,7 @@
 #include "config/units.h"
 #include "job_runner.h"
 #include "job_worker.h"
+#include "log_format.h"
 #include "signal_handling.h"
 #include "jobhost/version.h"
 #include "ui/dashboard.h"
@@ -49,6 +50,10 @@ void addRunOptions(CLI::App* cmd, RunOptions& o) {
          "no-claim (default): never modify or delete the -s snapshot; the first checkpoint is full. "
          "claim: the job owns the snapshot and deletes it after its first own checkpoint")
       ->check(CLI::IsMember({"claim", "no-claim", "no_claim"}));
+  cmd->add_option("--log-format", o.logFormat,
+                  "Log lines on stderr: text (default) or json (one object per line: time, level, job_id, attempt, "
+                  "message, fields; for log collectors)")
+      ->check(CLI::IsMember({"text", "json"}));
   cmd->add_option("plugin", o.pluginPath, "The plugin library (.so)")->required();
   cmd->add_option("args", o.jobArgs, "Arguments for the job: everything after the plugin path");
 }
@@ -56,7 +61,8 @@ void addRunOptions(CLI::App* cmd, RunOptions& o) {
 /// For `run` and `check`: moves everything after the plugin path into *jobArgs.
 void splitJobArguments(std::vector<std::string>& args, std::vector<std::string>* jobArgs) {
   static const std::set<std::string> withValue = {"-c", "--class", "-p", "--parallelism", "-D", "--config", "--restore-mode", "--claim-mode", "--job-id", "--attempt",
-                                                  "--restore", "--max-checkpoint-age", "-s", "--from-snapshot", "--restore-from", "--first-checkpoint-id"};
+                                                  "--restore", "--max-checkpoint-age", "-s", "--from-snapshot", "--restore-from", "--first-checkpoint-id",
+                                                  "--health-port", "--health-address", "--log-format"};
   size_t i = 0;
   while (i < args.size() && args[i].rfind("-", 0) == 0) ++i;  // global flags
   if (i >= args.size() || (args[i] != "run" && args[i] != "check" && args[i] != "__worker")) return;
@@ -84,7 +90,7 @@ void splitJobArguments(std::vector<std::string>& args, std::vector<std::string>*
 int main(int argc, char** argv) {
   auto logger = spdlog::stderr_color_mt("jobhost");
   spdlog::set_default_logger(logger);
-  spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e %^%-5l%$ %v");
+  configureLogging(LogFormat::kText, "cli");
   if (const char* lvl = std::getenv("JOBHOST_LOG_LEVEL")) spdlog::set_level(spdlog::level::from_str(lvl));
 
   CLI::App app{"jobhost — run stateful streaming jobs from a plugin library", "jobhost"};
@@ -126,6 +132,13 @@ int main(int argc, char** argv) {
            runOpts.maxCheckpointAge = *d;
          },
          "With --restore latest: refuse (exit 3) a newest checkpoint older than this (e.g. 30min)");
+  run->add_option("--health-port", runOpts.healthPort,
+                  "Serve /healthz (alive), /readyz (running, newest checkpoint younger than "
+                  "health.readiness.max-checkpoint-age) and /metrics (Prometheus) over HTTP on this port")
+      ->check(CLI::Range(0, 65535));
+  run->add_option("--health-address", runOpts.healthAddress,
+                  "Address for --health-port (default: every interface, as probes and scrapes come from outside a pod)")
+      ->capture_default_str();
   bool runDetachedFlag = false;
   run->add_flag("-d,--detached", runDetachedFlag,
                 "Run in the background: print the job id once the job runs, log to the runtime directory");
@@ -134,7 +147,8 @@ int main(int argc, char** argv) {
       "  jobhost run -c WordCount build/plugins/libwordcount_jobs.so --input words.txt\n"
       "  jobhost run -s ~/.jobhost/checkpoints/<jobId> -c WordCount build/plugins/libwordcount_jobs.so\n"
       "  jobhost run -d -c WordCount build/plugins/libwordcount_jobs.so --input words.txt   # detached\n"
-      "  jobhost run --job-id wordcount --restore latest -c WordCount build/plugins/libwordcount_jobs.so --input words.txt\n\n" +
+      "  jobhost run --job-id wordcount --restore latest -c WordCount build/plugins/libwordcount_jobs.so --input words.txt\n"
+      "  jobhost run --health-port 9249 --log-format json --job-id wordcount --restore latest -c WordCount ...   # in a pod\n\n" +
       std::string(kExitCodes));
 
   RunOptions checkOpts;
@@ -343,6 +357,12 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : kExitUsage;
   }
   if (verbose) spdlog::set_level(spdlog::level::debug);
+  {
+    const std::string& format = *worker ? workerOpts.logFormat : *check ? checkOpts.logFormat : runOpts.logFormat;
+    LogFormat f = LogFormat::kText;
+    parseLogFormat(format, &f);  // checked by CLI11
+    configureLogging(f, *worker ? "worker" : "supervisor");
+  }
 
   if (*worker) {
     workerOpts.jobArgs = jobArgs;

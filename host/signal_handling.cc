@@ -17,9 +17,13 @@ namespace jobhost::host {
 namespace {
 std::atomic<bool> gInterrupted{false};
 std::atomic<JobControl*> gTarget{nullptr};
+std::atomic<bool> gStopWithSavepoint{false};
 }  // namespace
 
-void setSignalTarget(JobControl* job) { gTarget.store(job); }
+void setSignalTarget(JobControl* job, bool stopWithSavepoint) {
+  gStopWithSavepoint.store(stopWithSavepoint);
+  gTarget.store(job);
+}
 
 bool interruptedBySignal() { return gInterrupted.load(); }
 
@@ -37,9 +41,27 @@ void installSignalHandling() {
         std::fprintf(stderr, "second interrupt: exiting now\n");
         std::_Exit(kExitInterrupted);
       }
-      spdlog::info("received {}: stopping the job (press Ctrl-C again to exit at once)",
-                   sig == SIGINT ? "SIGINT" : "SIGTERM");
-      if (auto* c = gTarget.load()) c->cancel(false, std::nullopt).ok();
+      const char* name = sig == SIGINT ? "SIGINT" : "SIGTERM";
+      auto* c = gTarget.load();
+      if (c && gStopWithSavepoint.load()) {
+        spdlog::info("received {}: stopping the job with a savepoint (execution.stop-with-savepoint-on-sigterm; a "
+                     "second signal exits at once)",
+                     name);
+        // On its own thread: this one must stay in sigwait for a second signal.
+        std::thread([c] {
+          auto sp = c->stop(std::nullopt, /*drain=*/false);
+          if (sp.ok()) {
+            spdlog::info("stopped with savepoint {}", *sp);
+          } else {
+            spdlog::error("the savepoint on SIGTERM failed ({}); cancelling the job instead (its checkpoints stay)",
+                          sp.status().message());
+            c->cancel(false, std::nullopt).ok();
+          }
+        }).detach();
+      } else {
+        spdlog::info("received {}: stopping the job (press Ctrl-C again to exit at once)", name);
+        if (c) c->cancel(false, std::nullopt).ok();
+      }
     }
   }).detach();
 }

@@ -14,8 +14,10 @@ class JobControl;
 /// a thread that turns the first signal into a cancel of the signal target, the second
 /// into an exit.
 void installSignalHandling();
-/// The job a signal cancels (nullptr: none).
-void setSignalTarget(JobControl* job);
+/// The job a signal stops (nullptr: none): cancelled, or with `stopWithSavepoint`
+/// (execution.stop-with-savepoint-on-sigterm) stopped after a savepoint into its
+/// state.savepoints.dir — and cancelled if that savepoint fails.
+void setSignalTarget(JobControl* job, bool stopWithSavepoint = false);
 /// True once SIGINT or SIGTERM arrived.
 bool interruptedBySignal();
 

@@ -33,6 +33,12 @@ const std::vector<ConfigKey>& knownConfigKeys() {
       {"execution.checkpointing.tolerable-failed-checkpoints", "0",
        "Consecutive failed checkpoints tolerated before the job fails."},
       {"execution.checkpointing.timeout", "10 min", "A checkpoint not complete after this long is aborted."},
+      {"execution.stop-with-savepoint-on-sigterm", "false",
+       "SIGTERM (and Ctrl-C) stop the job with a savepoint into state.savepoints.dir, as `jobhost stop` does, instead "
+       "of cancelling it (if the savepoint fails, the job is cancelled)."},
+      {"health.readiness.max-checkpoint-age", nullptr,
+       "jobhost run --health-port: /readyz answers 503 once the newest checkpoint is older than this. Default: 5 "
+       "checkpoint intervals, at least 1 min."},
       {"ui.read-only", "false", "jobhost ui: disable the savepoint and cancel endpoints."},
       {"restart-strategy.type", "none", "none, fixed-delay, failure-rate or exponential-delay."},
       {"restart-strategy.fixed-delay.attempts", "1", "fixed-delay: restarts before giving up."},

@@ -54,6 +54,40 @@ struct JobStatus {
   checkpointsCompleted @17 :UInt64;  # since the job started, all attempts
   checkpointsFailed @18 :UInt64;
   pluginDigest @19 :Text;       # of the plugin bytes the job loaded; `jobhost list` compares the file
+  # Metrics (control/job_control.h JobStatusInfo; the dashboard shows them, /metrics too).
+  recordsInPerSecond @20 :Float64;
+  recordsOutPerSecond @21 :Float64;
+  tasks @22 :List(TaskStatus);
+  checkpointsInProgress @23 :UInt64;
+  lastCheckpointDurationMs @24 :UInt64;    # the newest completed checkpoint; 0: none
+  lastCheckpointSizeBytes @25 :UInt64;     # what it wrote
+  lastCheckpointFullSizeBytes @26 :UInt64; # everything it references
+  lastCheckpointCompletedMs @27 :Int64;    # epoch ms; 0: none
+  lastRestoreMs @28 :Int64;                # epoch ms of the last restore; 0: never
+  runningSinceMs @29 :Int64;               # epoch ms the running attempt started running; 0: none runs
+  storeUnavailableSinceMs @30 :Int64;      # epoch ms; 0: the checkpoint store is available
+}
+
+# One task (a subtask of a chain of operators) of the running attempt.
+struct TaskStatus {
+  name @0 :Text;
+  subtask @1 :Int32;
+  parallelism @2 :Int32;
+  recordsIn @3 :UInt64;
+  recordsOut @4 :UInt64;
+  recordsInPerSecond @5 :Float64;
+  recordsOutPerSecond @6 :Float64;
+  busyTimeMsPerSecond @7 :Float64;
+  backPressuredTimeMsPerSecond @8 :Float64;
+  idleTimeMsPerSecond @9 :Float64;
+  inputWatermark @10 :Int64;     # INT64_MIN: none yet
+  backends @11 :List(Backend);
+
+  struct Backend {
+    operatorUid @0 :Text;
+    backend @1 :Text;
+    entries @2 :UInt64;
+  }
 }
 
 enum CheckpointStatus {

@@ -172,6 +172,32 @@ kj::Promise<JobStatusInfo> requestStatus(rpc::JobControlService::Client& s) {
     s.checkpointsCompleted = w.getCheckpointsCompleted();
     s.checkpointsFailed = w.getCheckpointsFailed();
     s.pluginDigest = w.getPluginDigest();
+    s.recordsInPerSecond = w.getRecordsInPerSecond();
+    s.recordsOutPerSecond = w.getRecordsOutPerSecond();
+    for (auto t : w.getTasks()) {
+      TaskStatusInfo x;
+      x.name = str(t.getName());
+      x.subtask = t.getSubtask();
+      x.parallelism = t.getParallelism();
+      x.recordsIn = t.getRecordsIn();
+      x.recordsOut = t.getRecordsOut();
+      x.recordsInPerSecond = t.getRecordsInPerSecond();
+      x.recordsOutPerSecond = t.getRecordsOutPerSecond();
+      x.busyTimeMsPerSecond = t.getBusyTimeMsPerSecond();
+      x.backPressuredTimeMsPerSecond = t.getBackPressuredTimeMsPerSecond();
+      x.idleTimeMsPerSecond = t.getIdleTimeMsPerSecond();
+      x.inputWatermark = t.getInputWatermark();
+      for (auto b : t.getBackends()) x.backends.push_back({str(b.getOperatorUid()), str(b.getBackend()), b.getEntries()});
+      s.tasks.push_back(std::move(x));
+    }
+    s.checkpointsInProgress = w.getCheckpointsInProgress();
+    s.lastCheckpointDurationMs = w.getLastCheckpointDurationMs();
+    s.lastCheckpointSizeBytes = w.getLastCheckpointSizeBytes();
+    s.lastCheckpointFullSizeBytes = w.getLastCheckpointFullSizeBytes();
+    s.lastCheckpointCompletedMs = w.getLastCheckpointCompletedMs();
+    s.lastRestoreMs = w.getLastRestoreMs();
+    s.runningSinceMs = w.getRunningSinceMs();
+    s.storeUnavailableSinceMs = w.getStoreUnavailableSinceMs();
     return s;
   });
 }

@@ -289,6 +289,38 @@ class ServiceImpl final : public rpc::JobControlService::Server {
       b.setCheckpointsCompleted(s.checkpointsCompleted);
       b.setCheckpointsFailed(s.checkpointsFailed);
       b.setPluginDigest(s.pluginDigest);
+      b.setRecordsInPerSecond(s.recordsInPerSecond);
+      b.setRecordsOutPerSecond(s.recordsOutPerSecond);
+      auto tasks = b.initTasks(static_cast<unsigned>(s.tasks.size()));
+      for (unsigned i = 0; i < s.tasks.size(); ++i) {
+        const TaskStatusInfo& t = s.tasks[i];
+        auto tb = tasks[i];
+        tb.setName(text(t.name));
+        tb.setSubtask(t.subtask);
+        tb.setParallelism(t.parallelism);
+        tb.setRecordsIn(t.recordsIn);
+        tb.setRecordsOut(t.recordsOut);
+        tb.setRecordsInPerSecond(t.recordsInPerSecond);
+        tb.setRecordsOutPerSecond(t.recordsOutPerSecond);
+        tb.setBusyTimeMsPerSecond(t.busyTimeMsPerSecond);
+        tb.setBackPressuredTimeMsPerSecond(t.backPressuredTimeMsPerSecond);
+        tb.setIdleTimeMsPerSecond(t.idleTimeMsPerSecond);
+        tb.setInputWatermark(t.inputWatermark);
+        auto backends = tb.initBackends(static_cast<unsigned>(t.backends.size()));
+        for (unsigned j = 0; j < t.backends.size(); ++j) {
+          backends[j].setOperatorUid(text(t.backends[j].operatorUid));
+          backends[j].setBackend(text(t.backends[j].backend));
+          backends[j].setEntries(t.backends[j].entries);
+        }
+      }
+      b.setCheckpointsInProgress(s.checkpointsInProgress);
+      b.setLastCheckpointDurationMs(s.lastCheckpointDurationMs);
+      b.setLastCheckpointSizeBytes(s.lastCheckpointSizeBytes);
+      b.setLastCheckpointFullSizeBytes(s.lastCheckpointFullSizeBytes);
+      b.setLastCheckpointCompletedMs(s.lastCheckpointCompletedMs);
+      b.setLastRestoreMs(s.lastRestoreMs);
+      b.setRunningSinceMs(s.runningSinceMs);
+      b.setStoreUnavailableSinceMs(s.storeUnavailableSinceMs);
     });
   }
 

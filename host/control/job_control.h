@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <climits>
 #include <map>
 #include <optional>
 #include <string>
@@ -20,6 +21,30 @@ namespace jobhost::host {
 
 enum class JobState { kCreated, kRunning, kRestarting, kCancelling, kFinished, kFailed, kCanceled };
 const char* jobStateName(JobState s);  // "RUNNING", ...
+
+/// One task's numbers (Flink's task metrics: a task is one subtask of a chain of
+/// operators between two exchanges), as the supervisor last heard them from the worker,
+/// with rates over the last few seconds (host/metrics/task_rates.h). Counters start at 0
+/// with every attempt, as a restarted Flink task's do.
+struct TaskStatusInfo {
+  std::string name;  // "Source: Lines -> Flat Map"
+  int subtask = 0;   // 0-based
+  int parallelism = 1;
+  uint64_t recordsIn = 0;   // numRecordsIn: received across an exchange
+  uint64_t recordsOut = 0;  // numRecordsOut: sent across an exchange
+  double recordsInPerSecond = 0;
+  double recordsOutPerSecond = 0;
+  double busyTimeMsPerSecond = 0;          // 1000 - idle - back-pressured
+  double backPressuredTimeMsPerSecond = 0;  // waiting for room downstream
+  double idleTimeMsPerSecond = 0;           // waiting for input
+  int64_t inputWatermark = INT64_MIN;       // currentInputWatermark; INT64_MIN: none yet
+  struct Backend {
+    std::string operatorUid;
+    std::string backend;  // "hashmap", "rocksdb"
+    uint64_t entries = 0;  // keys, as of the restore or the task's last checkpoint
+  };
+  std::vector<Backend> backends;
+};
 
 struct JobStatusInfo {
   std::string jobId;
@@ -41,6 +66,26 @@ struct JobStatusInfo {
   uint64_t checkpointsCompleted = 0;  // since the job started (all attempts)
   uint64_t checkpointsFailed = 0;
   std::string pluginDigest;  // of the bytes the job loaded (and every attempt loads)
+
+  // Metrics (README "Running in production": the dashboard and /metrics show these).
+  double recordsInPerSecond = 0;   // sums of the tasks' rates
+  double recordsOutPerSecond = 0;
+  std::vector<TaskStatusInfo> tasks;  // of the running attempt (the last one, once it ended)
+  uint64_t checkpointsInProgress = 0;
+  /// The newest completed checkpoint (not savepoint) of any attempt; 0: none yet.
+  uint64_t lastCheckpointDurationMs = 0;
+  uint64_t lastCheckpointSizeBytes = 0;      // what it wrote itself (Flink's lastCheckpointSize)
+  uint64_t lastCheckpointFullSizeBytes = 0;  // everything it references (lastCheckpointFullSize)
+  int64_t lastCheckpointCompletedMs = 0;     // epoch ms
+  /// When an attempt last restored a snapshot (epoch ms; lastCheckpointRestoreTimestamp); 0: never.
+  int64_t lastRestoreMs = 0;
+  /// When the running attempt reached RUNNING (epoch ms); 0 while none runs.
+  int64_t runningSinceMs = 0;
+  /// Since when the checkpoint store has been unavailable (epoch ms; 0 = available):
+  /// checkpoints are declined meanwhile. Set where the outage is tracked (the checkpoint
+  /// coordinator's store-unavailable tracking, issue 31 item 2); until that reports here it
+  /// stays 0. Read by the dashboard and /metrics.
+  int64_t storeUnavailableSinceMs = 0;
 };
 
 class JobControl {

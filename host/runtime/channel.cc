@@ -5,13 +5,18 @@ namespace jobhost::host {
 InputGate::InputGate(int channels, size_t capacityPerChannel)
     : queues_(static_cast<size_t>(channels)), capacity_(capacityPerChannel) {}
 
-bool InputGate::push(int channel, ChannelEvent event) {
+bool InputGate::push(int channel, ChannelEvent event, TaskCounter* backPressured) {
   std::unique_lock lock(mu_);
   auto& q = queues_[static_cast<size_t>(channel)];
   // Barriers, watermarks, status and end markers never wait: they are tiny and must not
   // deadlock alignment.
-  if (event.kind == ChannelEvent::kData)
+  if (event.kind == ChannelEvent::kData && !cancelled_ && q.size() >= capacity_) {
+    const auto waitStart = std::chrono::steady_clock::now();
     spaceReady_.wait(lock, [&] { return cancelled_ || q.size() < capacity_; });
+    if (backPressured)
+      backPressured->add(static_cast<uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - waitStart).count()));
+  }
   if (cancelled_) return false;
   event.channel = channel;
   q.push_back(std::move(event));

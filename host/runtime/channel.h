@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/task_metrics.h"
+
 namespace jobhost::host {
 
 struct ChannelEvent {
@@ -36,8 +38,10 @@ struct ChannelEvent {
 class InputGate {
  public:
   InputGate(int channels, size_t capacityPerChannel);
-  /// Blocks while the channel is full. Returns false if the gate was cancelled.
-  bool push(int channel, ChannelEvent event);
+  /// Blocks while the channel is full; the time it waited is added to `backPressured`
+  /// (if given: the producer's counter, measured only when it has to wait). Returns false
+  /// if the gate was cancelled.
+  bool push(int channel, ChannelEvent event, TaskCounter* backPressured = nullptr);
   /// An event from a channel not in `blocked`, without waiting; nullopt if none.
   std::optional<ChannelEvent> tryNext(const std::vector<bool>& blocked);
   /// Waits for an event from a channel not in `blocked`, until `deadline` at the latest.

@@ -223,11 +223,11 @@ class ExchangeWriterImpl : public ExchangeWriter {
   /// input's idle status is the output's (onInputTime): a record a timer emits there
   /// leaves the output idle, as in Flink.
   ExchangeWriterImpl(std::vector<InputGate*> gates, int channel, int subtask, int producerParallelism,
-                     int maxParallelism, const TaskRecordContext* record, std::atomic<uint64_t>* out,
+                     int maxParallelism, const TaskRecordContext* record, TaskMetrics* metrics,
                      bool recordsActivate)
       : gates_(std::move(gates)), channel_(channel), subtask_(static_cast<size_t>(subtask)),
         forward_(static_cast<size_t>(producerParallelism) == gates_.size()), maxParallelism_(maxParallelism),
-        buffers_(gates_.size()), record_(record), recordsOut_(out), recordsActivate_(recordsActivate) {}
+        buffers_(gates_.size()), record_(record), metrics_(metrics), recordsActivate_(recordsActivate) {}
   void emit(std::string_view key, std::string_view record) override {
     int kg = keyGroupFor(key, maxParallelism_);
     append(static_cast<size_t>(kg) * gates_.size() / static_cast<size_t>(maxParallelism_), static_cast<uint16_t>(kg),
@@ -274,7 +274,7 @@ class ExchangeWriterImpl : public ExchangeWriter {
     w.writeI64(record_->timestamp);
     w.writeBytes(key);
     w.writeBytes(record);
-    recordsOut_->fetch_add(1, std::memory_order_relaxed);
+    metrics_->recordsOut.add(1);
     if (b.size() >= kBufferBytes) send(target);
   }
   void send(size_t target) {
@@ -282,7 +282,7 @@ class ExchangeWriterImpl : public ExchangeWriter {
     e.kind = ChannelEvent::kData;
     e.data.swap(buffers_[target]);
     buffers_[target].reserve(kBufferBytes + 1024);
-    gates_[target]->push(channel_, std::move(e));
+    gates_[target]->push(channel_, std::move(e), &metrics_->backPressuredNanos);
   }
   std::vector<InputGate*> gates_;
   int channel_;
@@ -292,10 +292,24 @@ class ExchangeWriterImpl : public ExchangeWriter {
   int maxParallelism_;
   std::vector<std::string> buffers_;
   const TaskRecordContext* record_;
-  std::atomic<uint64_t>* recordsOut_;
+  TaskMetrics* metrics_;
   bool recordsActivate_;
   bool idle_ = false;
 };
+
+/// A task's name as Flink names a chain: its operators' names joined by " -> ", the
+/// source's with "Source: " before it (the exchanges between stages are not operators).
+std::string taskName(const Plan& plan, const Stage& stage) {
+  std::string name;
+  for (int id : stage.nodes) {
+    const PlanNode& n = plan.nodes[static_cast<size_t>(id)];
+    if (n.kind == NodeKind::kExchange) continue;
+    if (!name.empty()) name += " -> ";
+    if (n.kind == NodeKind::kSource) name += "Source: ";
+    name += n.name;
+  }
+  return name;
+}
 
 struct ThreadCrashInfo {
   std::atomic<const char*>* slot = nullptr;
@@ -417,6 +431,8 @@ struct JobExecution::Impl {
     TaskRecordContext record;
     std::atomic<const char*> activeOperator{nullptr};  // see OperatorContext::activeOperatorSlot
     std::string label;                                  // "(1/2)"
+    std::string name;                                   // the chain: "Source: Lines -> Flat Map"
+    TaskMetrics metrics;
     std::unique_ptr<InputGate> gate;  // null for sources
     std::unique_ptr<WatermarkValve> valve;
     std::thread thread;
@@ -445,7 +461,6 @@ struct JobExecution::Impl {
   std::atomic<bool> cancelled{false};
   std::atomic<bool> started{false};
   std::atomic<int> liveTasks{0};
-  std::atomic<uint64_t> recordsIn{0}, recordsOut{0};
   std::mutex resultMu;
   ExecutionResult result;  // guarded by resultMu
   bool failed = false;     // guarded by resultMu
@@ -588,8 +603,14 @@ struct JobExecution::Impl {
 
   /// A suspended source: waits for mail, a trigger or cancellation.
   void waitForMail(Task& t) {
+    const auto idleStart = std::chrono::steady_clock::now();
     std::unique_lock lock(t.mailMu);
     t.mailCv.wait(lock, [&] { return cancelled.load() || t.hasMail.load(std::memory_order_relaxed); });
+    t.metrics.idleNanos.add(nanosSince(idleStart));
+  }
+  static uint64_t nanosSince(std::chrono::steady_clock::time_point start) {
+    return static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
   }
 
   std::string subtaskLabel(const Task& t) const {
@@ -682,6 +703,7 @@ struct JobExecution::Impl {
       }
     }
     if (!w) return;
+    t.metrics.inputWatermark.store(*w, std::memory_order_relaxed);
     for (int h : t.heads) advance(t, h, *w);
   }
 
@@ -740,6 +762,7 @@ struct JobExecution::Impl {
         failure = a.status();
         break;
       }
+      t.metrics.backendEntries[b].store(t.backends[b]->approximateEntries(), std::memory_order_relaxed);
       asyncParts.emplace_back(snapSlot.at(&s), std::move(*a));
     }
     snap->syncMicros = static_cast<uint64_t>(
@@ -847,6 +870,7 @@ struct JobExecution::Impl {
     Slot& head = t.slots[static_cast<size_t>(t.channelHead[static_cast<size_t>(ev.channel)])];
     auto* receiver = static_cast<ExchangeReceiver*>(head.op.get());
     ByteReader r(ev.data);
+    uint64_t received = 0;
     while (!r.atEnd()) {
       uint16_t kg = r.readFixed<uint16_t>();
       int64_t ts = r.readI64();
@@ -857,9 +881,10 @@ struct JobExecution::Impl {
         head.ctx->setCurrentKey(key);
       }
       t.record.timestamp = ts;
-      recordsIn.fetch_add(1, std::memory_order_relaxed);
+      ++received;
       receiver->receive(rec);
     }
+    t.metrics.recordsIn.add(received);
   }
 
   void runInput(Task& t) {
@@ -869,7 +894,9 @@ struct JobExecution::Impl {
       if (!ev) {
         flushOutputs(t);
         // nullopt: cancelled, woken for mail, or time to fire timers / emit watermarks
+        const auto idleStart = std::chrono::steady_clock::now();
         ev = t.gate->next(aligner.blocked(), nextTimeDeadline(t));
+        t.metrics.idleNanos.add(nanosSince(idleStart));
       }
       // Mail posted before `ev` was sent runs before `ev` is handled: a notification the
       // uploader delivered before a barrier was sent reaches the backends before it.
@@ -1053,6 +1080,7 @@ Status JobExecution::prepare(const RestoreSource* source) {
     Impl::Task& t = *tp;
     const Stage& st = x.stages[static_cast<size_t>(t.stage)];
     t.label = x.subtaskLabel(t);
+    t.name = taskName(plan, st);
     // Slots: the stage's nodes, then one sender per output.
     std::map<int, int> slotOfNode;
     std::map<std::pair<int, size_t>, int> senderSlot;  // (exchange, input position) -> slot
@@ -1078,7 +1106,7 @@ Status JobExecution::prepare(const RestoreSource* source) {
       std::vector<InputGate*> gates;
       for (auto* c : byStage[consumerStage]) gates.push_back(c->gate.get());
       t.writers.push_back(std::make_unique<ExchangeWriterImpl>(std::move(gates), channel, t.subtask, st.parallelism,
-                                                               x.config.maxParallelism, &t.record, &x.recordsOut,
+                                                               x.config.maxParallelism, &t.record, &t.metrics,
                                                                /*recordsActivate=*/!t.gate));
       s.writer = t.writers.back().get();
       t.slots.push_back(std::move(s));
@@ -1224,6 +1252,7 @@ Status JobExecution::prepare(const RestoreSource* source) {
         t.backendsOwned.push_back(std::move(*b));
       }
       if (n.twoPhaseCommit && !s.sender) t.committers.push_back(static_cast<int>(i));
+      if (n.keyed && !s.sender) t.metrics.backendEntries.emplace_back(t.backends.back()->approximateEntries());
       if ((n.kind == NodeKind::kSource || n.operatorState) && !s.sender) {
         auto it = restoredOperatorState.find(n.uid);
         if (it != restoredOperatorState.end()) {
@@ -1364,7 +1393,37 @@ const std::vector<OperatorInfo>& JobExecution::operators() const { return impl_-
 bool JobExecution::running() const {
   return impl_->started.load() && !impl_->cancelled.load() && impl_->liveTasks.load() > 0;
 }
-uint64_t JobExecution::recordsIn() const { return impl_->recordsIn.load(); }
-uint64_t JobExecution::recordsOut() const { return impl_->recordsOut.load(); }
+uint64_t JobExecution::recordsIn() const {
+  uint64_t n = 0;
+  for (const auto& t : impl_->tasks) n += t->metrics.recordsIn.get();
+  return n;
+}
+uint64_t JobExecution::recordsOut() const {
+  uint64_t n = 0;
+  for (const auto& t : impl_->tasks) n += t->metrics.recordsOut.get();
+  return n;
+}
+
+std::vector<TaskMetricsSample> JobExecution::taskMetrics() const {
+  std::vector<TaskMetricsSample> out;
+  for (const auto& tp : impl_->tasks) {
+    const Impl::Task& t = *tp;
+    TaskMetricsSample s;
+    s.name = t.name;
+    s.subtask = t.subtask;
+    s.parallelism = impl_->stages[static_cast<size_t>(t.stage)].parallelism;
+    s.recordsIn = t.metrics.recordsIn.get();
+    s.recordsOut = t.metrics.recordsOut.get();
+    s.idleNanos = t.metrics.idleNanos.get();
+    s.backPressuredNanos = t.metrics.backPressuredNanos.get();
+    s.inputWatermark = t.metrics.inputWatermark.load(std::memory_order_relaxed);
+    for (size_t b = 0; b < t.metrics.backendEntries.size() && b < t.backendSlot.size(); ++b)
+      s.backends.push_back({t.slots[static_cast<size_t>(t.backendSlot[b])].node->uid,
+                            state::backendTypeName(impl_->config.backend),
+                            t.metrics.backendEntries[b].load(std::memory_order_relaxed)});
+    out.push_back(std::move(s));
+  }
+  return out;
+}
 
 }  // namespace jobhost::host

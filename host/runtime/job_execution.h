@@ -63,6 +63,7 @@
 #include "jobhost/state/checkpoint_metadata.h"
 #include "jobhost/state/keyed_backend.h"
 #include "runtime/checkpoint_failure.h"
+#include "runtime/task_metrics.h"
 
 namespace jobhost::host {
 
@@ -213,8 +214,11 @@ class JobExecution {
   int taskCount() const;
   const std::vector<OperatorInfo>& operators() const;
   bool running() const;
+  /// Records received / sent across exchanges by all tasks (sums of taskMetrics()).
   uint64_t recordsIn() const;
   uint64_t recordsOut() const;
+  /// Every task's counters now (after prepare(); any thread).
+  std::vector<TaskMetricsSample> taskMetrics() const;
 
   struct Impl;
 

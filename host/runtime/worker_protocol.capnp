@@ -31,6 +31,7 @@ struct FromWorker {
       recordsOut @2 :UInt64;
       lastCheckpointId @3 :UInt64;
       lastCheckpointPath @4 :Text;
+      tasks @15 :List(TaskStats);  # every task's counters (runtime/task_metrics.h)
     }
     savepointDone :group {
       requestId @5 :UInt64;
@@ -46,6 +47,26 @@ struct FromWorker {
       exitCode @13 :Int32;
     }
     checkpointEvent @14 :CheckpointEvent;  # a history record was added or changed
+  }
+}
+
+# One task's counters at one moment (TaskMetricsSample): cumulative since the attempt
+# started; the supervisor turns them into rates.
+struct TaskStats {
+  name @0 :Text;                 # "Source: Lines -> Flat Map"
+  subtask @1 :Int32;             # 0-based
+  parallelism @2 :Int32;
+  recordsIn @3 :UInt64;
+  recordsOut @4 :UInt64;
+  idleNanos @5 :UInt64;
+  backPressuredNanos @6 :UInt64;
+  inputWatermark @7 :Int64;      # INT64_MIN: none yet
+  backends @8 :List(BackendStats);
+
+  struct BackendStats {
+    operatorUid @0 :Text;
+    backend @1 :Text;            # "hashmap", "rocksdb"
+    entries @2 :UInt64;          # keys, as of the restore or the last checkpoint
   }
 }
 

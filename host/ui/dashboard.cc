@@ -171,6 +171,35 @@ void fillJob(uiapi::Job::Builder b, const JobStatusInfo& s, bool running, const 
   b.setCheckpointsCompleted(static_cast<double>(s.checkpointsCompleted));
   b.setCheckpointsFailed(static_cast<double>(s.checkpointsFailed));
   b.setPid(running ? s.pid : 0);
+  b.setRecordsInPerSecond(s.recordsInPerSecond);
+  b.setRecordsOutPerSecond(s.recordsOutPerSecond);
+  b.setCheckpointsInProgress(static_cast<double>(s.checkpointsInProgress));
+  b.setLastCheckpointDurationMs(static_cast<double>(s.lastCheckpointDurationMs));
+  b.setLastCheckpointSizeBytes(static_cast<double>(s.lastCheckpointSizeBytes));
+  b.setLastCheckpointFullSizeBytes(static_cast<double>(s.lastCheckpointFullSizeBytes));
+  b.setLastCheckpointCompletedMs(static_cast<double>(s.lastCheckpointCompletedMs));
+  b.setLastRestoreMs(static_cast<double>(s.lastRestoreMs));
+  b.setStoreUnavailableSinceMs(static_cast<double>(s.storeUnavailableSinceMs));
+  auto tasks = b.initTasks(running ? static_cast<unsigned>(s.tasks.size()) : 0);
+  for (unsigned i = 0; i < tasks.size(); ++i) {
+    const TaskStatusInfo& t = s.tasks[i];
+    auto tb = tasks[i];
+    tb.setName(text(t.name));
+    tb.setSubtask(t.subtask);
+    tb.setParallelism(t.parallelism);
+    tb.setRecordsIn(static_cast<double>(t.recordsIn));
+    tb.setRecordsOut(static_cast<double>(t.recordsOut));
+    tb.setRecordsInPerSecond(t.recordsInPerSecond);
+    tb.setRecordsOutPerSecond(t.recordsOutPerSecond);
+    tb.setBusyTimeMsPerSecond(t.busyTimeMsPerSecond);
+    tb.setBackPressuredTimeMsPerSecond(t.backPressuredTimeMsPerSecond);
+    tb.setIdleTimeMsPerSecond(t.idleTimeMsPerSecond);
+    tb.setHasInputWatermark(t.inputWatermark != INT64_MIN);
+    if (t.inputWatermark != INT64_MIN) tb.setInputWatermark(static_cast<double>(t.inputWatermark));
+    uint64_t entries = 0;
+    for (const auto& be : t.backends) entries += be.entries;
+    tb.setStateEntries(static_cast<double>(entries));
+  }
 }
 
 bool hasMetadata(const std::string& dir) {

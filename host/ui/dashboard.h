@@ -29,15 +29,10 @@
 #include "checkpoint/checkpoint_coordinator.h"
 #include "checkpoint/checkpoint_record.h"
 #include "control/job_control.h"
+#include "ui/http_reply.h"
 
 namespace jobhost::host {
 
-struct HttpReply {
-  int status = 200;
-  std::string contentType;
-  std::string body;
-  std::vector<std::pair<std::string, std::string>> headers;  // extra: Location, Set-Cookie, ...
-};
 
 /// `{"status": <status>, "error": <message>}` as JSON (any message: it is escaped).
 HttpReply jsonErrorReply(int status, const std::string& message);

@@ -26,6 +26,7 @@
 #include "ui/dashboard_access.h"
 #include "ui/dashboard_record.h"
 #include "ui/http_server.h"
+#include "ui/http_serving.h"
 
 namespace jobhost::host {
 
@@ -34,25 +35,6 @@ namespace {
 constexpr size_t kMaxBodyBytes = 4096;
 constexpr size_t kMaxRequestsInFlight = 16;
 constexpr size_t kMaxConnections = 64;
-
-const char* reasonPhrase(int status) {
-  switch (status) {
-    case 200: return "OK";
-    case 204: return "No Content";
-    case 303: return "See Other";
-    case 401: return "Unauthorized";
-    case 400: return "Bad Request";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 409: return "Conflict";
-    case 413: return "Payload Too Large";
-    case 415: return "Unsupported Media Type";
-    case 500: return "Internal Server Error";
-    case 503: return "Service Unavailable";
-    default: return "Unknown";
-  }
-}
 
 HttpReply jsonError(int status, const std::string& message) { return jsonErrorReply(status, message); }
 
@@ -175,74 +157,23 @@ class DashboardService final : public kj::HttpService {
 
  private:
   kj::Promise<void> send(Response& response, HttpReply reply) {
-    kj::HttpHeaders h(table_);
-    if (!reply.contentType.empty()) h.set(kj::HttpHeaderId::CONTENT_TYPE, reply.contentType.c_str());
-    h.add("Cache-Control", "no-store");
-    h.add("X-Content-Type-Options", "nosniff");
-    h.add("X-Frame-Options", "DENY");
-    h.add("Referrer-Policy", "no-referrer");
-    h.add("Content-Security-Policy",
-          "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
-          "base-uri 'none'; form-action 'none'; frame-ancestors 'none'");
-    if (reply.status == 405) h.add("Allow", "GET, HEAD, POST");
-    // kj::HttpHeaders keeps pointers: the strings live in `reply` until the body is sent.
-    auto owned = kj::heap<HttpReply>(kj::mv(reply));
-    for (const auto& [name, value] : owned->headers) h.add(kj::StringPtr(name.c_str()), kj::StringPtr(value.c_str()));
-    auto stream = response.send(static_cast<uint>(owned->status), reasonPhrase(owned->status), h, owned->body.size());
-    auto write = stream->write(owned->body.data(), owned->body.size());
-    return write.attach(kj::mv(stream), kj::mv(owned));
+    static const std::vector<std::pair<std::string, std::string>> kSecurityHeaders = {
+        {"Cache-Control", "no-store"},
+        {"X-Content-Type-Options", "nosniff"},
+        {"X-Frame-Options", "DENY"},
+        {"Referrer-Policy", "no-referrer"},
+        {"Content-Security-Policy",
+         "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+         "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"},
+    };
+    if (reply.status == 405) reply.headers.emplace_back("Allow", "GET, HEAD, POST");
+    return sendHttpReply(response, table_, kj::mv(reply), kSecurityHeaders);
   }
 
   std::shared_ptr<Dashboard> dashboard_;
   Offloader& offloader_;
   const kj::HttpHeaderTable& table_;
   DashboardAccess access_;
-};
-
-/// A client that hangs up mid-response is not an error worth a log line: the connection
-/// just closes. Anything else gets kj's default answer (500), if one can still be sent.
-class QuietErrors final : public kj::HttpServerErrorHandler {
- public:
-  kj::Promise<void> handleApplicationError(kj::Exception exception, kj::Maybe<kj::HttpService::Response&> response) override {
-    spdlog::debug("dashboard request failed: {}", exception.getDescription().cStr());
-    if (exception.getType() == kj::Exception::Type::DISCONNECTED) return kj::READY_NOW;
-    return kj::evalNow([&] { return kj::HttpServerErrorHandler::handleApplicationError(kj::mv(exception), response); })
-        .catch_([](kj::Exception&& e) { spdlog::debug("could not send an error response: {}", e.getDescription().cStr()); });
-  }
-  kj::Promise<void> handleClientProtocolError(kj::HttpHeaders::ProtocolError error,
-                                              kj::HttpService::Response& response) override {
-    spdlog::debug("bad HTTP request: {}", error.description.cStr());
-    return kj::evalNow([&] { return kj::HttpServerErrorHandler::handleClientProtocolError(kj::mv(error), response); })
-        .catch_([](kj::Exception&& e) { spdlog::debug("could not send an error response: {}", e.getDescription().cStr()); });
-  }
-};
-
-/// Accepts connections and hands each to the HttpServer, at most kMaxConnections at once.
-/// Its own TaskSet: a connection that fails (a client that hangs up mid-response) is
-/// logged at debug level, where kj's own accept loop would log an error.
-class Connections final : private kj::TaskSet::ErrorHandler {
- public:
-  Connections(kj::HttpServer& server) : server_(server), tasks_(*this) {}
-
-  kj::Promise<void> acceptLoop(kj::ConnectionReceiver& listener) {
-    return listener.accept().then([this, &listener](kj::Own<kj::AsyncIoStream>&& connection) {
-      if (open_ >= kMaxConnections) {
-        spdlog::warn("dashboard: refused a connection: {} connections already open", open_);
-      } else {
-        ++open_;
-        tasks_.add(server_.listenHttp(kj::mv(connection)).attach(kj::defer([this] { --open_; })));
-      }
-      return acceptLoop(listener);
-    });
-  }
-
- private:
-  void taskFailed(kj::Exception&& e) override {
-    spdlog::debug("dashboard connection ended: {}", e.getDescription().cStr());
-  }
-  kj::HttpServer& server_;
-  size_t open_ = 0;  // before tasks_: the tasks' deferred decrements run when tasks_ goes
-  kj::TaskSet tasks_;
 };
 
 }  // namespace
@@ -259,7 +190,7 @@ struct DashboardHttpServer::Impl {
   }
   kj::Own<kj::HttpHeaderTable> table;
   Offloader offloader;  // before service: requests in flight end before the service goes
-  QuietErrors errors;
+  QuietHttpErrors errors{"dashboard"};
   DashboardService service;
   kj::HttpServer server;
 };
@@ -342,7 +273,7 @@ int serveDashboard(const DashboardOptions& o) {
   auto stopped = io.unixEventPort.onSignal(SIGINT)
                      .exclusiveJoin(io.unixEventPort.onSignal(SIGTERM))
                      .then([](siginfo_t info) { spdlog::info("received signal {}: stopping the dashboard", info.si_signo); });
-  Connections connections(http.server());
+  HttpConnections connections(http.server(), kMaxConnections, "dashboard");
   try {
     connections.acceptLoop(*listener).exclusiveJoin(kj::mv(stopped)).wait(io.waitScope);
   } catch (const kj::Exception& e) {

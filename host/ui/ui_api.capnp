@@ -31,6 +31,34 @@ struct Job {
   checkpointsCompleted @18 :Float64;
   checkpointsFailed @19 :Float64;
   pid @20 :Int32;
+  # Metrics, as the job's supervisor computes them (the same numbers as its /metrics):
+  recordsInPerSecond @21 :Float64;   # over the last 5 s
+  recordsOutPerSecond @22 :Float64;
+  checkpointsInProgress @23 :Float64;
+  lastCheckpointDurationMs @24 :Float64;
+  lastCheckpointSizeBytes @25 :Float64;
+  lastCheckpointFullSizeBytes @26 :Float64;
+  lastCheckpointCompletedMs @27 :Float64;   # epoch ms; 0: none
+  lastRestoreMs @28 :Float64;               # epoch ms; 0: never restored
+  storeUnavailableSinceMs @29 :Float64;     # epoch ms; 0: the checkpoint store is available
+  tasks @30 :List(Task);                    # running jobs only
+}
+
+# One task (a subtask of a chain of operators between exchanges), Flink's task metrics.
+struct Task {
+  name @0 :Text;
+  subtask @1 :Int32;                        # 0-based
+  parallelism @2 :Int32;
+  recordsIn @3 :Float64;
+  recordsOut @4 :Float64;
+  recordsInPerSecond @5 :Float64;
+  recordsOutPerSecond @6 :Float64;
+  busyTimeMsPerSecond @7 :Float64;
+  backPressuredTimeMsPerSecond @8 :Float64;
+  idleTimeMsPerSecond @9 :Float64;
+  inputWatermark @10 :Float64;              # epoch ms (event time); only if hasInputWatermark
+  hasInputWatermark @11 :Bool;              # false: a source task, or no watermark yet
+  stateEntries @12 :Float64;                # keys in the task's keyed backends
 }
 
 struct JobList {

@@ -9,14 +9,11 @@
   const POLL_IDLE_MS = 5000;     // to notice new jobs
   const CHART_POINTS = 60;
   const HISTORY_ROWS = 12;      // rows shown until "show all"
-  const RATE_WINDOW_MS = 1000;  // the jobs report their counters about twice a second
 
   const state = {
     jobs: [],
     readOnly: true,
     selected: null,        // job id
-    samples: new Map(),    // job id -> {in, out, t}
-    rates: new Map(),      // job id -> {in, out} per second
     history: null,         // checkpoint list of the selected job
     historyKey: '',
     detail: null,
@@ -98,32 +95,13 @@
   // ---------------------------------------------------------------------------------
   // Jobs
 
-  function updateRates(jobs) {
-    for (const j of jobs) {
-      const prev = state.samples.get(j.id);
-      const now = { in: j.recordsIn, out: j.recordsOut, t: j.sampledAtMs };
-      if (!j.running) {
-        state.rates.delete(j.id);
-        state.samples.set(j.id, now);
-        continue;
-      }
-      if (prev && now.t - prev.t < RATE_WINDOW_MS) continue;  // keep the older baseline
-      if (prev && now.t > prev.t) {
-        const dt = (now.t - prev.t) / 1000;
-        state.rates.set(j.id, {
-          in: Math.max(0, (now.in - prev.in) / dt),
-          out: Math.max(0, (now.out - prev.out) / dt),
-        });
-      }
-      state.samples.set(j.id, now);
-    }
-  }
-
   function renderJobs(list) {
     const body = $('jobs').tBodies[0];
     body.replaceChildren();
     for (const j of list.jobs) {
-      const r = state.rates.get(j.id);
+      // The rates come from the job itself (its supervisor, over the last 5 s): the same
+      // numbers as its /metrics.
+      const r = j.running ? { in: j.recordsInPerSecond, out: j.recordsOutPerSecond } : undefined;
       const row = el('tr', { class: 'job-row' + (j.id === state.selected ? ' selected' : ''), 'data-job-id': j.id },
         el('td', {}, el('code', { title: j.id, text: j.id.slice(0, 12) })),
         el('td', {}, badge(j.status)),
@@ -211,13 +189,36 @@
       ['Restarts', String(job.restarts)],
       ['Last failure', job.lastFailure ? when(job.lastFailureTimeMs) + ': ' + job.lastFailure : '–'],
     ];
+    if (job.running && job.lastCheckpointCompletedMs)
+      facts.push(['Last checkpoint', when(job.lastCheckpointCompletedMs) + ', ' + millis(job.lastCheckpointDurationMs) + ', ' +
+        bytes(job.lastCheckpointSizeBytes) + ' written (' + bytes(job.lastCheckpointFullSizeBytes) + ' in all)' +
+        (job.checkpointsInProgress ? '; ' + job.checkpointsInProgress + ' in progress' : '')]);
+    if (job.running && job.lastRestoreMs) facts.push(['Last restore', when(job.lastRestoreMs)]);
+    if (job.storeUnavailableSinceMs)
+      facts.push(['Checkpoint store', 'unavailable since ' + when(job.storeUnavailableSinceMs) + ': checkpoints are declined']);
     if (job.running) facts.push(['Process', String(job.pid)]);
     $('job-facts').replaceChildren(...facts.flatMap(([k, v]) => [el('dt', { text: k }), el('dd', { text: v })]));
+    renderTasks(job);
     $('actions').hidden = state.readOnly || !job.running || job.status !== 'RUNNING';
     const config = (state.detail && state.detail.configuration) || [];
     $('config-table').tBodies[0].replaceChildren(
       ...config.map((c) => el('tr', {}, el('td', { text: c.key }), el('td', { text: c.value }))));
     $('config').hidden = config.length === 0;
+  }
+
+  // One row per task (a subtask of a chain of operators): Flink's task metrics.
+  function renderTasks(job) {
+    const tasks = job.tasks || [];
+    $('tasks').tBodies[0].replaceChildren(...tasks.map((t) => el('tr', {},
+      el('td', { text: t.name }),
+      el('td', { class: 'num', text: (t.subtask + 1) + '/' + t.parallelism }),
+      el('td', { class: 'num' }, count(t.recordsIn), el('span', { class: 'rate', text: rate(t.recordsInPerSecond) })),
+      el('td', { class: 'num' }, count(t.recordsOut), el('span', { class: 'rate', text: rate(t.recordsOutPerSecond) })),
+      el('td', { class: 'num', text: Math.round(t.busyTimeMsPerSecond) + ' ms/s' }),
+      el('td', { class: 'num', text: Math.round(t.backPressuredTimeMsPerSecond) + ' ms/s' }),
+      el('td', { text: t.hasInputWatermark ? new Date(t.inputWatermark).toISOString() : '–' }),
+      el('td', { class: 'num', text: t.stateEntries ? count(t.stateEntries) : '–' }))));
+    $('tasks-section').hidden = tasks.length === 0;
   }
 
   function kindText(c) {
@@ -496,7 +497,6 @@
     let delay = POLL_IDLE_MS;
     try {
       const list = await getJson('/api/jobs');
-      updateRates(list.jobs);
       state.jobs = list.jobs;
       state.readOnly = list.readOnly;
       chooseSelection();

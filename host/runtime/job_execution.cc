@@ -409,6 +409,7 @@ struct JobExecution::Impl {
     int64_t watermark = kMinWatermark;  // its input watermark
     int64_t emitted = kMinWatermark;    // a watermark assigner's output watermark
     std::unique_ptr<TaskTimerService> timers;
+    std::vector<std::unique_ptr<Operator>> fanOuts;  // outputs several slots read (PlanNode::fanOut)
     ExchangeWriterImpl* writer = nullptr;  // senders
     /// The watermark its children see from it.
     int64_t output() const { return node->watermarkAssigner && !sender ? emitted : watermark; }
@@ -1132,6 +1133,22 @@ Status JobExecution::prepare(const RestoreSource* source) {
       return u.position == 1 && plan.nodes[static_cast<size_t>(u.consumer)].kind != NodeKind::kExchange ? op->input2()
                                                                                                         : op->input();
     };
+    // What output `tag` of slot `s` writes to: its one reader's input, or a fan-out to
+    // all of them; nullptr if nothing reads it.
+    auto outputOf = [&](Slot& s, const std::string& tag) -> void* {
+      std::vector<void*> readers;
+      for (const Use& u : x.uses[static_cast<size_t>(s.node->id)])
+        if (u.tag == tag) readers.push_back(inputOf(u));
+      if (readers.size() <= 1) return readers.empty() ? nullptr : readers.front();
+      auto f = s.node->fanOut.find(tag);
+      if (f == s.node->fanOut.end())
+        throw JobArgumentError("operator '" + s.node->name + "' feeds " + std::to_string(readers.size()) +
+                               " operators, but its plan has no fan-out for that output: the plugin was built "
+                               "against other SDK headers than this jobhost's; rebuild it");
+      s.fanOuts.push_back(f->second(std::move(readers)));
+      return s.fanOuts.back()->input();
+    };
+    std::vector<std::map<std::string, void*>> sideOutputsOf(t.slots.size());  // slot -> tag -> reader
     try {
       for (size_t i = t.slots.size(); i-- > 0;) {
         Slot& s = t.slots[i];
@@ -1139,10 +1156,9 @@ Status JobExecution::prepare(const RestoreSource* source) {
           s.op = s.node->createSender();
           continue;
         }
-        void* down = nullptr;
+        s.op = s.node->create(outputOf(s, ""));
         for (const Use& u : x.uses[static_cast<size_t>(s.node->id)])
-          if (u.tag.empty()) down = inputOf(u);
-        s.op = s.node->create(down);
+          if (!u.tag.empty() && !sideOutputsOf[i].count(u.tag)) sideOutputsOf[i][u.tag] = outputOf(s, u.tag);
       }
     } catch (...) {
       return Status::IOError("creating the operators of " + t.slots.front().node->name + " failed: " +
@@ -1164,10 +1180,7 @@ Status JobExecution::prepare(const RestoreSource* source) {
       ctx->cancelFlag = &x.cancelled;
       ctx->activeSlot = &t.activeOperator;
       ctx->watermark = &s.watermark;
-      if (!s.sender) {
-        for (const Use& u : x.uses[static_cast<size_t>(n.id)])
-          if (!u.tag.empty()) ctx->sideOutputs[u.tag] = inputOf(u);
-      }
+      if (!s.sender) ctx->sideOutputs = std::move(sideOutputsOf[i]);
       if (n.watermarkAssigner && !s.sender) {
         Impl::Task* tp = &t;
         const int idx = static_cast<int>(i);

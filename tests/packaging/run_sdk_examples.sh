@@ -77,4 +77,9 @@ sort "$work"/batches/batch-* | tr '\n' ' ' | grep -qxF "be 1 be 2 not 1 or 1 to 
   fail "CountsToBatches did not commit each count once: $(cat "$work"/batches/batch-* | tr '\n' ' ')"
 ls -a "$work/batches" | grep -q '^\.batch-' && fail "CountsToBatches left a hidden batch"
 
+printf 'to be or not\nthree trees\n' >"$work/fan.txt"
+run WordsThreeWays --input "$work/fan.txt"
+expect WordsThreeWays "(to,1)" "(be,1)" "(three,1)" "(t*,1)" "(t*,2)" "(t*,3)" "(b*,1)" "long: three" "long: trees"
+[[ $(wc -l <"$work/WordsThreeWays.out") -eq 14 ]] || fail "WordsThreeWays printed $(wc -l <"$work/WordsThreeWays.out") lines, not 6 + 6 + 2"
+
 echo "PASS: the SDK guide's example classes run"

@@ -1077,6 +1077,61 @@ TEST_F(EventTimeTest, SideOutputsOfAProcessFunctionReachTheirOwnStreams) {
   EXPECT_EQ(odds->get(), o);
 }
 
+// Issue 33 item 4: one stream feeds any number of operators and sinks. The events go to
+// a sink as they are and to a keyed running sum; the process function's main output to
+// two sinks and its side output to a sink and a keyed reduce: each reader gets every
+// record, at p=1 (chained in one task) and p=2.
+TEST_F(EventTimeTest, AStreamAndASideOutputEachFeedSeveralOperatorsAndSinks) {
+  const OutputTag<int64_t> odd("odd");
+  struct Split : ProcessFunction<Event, std::string> {
+    explicit Split(OutputTag<int64_t> t) : tag(std::move(t)) {}
+    OutputTag<int64_t> tag;
+    void processElement(const Event& e, Context& ctx, Collector<std::string>& out) override {
+      if (std::get<2>(e) % 2) ctx.output(tag, std::get<2>(e));
+      else out.collect(std::get<1>(e));
+    }
+  };
+  auto events = std::make_shared<const std::vector<Event>>(shuffledEvents(400, 4, 2, 0, 17));
+  for (int p : {1, 2}) {
+    SCOPED_TRACE("p=" + std::to_string(p));
+    auto raw = std::make_shared<Collected>(), sums = std::make_shared<Collected>();
+    auto evensA = std::make_shared<Collected>(), evensB = std::make_shared<Collected>();
+    auto oddsRaw = std::make_shared<Collected>(), oddsSum = std::make_shared<Collected>();
+    StreamEnvironment env;
+    auto src = eventSource(env, events, events->size());
+    auto values = src.map([](const Event& e) { return std::get<2>(e); });
+    collectInto(values, raw);
+    collectInto(values.keyBy([](int64_t v) { return v % 3; }).reduce([](int64_t a, int64_t b) { return a + b; }).uid("sums"),
+                sums);
+    auto split = src.process<Split>([odd] { return std::make_unique<Split>(odd); });
+    collectInto(split, evensA);
+    collectInto(split, evensB);
+    auto odds = split.getSideOutput(odd);
+    collectInto(odds, oddsRaw);
+    collectInto(odds.keyBy([](int64_t v) { return v; }).reduce([](int64_t a, int64_t b) { return a + b; }).uid("odd-sums"),
+                oddsSum);
+    runToEnd(env.takePlan(), config(p, state::BackendType::kHashMap));
+    std::multiset<std::string> r, e, o, oSum, rSum;
+    std::map<int64_t, int64_t> byResidue, running;
+    for (const auto& [ts, k, v] : *events) {
+      r.insert(std::to_string(v));
+      rSum.insert(std::to_string(byResidue[v % 3] += v));
+      if (v % 2) {
+        o.insert(std::to_string(v));
+        oSum.insert(std::to_string(running[v] += v));
+      } else {
+        e.insert(k);
+      }
+    }
+    EXPECT_EQ(raw->get(), r);
+    EXPECT_EQ(evensA->get(), e);
+    EXPECT_EQ(evensB->get(), e);
+    EXPECT_EQ(oddsRaw->get(), o);
+    EXPECT_EQ(oddsSum->get(), oSum);
+    EXPECT_EQ(sums->get(), rSum);
+  }
+}
+
 // ---------------------------------------------------------------------------------------
 // Stop with drain
 

@@ -525,18 +525,29 @@ TEST(StreamPlanTest, AnExplicitUidNeverCollidesWithALaterDefaultUid) {
     EXPECT_TRUE(uids.insert(n.uid).second) << "uid '" << n.uid << "' is used by two operators";
 }
 
-TEST(StreamPlanTest, ConsumingAStreamTwiceThrowsNamingTheProducer) {
+TEST(StreamPlanTest, AStreamConsumedSeveralTimesFeedsEveryReader) {
+  // Fan-out (issue 33): reading one stream twice is no longer an error; the plan records
+  // every reader and a fan-out factory for the output, typed by the SDK.
   StreamEnvironment env;
   auto src = env.fromGenerator<int64_t>(1, [](uint64_t i) { return static_cast<int64_t>(i); });
   src.map([](int64_t v) { return v; });
-  try {
-    src.filter([](int64_t) { return true; });
-    FAIL() << "expected JobArgumentError";
-  } catch (const JobArgumentError& e) {
-    EXPECT_NE(std::string(e.what()).find("'Generator Source'"), std::string::npos) << e.what();
-  }
-  EXPECT_THROW(src.print(), JobArgumentError);
-  EXPECT_THROW(src.keyBy([](int64_t v) { return v; }), JobArgumentError);
+  src.filter([](int64_t) { return true; });
+  src.print();
+  const PlanNode& source = env.plan().nodes.at(0);
+  int readers = 0;
+  for (const PlanNode& n : env.plan().nodes)
+    for (int in : n.inputs) readers += in == source.id ? 1 : 0;
+  EXPECT_EQ(readers, 3);
+  ASSERT_EQ(source.fanOut.count(""), 1u);
+  // The factory's operator passes each record to every reader, in plan order.
+  struct Sink : Collector<int64_t> {
+    std::vector<int64_t> got;
+    void collect(const int64_t& v) override { got.push_back(v); }
+  } a, b;
+  auto fan = source.fanOut.at("")({static_cast<Collector<int64_t>*>(&a), static_cast<Collector<int64_t>*>(&b)});
+  static_cast<Collector<int64_t>*>(fan->input())->collect(7);
+  EXPECT_EQ(a.got, std::vector<int64_t>{7});
+  EXPECT_EQ(b.got, std::vector<int64_t>{7});
 }
 
 TEST(StreamPlanTest, ReadTextFileOfAMissingFileThrowsNamingTheFile) {

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -297,8 +298,14 @@ struct PlanNode {
   /// both kExchange; its first input arrives at input(), the second at input2()).
   std::vector<int> inputs;
   /// Per input: which output of it this node consumes: empty for the main output, else
-  /// a side output's OutputTag::key(). Each output feeds one node.
+  /// a side output's OutputTag::key(). An output may feed any number of nodes.
   std::vector<std::string> inputTags;
+  /// Fan-out (issue 33): per output of this node (empty key: the main output, else a
+  /// side output's tag key), makes the collector the node writes to when several nodes
+  /// read that output: its input() passes each record to every reader's input (the
+  /// `void*` inputs, in plan order). Set by the SDK for every output it hands out as a
+  /// stream, where it knows the element type.
+  std::map<std::string, std::function<std::unique_ptr<Operator>(std::vector<void*> readers)>> fanOut;
   /// kExchange: true for keyBy (records routed by key group), false for a union or the
   /// input of an unkeyed two-input operator (ExchangeWriter::emitAny).
   bool keyedExchange = true;

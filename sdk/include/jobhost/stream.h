@@ -176,13 +176,12 @@ class StreamEnvironment {
     return plan_.nodes.back().id;
   }
   PlanNode& node(int id) { return plan_.nodes.at(static_cast<size_t>(id)); }
-  /// Internal: marks output `tag` of node `id` (empty: its main output) as consumed; a
-  /// stream can feed one operator only.
-  void consume(int id, const std::string& tag = {}) {
-    if (!consumed_.insert({id, tag}).second)
-      throw JobArgumentError(std::string(tag.empty() ? "the output of '" : "a side output of '") + node(id).name +
-                             "' is used twice; one stream can feed one operator in this version");
-  }
+  /// Internal: marks output `tag` of node `id` (empty: its main output) as consumed. A
+  /// stream may feed any number of operators and sinks (fan-out): each gets every record.
+  void consume(int id, const std::string& tag = {}) { consumed_.insert({id, tag}); }
+  /// Internal: output `tag` of node `id` carries T records (PlanNode::fanOut).
+  template <class T>
+  void registerOutput(int id, const std::string& tag);
   /// Internal: whether anything reads output `tag` of node `id`.
   bool consumed(int id, const std::string& tag = {}) const { return consumed_.count({id, tag}) != 0; }
   /// Internal: `n` reads output `tag` of node `id` (consumed).
@@ -431,14 +430,43 @@ class SourceOp : public SourceOperator, public SourceOutput<T> {
   std::atomic<const char*>* slot_ = nullptr;
 };
 
+/// Fan-out: one output read by several operators or sinks. Each record is passed, by
+/// reference, to every reader in turn (as Flink's chained outputs do without object
+/// reuse copies: readers take `const T&` and must not keep it beyond the call).
+template <class T>
+class FanOutOp : public Operator, public Collector<T> {
+ public:
+  explicit FanOutOp(std::vector<void*> readers) {
+    for (void* r : readers) readers_.push_back(static_cast<Collector<T>*>(r));
+  }
+  void* input() override { return static_cast<Collector<T>*>(this); }
+  void collect(const T& v) override {
+    for (Collector<T>* r : readers_) r->collect(v);
+  }
+
+ private:
+  std::vector<Collector<T>*> readers_;
+};
+
 }  // namespace detail
+
+template <class T>
+void StreamEnvironment::registerOutput(int id, const std::string& tag) {
+  auto& fan = node(id).fanOut;
+  if (fan.count(tag)) return;
+  fan[tag] = [](std::vector<void*> readers) -> std::unique_ptr<Operator> {
+    return std::make_unique<detail::FanOutOp<T>>(std::move(readers));
+  };
+}
 
 /// A stream of T produced by one plan node (its main output, or one of its side outputs).
 template <class T>
 class DataStream {
  public:
   using ElementType = T;
-  DataStream(StreamEnvironment& env, int node, std::string tag = {}) : env_(&env), node_(node), tag_(std::move(tag)) {}
+  DataStream(StreamEnvironment& env, int node, std::string tag = {}) : env_(&env), node_(node), tag_(std::move(tag)) {
+    env_->registerOutput<T>(node_, tag_);
+  }
 
   /// Sets the stable id of the operator that produces this stream.
   DataStream& uid(std::string id) {
@@ -669,7 +697,7 @@ class KeyedStream {
  public:
   using KeyType = K;
   using ElementType = T;
-  KeyedStream(StreamEnvironment& env, int node) : env_(&env), node_(node) {}
+  KeyedStream(StreamEnvironment& env, int node) : env_(&env), node_(node) { env_->registerOutput<T>(node_, {}); }
 
   /// Running reduce per key: emits f(accumulated, value) for every record.
   template <class F>

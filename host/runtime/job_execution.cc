@@ -715,8 +715,7 @@ struct JobExecution::Impl {
     std::vector<std::pair<size_t, std::unique_ptr<state::AsyncSnapshot>>> asyncParts;
     Status failure;
     std::map<const Slot*, size_t> snapSlot;
-    for (int i : t.committers)
-      if (t.slots[static_cast<size_t>(i)].node->twoPhaseCommit) t.slots[static_cast<size_t>(i)].op->beforeSnapshot(id);
+    for (int i : t.committers) t.slots[static_cast<size_t>(i)].op->beforeSnapshot(id);
     for (auto& s : t.slots) {
       const PlanNode* n = s.node;
       if (s.sender || (n->kind != NodeKind::kSource && !n->keyed && !n->operatorState)) continue;

@@ -591,9 +591,22 @@ class KafkaPartitionReader {
       return false;
     };
     const int timeoutMs = static_cast<int>(std::max<int64_t>(s_->startupTimeout.count(), 1000));
+    // A request that fails with a passing error (a leader moving, a time-out) is repeated,
+    // with backoff, up to the start-up timeout.
+    const auto deadline = std::chrono::steady_clock::now() + s_->startupTimeout;
+    auto retry = [&](auto request) {
+      rd_kafka_resp_err_t err;
+      for (int attempt = 0;; ++attempt) {
+        err = request();
+        if (!err || !isRetriableError(err) || std::chrono::steady_clock::now() >= deadline || (cancelled_ && cancelled_()))
+          return err;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50 << std::min(attempt, 4)));
+      }
+    };
     auto watermarks = [&](Split& s, int64_t* low, int64_t* high) -> bool {
-      rd_kafka_resp_err_t err =
-          rd_kafka_query_watermark_offsets(rk_.get(), s.topic.c_str(), s.partition, low, high, timeoutMs);
+      rd_kafka_resp_err_t err = retry([&] {
+        return rd_kafka_query_watermark_offsets(rk_.get(), s.topic.c_str(), s.partition, low, high, timeoutMs);
+      });
       if (err) return fail("cannot read the offsets of " + s.topic + "[" + std::to_string(s.partition) + "]: " + kafkaErrorText(err));
       return true;
     };
@@ -633,7 +646,7 @@ class KafkaPartitionReader {
       case Kind::kTimestamp: {
         auto l = newPartitionList(splits.size());
         for (auto& s : splits) rd_kafka_topic_partition_list_add(l.get(), s.topic.c_str(), s.partition)->offset = init.timestampMillis();
-        rd_kafka_resp_err_t err = rd_kafka_offsets_for_times(rk_.get(), l.get(), timeoutMs);
+        rd_kafka_resp_err_t err = retry([&] { return rd_kafka_offsets_for_times(rk_.get(), l.get(), timeoutMs); });
         if (err) return fail("cannot look up the offsets at timestamp " + std::to_string(init.timestampMillis()) + ": " + kafkaErrorText(err));
         for (int i = 0; i < l->cnt; ++i) {
           Split& s = splits[static_cast<size_t>(i)];
@@ -653,7 +666,7 @@ class KafkaPartitionReader {
           throw JobArgumentError(label_ + ": committed offsets need the consumer group: call setGroupId()");
         auto l = newPartitionList(splits.size());
         for (auto& s : splits) rd_kafka_topic_partition_list_add(l.get(), s.topic.c_str(), s.partition);
-        rd_kafka_resp_err_t err = rd_kafka_committed(rk_.get(), l.get(), timeoutMs);
+        rd_kafka_resp_err_t err = retry([&] { return rd_kafka_committed(rk_.get(), l.get(), timeoutMs); });
         if (err) return fail("cannot read the committed offsets of group '" + s_->groupId + "': " + kafkaErrorText(err));
         for (int i = 0; i < l->cnt; ++i) {
           Split& s = splits[static_cast<size_t>(i)];
@@ -1270,8 +1283,9 @@ class KafkaSinkWriter {
     firstOffset_ = -1;
     firstTopic_.clear();
     firstPartition_ = -1;
-    std::fprintf(stderr, "%s: pre-committed transaction %s for checkpoint %llu (%zu records)\n", label_.c_str(),
-                 txn.transactionalId.c_str(), static_cast<unsigned long long>(checkpointId), txn.records.size());
+    if (verbose())  // one line per checkpoint and subtask: only with the property debug set
+      std::fprintf(stderr, "%s: pre-committed transaction %s for checkpoint %llu (%zu records)\n", label_.c_str(),
+                   txn.transactionalId.c_str(), static_cast<unsigned long long>(checkpointId), txn.records.size());
     pending_[txn.transactionalId] = std::move(open_);
   }
 
@@ -1292,7 +1306,7 @@ class KafkaSinkWriter {
                    txn.transactionalId.c_str(), txn.records.size());
       rewrite(*p, txn);
     }
-    std::fprintf(stderr, "%s: committed transaction %s\n", label_.c_str(), txn.transactionalId.c_str());
+    if (verbose()) std::fprintf(stderr, "%s: committed transaction %s\n", label_.c_str(), txn.transactionalId.c_str());
   }
 
   void abort(const KafkaTransaction& txn) {
@@ -1315,6 +1329,8 @@ class KafkaSinkWriter {
   }
 
  private:
+  bool verbose() const { return s_->properties.count("debug") > 0; }
+
   /// A transactional producer and the id it was made for.
   struct Producer {
     KafkaHandle handle;
@@ -1338,6 +1354,7 @@ class KafkaSinkWriter {
     if (epochOut) props["debug"] = printLogs ? props["debug"] + ",eos" : "eos";
     auto events = std::make_unique<KafkaClientEvents>(label_, printLogs);
     events->owner = epochOut ? static_cast<void*>(epochOut) : static_cast<void*>(this);
+    events->tag = transactionalId;
     KafkaHandle h = makeKafkaClient(RD_KAFKA_PRODUCER, props, events.get(), label_, [&](rd_kafka_conf_t* conf) {
       if (epochOut) rd_kafka_conf_set_log_cb(conf, &KafkaSinkWriter::onProbeLog);
       else rd_kafka_conf_set_dr_msg_cb(conf, &KafkaSinkWriter::onDelivery);
@@ -1414,7 +1431,7 @@ class KafkaSinkWriter {
       if (err == RD_KAFKA_RESP_ERR__FATAL || err == RD_KAFKA_RESP_ERR__STATE) {
         char buf[512] = "";
         rd_kafka_resp_err_t fatal = rd_kafka_fatal_error(rk, buf, sizeof buf);
-        if (fatal) throwProducerFailure(rk, fatal, buf);
+        if (fatal) throwProducerFailure(idOf(rk), fatal, buf);
       }
       throw std::runtime_error(label_ + ": cannot send a record to topic '" + topic + "': " + why);
     }
@@ -1429,7 +1446,7 @@ class KafkaSinkWriter {
       if (err == RD_KAFKA_RESP_ERR_NO_ERROR) return;
       if (ctx_ && ctx_->cancelled()) throw std::runtime_error(label_ + ": cancelled while flushing " + what);
       char buf[512] = "";
-      if (rd_kafka_resp_err_t fatal = rd_kafka_fatal_error(rk, buf, sizeof buf)) throwProducerFailure(rk, fatal, buf);
+      if (rd_kafka_resp_err_t fatal = rd_kafka_fatal_error(rk, buf, sizeof buf)) throwProducerFailure(idOf(rk), fatal, buf);
     }
   }
 
@@ -1440,9 +1457,9 @@ class KafkaSinkWriter {
     throw std::runtime_error(label_ + ": a record could not be written to " + e);
   }
 
-  [[noreturn]] void throwProducerFailure(rd_kafka_t* rk, rd_kafka_resp_err_t err, const std::string& why) {
+  [[noreturn]] void throwProducerFailure(const std::string& id, rd_kafka_resp_err_t err, const std::string& why) {
     if (isFencing(err))
-      throw std::runtime_error(label_ + ": transactional id " + std::string(rd_kafka_name(rk)) +
+      throw std::runtime_error(label_ + ": transactional id " + id +
                                " was fenced (" + rd_kafka_err2name(err) + ": " + why +
                                "): a newer producer with this id took over — a restored run of this job, or another "
                                "job with the same transactional id prefix. This instance stops writing; if no other "
@@ -1452,6 +1469,12 @@ class KafkaSinkWriter {
                                "); grant the job's principal WRITE on the topic" +
                                (exactlyOnce() ? " and WRITE/DESCRIBE on its transactional ids" : ""));
     throw std::runtime_error(label_ + ": the Kafka producer failed: " + why + " (" + rd_kafka_err2name(err) + ")");
+  }
+
+  /// The transactional id of a producer of this sink.
+  static std::string idOf(rd_kafka_t* rk) {
+    auto* events = static_cast<KafkaClientEvents*>(rd_kafka_opaque(rk));
+    return events && !events->tag.empty() ? events->tag : std::string(rd_kafka_name(rk));
   }
 
   static bool isFencing(rd_kafka_resp_err_t err) {
@@ -1467,9 +1490,9 @@ class KafkaSinkWriter {
     if (rd_kafka_error_is_fatal(e.get()) || isFencing(code)) {
       char buf[512] = "";
       rd_kafka_resp_err_t fatal = rd_kafka_fatal_error(rk, buf, sizeof buf);
-      throwProducerFailure(rk, fatal ? fatal : code, fatal ? buf : rd_kafka_error_string(e.get()));
+      throwProducerFailure(idOf(rk), fatal ? fatal : code, fatal ? buf : rd_kafka_error_string(e.get()));
     }
-    if (isAuthorizationError(code)) throwProducerFailure(rk, code, rd_kafka_error_string(e.get()));
+    if (isAuthorizationError(code)) throwProducerFailure(idOf(rk), code, rd_kafka_error_string(e.get()));
     throw std::runtime_error(label_ + ": cannot " + what + ": " + rd_kafka_error_string(e.get()) + " (" +
                              rd_kafka_err2name(code) + ")");
   }

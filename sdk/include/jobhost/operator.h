@@ -245,7 +245,8 @@ class Operator {
   /// Called every pipeline.auto-watermark-interval on watermark assigners.
   virtual void onPeriodicEmit() {}
 
-  // --- Checkpoints (issue 15): for operators whose node has twoPhaseCommit set.
+  // --- Checkpoints (issue 15): for operators whose node has twoPhaseCommit or
+  // checkpointListener set.
   /// Right before snapshotState() for checkpoint `checkpointId`, on the task thread.
   virtual void beforeSnapshot(uint64_t checkpointId) {}
   /// Checkpoint `checkpointId` is complete (its `_metadata` is durable), or was aborted.
@@ -325,9 +326,9 @@ struct PlanNode {
   /// position (restoreState() once per non-empty one, as Flink's union list state) and
   /// keeps what it now owns.
   bool parallelSource = false;
-  /// Gets notifyCheckpointComplete()/notifyCheckpointAborted() on its task thread, like a
-  /// transactional sink, without the rest of twoPhaseCommit (a source committing its
-  /// offsets to Kafka for monitoring).
+  /// Gets beforeSnapshot() and notifyCheckpointComplete()/notifyCheckpointAborted() on its
+  /// task thread, like a transactional sink, without the final checkpoint of
+  /// twoPhaseCommit (a source committing its offsets to Kafka for monitoring).
   bool checkpointListener = false;
   /// A source whose position names what it reads (KafkaSource: topics and partitions):
   /// what the class subscribes to, in the text form jobhost/kafka_splits.h defines, so

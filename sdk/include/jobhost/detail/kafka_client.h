@@ -65,6 +65,34 @@ inline bool isAuthorizationError(rd_kafka_resp_err_t err) {
          err == RD_KAFKA_RESP_ERR__AUTHENTICATION;
 }
 
+/// Whether a request that failed with `err` is worth repeating (a leader moving, a
+/// coordinator loading, a time-out, a lost connection).
+inline bool isRetriableError(rd_kafka_resp_err_t err) {
+  switch (err) {
+    case RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION:
+    case RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE:
+    case RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT:
+    case RD_KAFKA_RESP_ERR_NOT_COORDINATOR:
+    case RD_KAFKA_RESP_ERR_COORDINATOR_NOT_AVAILABLE:
+    case RD_KAFKA_RESP_ERR_COORDINATOR_LOAD_IN_PROGRESS:
+    case RD_KAFKA_RESP_ERR_NETWORK_EXCEPTION:
+    case RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS:
+    case RD_KAFKA_RESP_ERR_FENCED_LEADER_EPOCH:
+    case RD_KAFKA_RESP_ERR_UNKNOWN_LEADER_EPOCH:
+    case RD_KAFKA_RESP_ERR_OFFSET_NOT_AVAILABLE:
+    case RD_KAFKA_RESP_ERR_REPLICA_NOT_AVAILABLE:
+    case RD_KAFKA_RESP_ERR_BROKER_NOT_AVAILABLE:
+    case RD_KAFKA_RESP_ERR__TRANSPORT:
+    case RD_KAFKA_RESP_ERR__TIMED_OUT:
+    case RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN:
+    case RD_KAFKA_RESP_ERR__WAIT_COORD:
+    case RD_KAFKA_RESP_ERR__IN_PROGRESS:
+      return true;
+    default:
+      return false;
+  }
+}
+
 /// What librdkafka reported on its threads (error_cb, log_cb), for messages.
 class KafkaClientEvents {
  public:
@@ -86,6 +114,8 @@ class KafkaClientEvents {
 
   /// What the client belongs to, for callbacks that need more (a sink's delivery reports).
   void* owner = nullptr;
+  /// What the client is for, in messages (a producer's transactional id).
+  std::string tag;
 
   static void onError(rd_kafka_t*, int err, const char* reason, void* opaque) {
     auto* self = static_cast<KafkaClientEvents*>(opaque);
@@ -95,8 +125,13 @@ class KafkaClientEvents {
   }
   static void onLog(const rd_kafka_t* rk, int level, const char* fac, const char* buf) {
     auto* self = static_cast<KafkaClientEvents*>(rd_kafka_opaque(rk));
-    if (self == nullptr || !self->printLogs_) return;
-    std::fprintf(stderr, "%s: librdkafka %d %s: %s\n", self->label_.c_str(), level, fac, buf);
+    if (self == nullptr) return;
+    if (level <= 3) {  // LOG_ERR: e.g. "Connect to ipv4#127.0.0.1:9092 failed: Connection refused"
+      std::lock_guard lock(self->mu_);
+      self->lastError_ = buf;
+    }
+    if (self->printLogs_)
+      std::fprintf(stderr, "%s: librdkafka[%s] %d %s: %s\n", self->label_.c_str(), rd_kafka_name(rk), level, fac, buf);
   }
 
  private:

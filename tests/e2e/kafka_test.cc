@@ -553,4 +553,88 @@ TEST_F(Kafka, EventTimeWindowsUseKafkaTimestampsWithWatermarksPerPartition) {
   }
 }
 
+// The committed Kafka snapshots (tests/compat/v1/kafka-*, see tests/compat/README.md)
+// restore forever: their offsets (7 of 14 lines of words.txt, line i in partition i % 4)
+// are shown by inspect, pass the restore check, and a restore into a fresh cluster holding
+// all 14 lines the same way reads exactly the other 7. The exactly-once one also holds
+// the sink's pre-committed transaction of its checkpoint, which the fresh cluster never
+// saw: recovered by writing its records again.
+TEST_F(Kafka, CommittedSnapshotsRestore) {
+  const fs::path compat = fs::path(JOBHOST_COMPAT_DIR);
+  std::vector<std::string> all;
+  {
+    std::istringstream in(readFile(kWords));
+    for (std::string l; std::getline(in, l);) all.push_back(l);
+  }
+  ASSERT_EQ(all.size(), 14u);
+  struct Snap {
+    std::string dir;
+    int parallelism;
+    std::vector<std::string> args;
+  };
+  for (const Snap& snap : {Snap{"kafka-hashmap-p1", 3, {}},
+                           Snap{"kafka-exactly-once-p2", 1,
+                                {"--kafka-output", "out", "--kafka-delivery", "exactly-once",
+                                 "--kafka-transactional-id-prefix", "compat"}}}) {
+    SCOPED_TRACE(snap.dir);
+    startCluster({"words:4", "out:4"});
+    REQUIRE_CLUSTER(cluster_, why_);
+    const fs::path copy = tmp / snap.dir;
+    fs::copy(compat / snap.dir, copy, fs::copy_options::recursive);
+    Result inspect = cli({"inspect", "--json", copy.string()});
+    ASSERT_EQ(inspect.exitCode, 0) << inspect.err;
+    for (const char* part : {R"("partition":0,"offset":2)", R"("partition":1,"offset":2)", R"("partition":2,"offset":2)",
+                             R"("partition":3,"offset":1)"})
+      EXPECT_NE(inspect.out.find(part), std::string::npos) << part << " in " << inspect.out;
+    std::vector<std::string> args = {"--topic", "words"};
+    args.insert(args.end(), snap.args.begin(), snap.args.end());
+    std::vector<std::string> check = {"check", "-s", copy.string(), "-c", "WordCount", "-p", std::to_string(snap.parallelism),
+                                      kPlugin, "--kafka-bootstrap", cluster_->bootstrap()};
+    check.insert(check.end(), args.begin(), args.end());
+    Result checked = cli(check);
+    EXPECT_EQ(checked.exitCode, 0) << checked.out << checked.err;
+    // The 14 lines, line i into partition i % 4 (the snapshot's 7 at the same offsets).
+    for (int p = 0; p < 4; ++p) {
+      std::string lines;
+      for (size_t i = static_cast<size_t>(p); i < all.size(); i += 4) lines += all[i] + "\n";
+      ASSERT_TRUE(cluster_->produce("words", p, lines));
+    }
+    auto full = expectedCounts(readFile(kWords));
+    std::string second;
+    for (size_t i = 7; i < all.size(); ++i) second += all[i] + "\n";
+    auto later = expectedCounts(second);
+    std::map<std::string, long> want;
+    for (const auto& [w, n] : later) want[w] = full[w];
+    fs::path out = tmp / (snap.dir + ".out"), err = tmp / (snap.dir + ".err");
+    Process p(job("WordCount", snap.parallelism, args, {"-s", copy.string()}), out, err);
+    if (snap.args.empty()) {
+      ASSERT_TRUE(waitForCounts(p, out, want)) << readFile(err);
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      auto got = finalCounts(readFile(out));
+      EXPECT_EQ(got, want) << "the restored run reads the 7 lines after the offsets, on top of the restored counts";
+    } else {
+      // Exactly-once into "out" of this cluster: the recovered transaction's records (the
+      // first 7 lines' counts) and then the rest: every count of every word, none above
+      // its total.
+      std::map<std::string, std::set<long>> counts;
+      for (int i = 0; i < 400; ++i) {
+        counts = countsInTopic(cluster_->consumeAll("out"));
+        bool done = counts.size() == full.size();
+        for (const auto& [w, n] : full) done = done && !counts[w].empty() && *counts[w].rbegin() == n;
+        if (done) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+      for (const auto& [w, n] : full) {
+        ASSERT_FALSE(counts[w].empty()) << w << "\n" << readFile(err);
+        EXPECT_EQ(*counts[w].rbegin(), n) << w;
+        EXPECT_EQ(counts[w].size(), static_cast<size_t>(n)) << w;
+      }
+      EXPECT_NE(readFile(err).find("not committed before the failure; writing its"), std::string::npos) << readFile(err);
+    }
+    p.signal(SIGTERM);
+    EXPECT_EQ(p.wait().exitCode, 130);
+    cluster_.reset();
+  }
+}
+
 }  // namespace

@@ -1584,6 +1584,19 @@ class KafkaSinkWriter {
     props["auto.offset.reset"] = "latest";
     KafkaClientEvents events(label_, false);
     KafkaHandle c = makeKafkaClient(RD_KAFKA_CONSUMER, props, &events, label_, [](rd_kafka_conf_t*) {});
+    // The record is not in the partition (its end is before it: another cluster, or the
+    // log was truncated): never committed there. Deleted by retention (its start is past
+    // it): nothing can tell; it is taken as committed rather than written twice.
+    int64_t low = 0, high = 0;
+    if (rd_kafka_resp_err_t err = rd_kafka_query_watermark_offsets(c.get(), topic.c_str(), partition, &low, &high, 30000))
+      throw std::runtime_error(label_ + ": cannot read back " + topic + "[" + std::to_string(partition) +
+                               "] to recover a transaction: " + kafkaErrorText(err));
+    if (high <= offset) return false;
+    if (low > offset) {
+      std::fprintf(stderr, "%s: %s[%d] no longer holds offset %lld (retention): its transaction is taken as committed\n",
+                   label_.c_str(), topic.c_str(), partition, static_cast<long long>(offset));
+      return true;
+    }
     auto l = newPartitionList(1);
     rd_kafka_topic_partition_list_add(l.get(), topic.c_str(), partition)->offset = offset;
     if (KafkaError e{rd_kafka_incremental_assign(c.get(), l.get())})

@@ -101,7 +101,9 @@ int serve(int argc, char** argv) {
     }
   }
   std::map<std::string, std::string> props;
+  // The client only hosts the cluster: no "no bootstrap.servers" warning.
   if (debug) props["debug"] = "mock";
+  else props["log_level"] = "3";
   rd_kafka_t* rk = newClient(RD_KAFKA_PRODUCER, props);
   rd_kafka_mock_cluster_t* m = rd_kafka_mock_cluster_new(rk, brokers);
   if (m == nullptr) die("cannot start a mock cluster");

@@ -1266,7 +1266,9 @@ class KafkaSinkWriter {
   /// commit.
   void preCommit(KafkaTransaction& txn, uint64_t checkpointId) {
     if (s_->guarantee == DeliveryGuarantee::kNone) {
-      if (producer_) rd_kafka_poll(producer_.get(), 0);
+      // No wait at checkpoints; at the end of the input everything is sent (as Flink's).
+      if (checkpointId == TwoPhaseCommitSink<int, KafkaTransaction>::kEndOfInput) flush(producer_.get(), "the last records");
+      else rd_kafka_poll(producer_.get(), 0);
       throwDeliveryError();
       return;
     }
@@ -1323,6 +1325,9 @@ class KafkaSinkWriter {
   }
 
   void close() {
+    // Not transactional: what is still queued goes out (a job that ends cleanly; cancelled,
+    // briefly: a restore repeats it anyway).
+    if (producer_) rd_kafka_flush(producer_.get(), ctx_ && ctx_->cancelled() ? 1000 : 30000);
     producer_.reset();
     open_.reset();
     pending_.clear();

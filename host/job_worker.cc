@@ -204,6 +204,7 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
   ec.localStateDir = attemptLocalDir(setup, w.jobId, w.attempt);
   ec.autoWatermarkIntervalMs = setup.autoWatermarkInterval.count();
   ec.checkpointing = coordinator != nullptr;
+  ec.checkpointIntervalMs = coordinator ? setup.interval.count() : 0;
 
   Plan plan;
   try {

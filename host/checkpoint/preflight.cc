@@ -44,6 +44,7 @@ PreflightReport runPreflight(const PreflightInput& in) {
         if (op.droppedState) add(PreflightFinding::kNote, "operator", op.reason);
         continue;
       case StateAssignment::Action::kRestoreSourcePosition:
+        for (const auto& n : op.notes) add(PreflightFinding::kNote, "source", n);
         continue;
       case StateAssignment::Action::kRestoreKeyedState:
         break;

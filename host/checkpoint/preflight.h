@@ -35,7 +35,7 @@ struct PreflightInput {
 
 struct PreflightFinding {
   enum Severity { kError, kWarning, kNote } severity;
-  std::string check;    // "backend", "class", "operator", "max-parallelism", "state", "plugin", "files"
+  std::string check;    // "backend", "class", "operator", "max-parallelism", "state", "source", "plugin", "files"
   std::string message;
 };
 

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
+
+#include "jobhost/kafka_splits.h"
 
 namespace jobhost::host {
 
@@ -53,6 +56,95 @@ bool sameSerializers(const StateDescriptorInfo& a, const StateDescriptorInfo& b)
   return a.valueSerializer == b.valueSerializer && a.valueSerializerVersion == b.valueSerializerVersion &&
          a.keySerializer == b.keySerializer && a.keySerializerVersion == b.keySerializerVersion &&
          a.userKeySerializer == b.userKeySerializer && a.userKeySerializerVersion == b.userKeySerializerVersion;
+}
+
+/// Checks a source position against the plan's source (see the file comment's Kafka
+/// rule): sets `out` to an error, or adds notes.
+void checkSourcePosition(const state::OperatorSnapshot& op, const OperatorInfo& target, bool allowNonRestoredState,
+                         const std::string& job, StateAssignment::Operator& out) {
+  std::vector<std::string_view> positions;
+  bool kafka = false, other = false;
+  std::string writerSubscription;
+  for (const auto& sub : op.subtasks) {
+    if (sub.operatorState.empty()) continue;
+    positions.push_back(sub.operatorState);
+    if (KafkaSourcePosition::is(sub.operatorState)) kafka = true;
+    else other = true;
+  }
+  const bool toKafka = !target.subscription.empty();
+  if ((kafka && !toKafka) || (other && toKafka)) {
+    out.action = StateAssignment::Action::kError;
+    out.reason = operatorText(op) + " holds " + (kafka ? "a Kafka source's offsets" : "the position of a source that is not Kafka") +
+                 " in the snapshot, but in " + job + " that uid is " + roleText(target) +
+                 (toKafka ? ", a Kafka source" : ", which does not read Kafka") +
+                 "; give the source that should take this position the uid '" + op.uid +
+                 "' (and the other one another uid), or add --allow-non-restored-state (-n) to start the source afresh";
+    if (allowNonRestoredState) {
+      out.action = StateAssignment::Action::kSkip;
+      out.droppedState = true;
+      out.reason = "the position of " + operatorText(op) + " is skipped: it is " +
+                   (kafka ? "a Kafka source's" : "not a Kafka source's") + " and in " + job + " that uid is " +
+                   roleText(target) + "; --allow-non-restored-state is set";
+    }
+    return;
+  }
+  if (!kafka) return;
+  KafkaSubscription now;
+  std::vector<std::string> dropped;
+  try {
+    now = KafkaSubscription::parse(target.subscription);
+    dropped = kafkaTopicsNotSubscribed(positions, now);
+    for (auto p : positions) {
+      std::string sub = KafkaSourcePosition::decode(p).subscription;
+      if (!sub.empty()) writerSubscription = sub;
+    }
+  } catch (const std::exception& e) {
+    out.action = StateAssignment::Action::kError;
+    out.reason = "the Kafka offsets of " + operatorText(op) + " in the snapshot cannot be read: " + e.what() +
+                 "; restore from another checkpoint or savepoint";
+    return;
+  }
+  std::string was;
+  try {
+    was = writerSubscription.empty() ? "" : KafkaSubscription::parse(writerSubscription).describe();
+  } catch (const std::exception&) {
+    was = writerSubscription;
+  }
+  if (!dropped.empty()) {
+    std::string list;
+    for (const auto& t : dropped) list += (list.empty() ? "'" : ", '") + t + "'";
+    std::string what = "source '" + op.uid + "': the snapshot holds offsets of " +
+                       (dropped.size() == 1 ? "topic " : "topics ") + list + ", which " + job + " no longer reads (" +
+                       (was.empty() ? "" : "the snapshot's source read " + was + "; ") + "it reads " + now.describe() + ")";
+    if (!allowNonRestoredState) {
+      out.action = StateAssignment::Action::kError;
+      out.reason = what + "; subscribe to " + (dropped.size() == 1 ? "it" : "them") +
+                   " again, or add --allow-non-restored-state (-n) to drop " + (dropped.size() == 1 ? "its" : "their") +
+                   " offsets";
+      return;
+    }
+    out.notes.push_back(what + "; their offsets are dropped (--allow-non-restored-state)");
+  }
+  if (!writerSubscription.empty() && writerSubscription != now.text()) {
+    std::vector<std::string> added;
+    if (!now.isPattern()) {
+      std::set<std::string> saved;
+      for (auto p : positions)
+        for (const auto& sp : KafkaSourcePosition::decode(p).splits) saved.insert(sp.topic);
+      for (const auto& t : now.topicList())
+        if (!saved.count(t)) added.push_back(t);
+    }
+    std::string note = "source '" + op.uid + "': the snapshot's source read " + was + ", " + job + " reads " + now.describe();
+    if (!added.empty()) {
+      std::string list;
+      for (const auto& t : added) list += (list.empty() ? "'" : ", '") + t + "'";
+      note += "; " + list + (added.size() == 1 ? " has" : " have") +
+              " no saved offsets and " + (added.size() == 1 ? "is" : "are") + " read from the earliest offset";
+    } else if (now.isPattern()) {
+      note += "; topics without saved offsets are read from the earliest offset";
+    }
+    out.notes.push_back(note);
+  }
 }
 
 }  // namespace
@@ -182,6 +274,7 @@ StateAssignment assignState(const state::CheckpointMetadata& metadata, const std
       }
     } else {
       out.action = Action::kRestoreSourcePosition;
+      checkSourcePosition(op, *target, allowNonRestoredState, job, out);
     }
     a.operators.push_back(std::move(out));
   }

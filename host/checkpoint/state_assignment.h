@@ -28,6 +28,11 @@
 //   - A state declared with another kind, key, user-key or value serializer (name and
 //     version) than the snapshot recorded is an error; -n does not change that.
 //   - States the plan declares but the snapshot lacks start empty (not reported).
+//   - A Kafka source's position (jobhost/kafka_splits.h) restores into a Kafka source only
+//     (and another source's position not into one). Offsets of topics the class no longer
+//     subscribes to are state without a place: an error unless allowNonRestoredState,
+//     which drops them (noted); a subscription that changed otherwise is noted (new
+//     topics are read from their earliest offsets).
 //
 // Thread-safety: a pure function. The result points into `metadata`, which must
 // outlive it.
@@ -67,6 +72,9 @@ struct StateAssignment {
     bool droppedState = false;
     /// kRestoreKeyedState: one entry per state of the snapshot, in the snapshot's order.
     std::vector<State> states;
+    /// kRestoreSourcePosition: what the restore changes and people should know (a
+    /// changed topic subscription).
+    std::vector<std::string> notes;
   };
 
   /// One entry per operator of the snapshot, in the snapshot's order.

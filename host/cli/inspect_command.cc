@@ -1,5 +1,6 @@
 // `jobhost inspect` and `jobhost checkpoints`: snapshot metadata and checkpoint history for
 // people (and JSON for tools).
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 #include <map>
@@ -10,9 +11,11 @@
 #include "checkpoint/checkpoint_coordinator.h"
 #include "cli/commands.h"
 #include "cli/row_output.h"
+#include "cli/source_positions.h"
 #include "cli/table.h"
 #include "config/units.h"
 #include "job_runner.h"
+#include "jobhost/kafka_splits.h"
 #include "jobhost/state/checkpoint_layout.h"
 
 namespace jobhost::host {
@@ -54,6 +57,16 @@ int inspectCommand(const std::string& path, bool json) {
   }
   const auto& m = r->metadata;
   auto deps = dependencies(m);
+  // Kafka sources' offsets per partition (a damaged position is a damaged snapshot).
+  std::map<std::string, std::pair<std::string, std::vector<SourcePartitionRow>>> kafka;  // uid -> (subscription, rows)
+  for (const auto& op : m.operators) {
+    if (!holdsKafkaOffsets(op)) continue;
+    auto& [subscription, rows] = kafka[op.uid];
+    if (state::Status s = kafkaPartitions(op, &rows, &subscription); !s.ok()) {
+      std::cerr << "error: " << r->directory << ": " << s.message() << "\n";
+      return kExitIncompatible;
+    }
+  }
   if (json) {
     std::ostringstream o;
     o << "{\"path\":" << jsonString(r->directory) << ",\"formatVersion\":" << m.formatVersion
@@ -91,7 +104,25 @@ int inspectCommand(const std::string& path, bool json) {
             << ",\"size\":" << files[k].size << "}";
         o << "]}";
       }
-      o << "]}";
+      o << "]";
+      if (auto k = kafka.find(op.uid); k != kafka.end()) {
+        // A Kafka source: the next offset per partition (null with "earliest": true for a
+        // partition not read yet that starts at its earliest offset).
+        o << ",\"kafkaSubscription\":" << jsonString(k->second.first) << ",\"kafkaOffsets\":[";
+        for (size_t j = 0; j < k->second.second.size(); ++j) {
+          const auto& row = k->second.second[j];
+          o << (j ? "," : "") << "{\"subtask\":" << row.subtask << ",\"topic\":" << jsonString(row.topic)
+            << ",\"partition\":" << row.partition << ",\"offset\":";
+          if (row.offset == kEarliestOffset) o << "null,\"earliest\":true";
+          else o << row.offset;
+          o << ",\"stoppingOffset\":";
+          if (row.stoppingOffset == kNoStoppingOffset) o << "null";
+          else o << row.stoppingOffset;
+          o << "}";
+        }
+        o << "]";
+      }
+      o << "}";
     }
     o << "]}";
     std::cout << o.str() << "\n";
@@ -129,6 +160,22 @@ int inspectCommand(const std::string& path, bool json) {
     for (const auto& sub : op.subtasks)
       for (const auto& f : state::referencedFiles(sub.keyed))
         std::cout << "    " << r->storage->describe(f.path) << "  (" << formatBytes(f.size) << ")\n";
+    if (auto k = kafka.find(op.uid); k != kafka.end()) {
+      const auto& rows = k->second.second;
+      bool bounded = std::any_of(rows.begin(), rows.end(), [](const auto& x) { return x.stoppingOffset != kNoStoppingOffset; });
+      std::cout << "  Kafka offsets (" << (k->second.first.empty() ? "no subscription recorded" : k->second.first)
+                << "; the next offset to read per partition):\n";
+      std::vector<std::string> header = {"  SUBTASK", "TOPIC", "PARTITION", "NEXT OFFSET"};
+      if (bounded) header.push_back("STOPS AT");
+      Table kt(header);
+      for (const auto& x : rows) {
+        std::vector<std::string> row = {"  " + std::to_string(x.subtask), x.topic, std::to_string(x.partition),
+                                        offsetText(x.offset)};
+        if (bounded) row.push_back(offsetText(x.stoppingOffset));
+        kt.add(row);
+      }
+      std::cout << (rows.empty() ? std::string("  (no partition)\n") : kt.render());
+    }
     std::cout << "\n";
   }
   return kExitOk;

@@ -22,6 +22,7 @@
 #include "checkpoint/snapshot_state_view.h"
 #include "cli/commands.h"
 #include "cli/row_output.h"
+#include "cli/source_positions.h"
 #include "cli/table.h"
 #include "config/units.h"
 #include "job_runner.h"
@@ -188,14 +189,49 @@ int stateLsCommand(const StateCommandOptions& o) {
       }
     }
   }
-  if (!any) {
+  // Kafka sources: their offsets per partition (the rest of a source's position is opaque).
+  Table offsets({"SOURCE", "SUBTASK", "TOPIC", "PARTITION", "NEXT OFFSET", "STOPS AT"});
+  bool anyOffsets = false;
+  for (const auto& op : m.operators) {
+    if ((o.operatorUid && op.uid != *o.operatorUid) || !holdsKafkaOffsets(op)) continue;
+    std::vector<SourcePartitionRow> rows;
+    std::string subscription;
+    if (state::Status s = kafkaPartitions(op, &rows, &subscription); !s.ok()) return cannotRead(src->directory, s);
+    for (const auto& r : rows) {
+      anyOffsets = true;
+      offsets.add({op.uid, std::to_string(r.subtask), r.topic, std::to_string(r.partition), offsetText(r.offset),
+                   offsetText(r.stoppingOffset)});
+    }
+  }
+  if (!any && !anyOffsets) {
     std::cout << "No keyed state.\n";
     return kExitOk;
   }
-  std::cout << states.render();
-  if (o.keyGroups) std::cout << "\n" << groups.render();
+  if (any) std::cout << states.render();
+  if (any && o.keyGroups) std::cout << "\n" << groups.render();
+  if (anyOffsets) std::cout << (any ? "\n" : "") << "Kafka offsets (the next offset to read per partition):\n" << offsets.render();
   return kExitOk;
 }
+
+namespace {
+/// `state dump` of a Kafka source: its offsets per partition as rows.
+int dumpKafkaOffsets(const state::OperatorSnapshot& op, const std::string& where, RowFormat format,
+                     const StateCommandOptions& o) {
+  std::vector<SourcePartitionRow> rows;
+  std::string subscription;
+  if (state::Status s = kafkaPartitions(op, &rows, &subscription); !s.ok()) return cannotRead(where, s);
+  RowPrinter out(std::cout, format, {"SUBTASK", "TOPIC", "PARTITION", "NEXT OFFSET", "STOPS AT"},
+                 {"#subtask", "topic", "#partition", "offset", "stoppingOffset"});
+  for (const auto& r : rows) {
+    if (!out.add({std::to_string(r.subtask), r.topic, std::to_string(r.partition), offsetText(r.offset),
+                  offsetText(r.stoppingOffset)}) ||
+        (o.limit && out.rows() >= *o.limit))
+      break;
+  }
+  out.finish();
+  return kExitOk;
+}
+}  // namespace
 
 int stateDumpCommand(const StateCommandOptions& o) {
   RowFormat format;
@@ -205,6 +241,7 @@ int stateDumpCommand(const StateCommandOptions& o) {
   if (!src.ok()) return cannotRead(o.snapshot, src.status());
   const auto& m = src->metadata;
   const state::OperatorSnapshot* op = m.findOperator(o.operatorUid.value_or(""));
+  if (op && op->states.empty() && holdsKafkaOffsets(*op)) return dumpKafkaOffsets(*op, src->directory, format, o);
   if (!op || op->states.empty()) {
     std::cerr << "error: " << src->directory << (op ? " holds no keyed state for operator '" : " has no operator '")
               << o.operatorUid.value_or("") << "'; operators with keyed state: " << keyedOperatorList(m)

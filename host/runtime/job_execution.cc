@@ -184,7 +184,7 @@ std::vector<Stage> buildStages(const Plan& plan, int parallelism) {
   for (const auto& n : plan.nodes) {
     int s = -1;
     if (n.kind == NodeKind::kSource) {
-      s = newStage(1);
+      s = newStage(n.parallelSource ? parallelism : 1);
       stages[static_cast<size_t>(s)].heads.push_back(n.id);
     } else if (n.kind == NodeKind::kExchange) {
       // The receiving side starts a stage; both inputs of a two-input operator start the same.
@@ -327,6 +327,7 @@ class OperatorContextImpl : public OperatorContext {
   ExchangeWriterImpl* writer = nullptr;
   const std::atomic<bool>* cancelFlag = nullptr;
   std::atomic<const char*>* activeSlot = nullptr;
+  int64_t checkpointInterval = 0;  // ExecutionConfig::checkpointIntervalMs
   const int64_t* watermark = nullptr;  // the operator's input watermark
   InternalTimerService* timers = nullptr;
   std::function<void(int64_t)> emitWatermarkFn;  // watermark assigners
@@ -376,6 +377,7 @@ class OperatorContextImpl : public OperatorContext {
     auto it = sideOutputs.find(tagId);
     return it == sideOutputs.end() ? nullptr : it->second;
   }
+  int64_t checkpointIntervalMs() const override { return checkpointInterval; }
 
   /// The line sinks this operator opened: its task flushes them (see flushLineSinks).
   /// Changed in open() before the task thread starts, then on the task thread only.
@@ -424,7 +426,7 @@ struct JobExecution::Impl {
     std::vector<int> channelHead;   // gate channel -> slot of the receiver it feeds
     std::vector<int> assigners;     // slots of watermark assigners
     std::vector<int> timerSlots;    // slots with timers
-    std::vector<int> committers;    // slots of transactional sinks (PlanNode::twoPhaseCommit)
+    std::vector<int> committers;    // slots told of checkpoints (PlanNode::twoPhaseCommit, checkpointListener)
     std::vector<std::unique_ptr<ExchangeWriterImpl>> writers;
     std::vector<std::unique_ptr<state::KeyedStateBackend>> backendsOwned;
     std::vector<state::KeyedStateBackend*> backends;
@@ -997,6 +999,7 @@ std::vector<OperatorInfo> describeOperators(const Plan& plan, int parallelism) {
       info.operatorState = n.operatorState;
       info.parallelism = s.parallelism;
       info.states = n.states;
+      info.subscription = n.subscription;
       out.push_back(std::move(info));
     }
   return out;
@@ -1179,6 +1182,7 @@ Status JobExecution::prepare(const RestoreSource* source) {
       ctx->writer = s.writer;
       ctx->cancelFlag = &x.cancelled;
       ctx->activeSlot = &t.activeOperator;
+      ctx->checkpointInterval = x.config.checkpointIntervalMs;
       ctx->watermark = &s.watermark;
       if (!s.sender) ctx->sideOutputs = std::move(sideOutputsOf[i]);
       if (n.watermarkAssigner && !s.sender) {
@@ -1264,7 +1268,7 @@ Status JobExecution::prepare(const RestoreSource* source) {
         t.backendSlot.push_back(static_cast<int>(i));
         t.backendsOwned.push_back(std::move(*b));
       }
-      if (n.twoPhaseCommit && !s.sender) t.committers.push_back(static_cast<int>(i));
+      if ((n.twoPhaseCommit || n.checkpointListener) && !s.sender) t.committers.push_back(static_cast<int>(i));
       if (n.keyed && !s.sender) t.metrics.backendEntries.emplace_back(t.backends.back()->approximateEntries());
       if ((n.kind == NodeKind::kSource || n.operatorState) && !s.sender) {
         auto it = restoredOperatorState.find(n.uid);

@@ -80,6 +80,8 @@ struct ExecutionConfig {
   /// Checkpoints are taken (a coordinator triggers them). With a transactional sink in the
   /// plan, sources that end then wait for a final checkpoint (see the file comment).
   bool checkpointing = false;
+  /// execution.checkpointing.interval (OperatorContext::checkpointIntervalMs); 0: none.
+  int64_t checkpointIntervalMs = 0;
 };
 
 /// A stateful or source operator of the plan, as recorded in metadata.
@@ -92,6 +94,8 @@ struct OperatorInfo {
   std::vector<StateDescriptorInfo> states;
   /// Non-keyed operator state besides a source position (a watermark assigner's).
   bool operatorState = false;
+  /// A source's subscription (PlanNode::subscription), for the restore check.
+  std::string subscription;
 };
 
 /// One task's part of a checkpoint.

@@ -8,12 +8,16 @@
 //    writes it to a subdirectory of PATH;
 //  - anything else (a file, /dev/null): a text file, as print() would print
 //    (writeAsText(): at-least-once).
+// With `--kafka-output TOPIC`: to a Kafka topic (kafka_io.h; --kafka-delivery chooses
+// none, at-least-once or exactly-once).
 // With a directory, `--buckets event-hour|processing-hour` puts part files in hourly
 // bucket directories (YYYY-MM-DD--HH, UTC), `--max-part-size BYTES` (default 128 MiB) and
 // `--rollover DURATION` (default 60s) roll part files between checkpoints too.
 #pragma once
 
 #include <jobhost/jobhost.h>
+
+#include "kafka_io.h"
 
 #include <chrono>
 #include <filesystem>
@@ -26,6 +30,10 @@ namespace examples {
 template <class T>
 void writeOutput(jobhost::StreamEnvironment& env, jobhost::DataStream<T> stream, const std::string& uid = "output",
                  const std::string& subdir = "") {
+  if (auto topic = env.args().get("--kafka-output")) {
+    writeKafka(env, stream, subdir.empty() ? *topic : *topic + "-" + subdir, uid);
+    return;
+  }
   auto out = env.args().get("--output");
   if (!out) {
     stream.print();

@@ -2,14 +2,17 @@
 // the classes in wordcount_jobs.cpp and postgres_jobs.cpp.
 //
 // Lines come from localhost:9999 by default (`nc -lk 9999`), `--host H --port N` for
-// another socket, or `--input FILE` (a directory: each of its files once, in name order;
-// with `--monitor 1s` also every file that appears in it later); `--rate N` throttles a
-// file to N lines per second. Words are whitespace-separated and lower-cased; the word
+// another socket, `--input FILE` (a directory: each of its files once, in name order;
+// with `--monitor 1s` also every file that appears in it later), or Kafka with
+// `--kafka-bootstrap HOST:PORT --topic T` (record values are lines; kafka_io.h has the
+// other --kafka-* arguments); `--rate N` throttles a file to N lines per second. Words are whitespace-separated and lower-cased; the word
 // `error` makes the tokenizer throw (a task failure, handled by the restart strategy),
 // the word `crash` aborts the process.
 #pragma once
 
 #include <jobhost/jobhost.h>
+
+#include "kafka_io.h"
 
 #include <cctype>
 #include <chrono>
@@ -27,8 +30,13 @@ using WordCountRecord = std::pair<std::string, int64_t>;
 /// The job's lines, from the source the arguments choose (uid "lines").
 inline jobhost::DataStream<std::string> lines(jobhost::StreamEnvironment& env) {
   const auto& args = env.args();
-  // One uid for either source: a file's read position restores into a file source; a
-  // socket source has no position and ignores it.
+  // One uid for every source: a file's read position restores into a file source, a
+  // Kafka source's offsets into a Kafka source; a socket source has no position and
+  // ignores it.
+  if (args.get("--kafka-bootstrap") && (args.get("--topic") || args.get("--topic-pattern"))) {
+    if (args.get("--input")) throw jobhost::JobArgumentError("give --input or --topic, not both");
+    return kafkaLines(env);
+  }
   if (auto input = args.get("--input")) {
     std::error_code ec;
     const double rate = static_cast<double>(args.getInt("--rate", 0));

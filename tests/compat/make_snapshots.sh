@@ -141,5 +141,52 @@ if wanted join-hashmap-incremental-p1; then
   keepjob join-hashmap-incremental-p1 \
     "$(RATE=8 half join-hashmap-incremental OrderPaymentJoin 6 -D state.backend.incremental=true -- "${orders[@]}")"
 fi
+
+# Kafka (issue 32): a Kafka source's offsets per partition (operator state "jhkafka" v1,
+# jobhost/kafka_splits.h) at p=1, and at p=2 with the exactly-once Kafka sink's state (its
+# pre-committed transaction with the records it carries). Against librdkafka's mock
+# cluster (jobhost-test-kafka; kcat produces): the first 7 lines of words.txt, line i into
+# partition i % 4 of topic "words"; the job reads them (unbounded) and the first
+# checkpoint that holds all 7 offsets is the snapshot. The compat test produces all 14
+# lines the same way into a fresh mock and restores (tests/e2e/kafka_test.cc).
+# kafka NAME [flags...] -- [job args...]: prints the checkpoint directory.
+kafka() {
+  local name=$1
+  shift
+  local flags=()
+  while [ "$1" != -- ]; do flags+=("$1"); shift; done
+  shift
+  mkfifo "$work/$name.mockin"
+  "$BUILD/tests/jobhost-test-kafka" --topic words:4 --topic out:4 <"$work/$name.mockin" >"$work/$name.mock" 2>/dev/null &
+  local mock=$!
+  exec 4>"$work/$name.mockin"
+  for _ in $(seq 100); do grep -q BOOTSTRAP= "$work/$name.mock" 2>/dev/null && break; sleep 0.05; done
+  local b
+  b=$(sed -n 's/^BOOTSTRAP=//p' "$work/$name.mock")
+  for p in 0 1 2 3; do awk -v p=$p 'NR <= 7 && (NR - 1) % 4 == p' "$WORDS" | kcat -P -b "$b" -t words -p $p; done
+  "$JOBHOST" run -c WordCount "${flags[@]}" -D "state.checkpoints.dir=$work/$name" -D execution.checkpointing.interval=2s \
+    "$PLUGIN" --kafka-bootstrap "$b" --topic words "$@" >"$work/$name.out" 2>"$work/$name.err" &
+  local job=$! chk=""
+  for _ in $(seq 200); do
+    for c in "$work/$name"/*/chk-*; do
+      [ -f "$c/_metadata" ] || continue
+      [ "$("$JOBHOST" inspect --json "$c" | grep -o '"offset":[0-9]*' | cut -d: -f2 | awk '{s+=$1} END {print s}')" = 7 ] &&
+        chk=$c && break 2
+    done
+    sleep 0.1
+  done
+  kill -TERM $job; wait $job || true
+  exec 4>&-
+  wait $mock || true
+  [ -n "$chk" ] || { echo "no checkpoint of $name holds the 7 offsets" >&2; exit 1; }
+  echo "$chk"
+}
+if wanted kafka-hashmap-p1; then
+  cp -r "$(kafka kafka-hashmap-p1 -p 1 --)" "$OUT/kafka-hashmap-p1"
+fi
+if wanted kafka-exactly-once-p2; then
+  cp -r "$(kafka kafka-exactly-once-p2 -p 2 -- --kafka-output out --kafka-delivery exactly-once \
+    --kafka-transactional-id-prefix compat)" "$OUT/kafka-exactly-once-p2"
+fi
 find "$OUT" -type f | sort | xargs ls -l
 du -sh "$OUT"

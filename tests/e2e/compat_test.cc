@@ -234,6 +234,9 @@ INSTANTIATE_TEST_SUITE_P(Committed, Compat, ::testing::ValuesIn(kSnapshots), [](
 TEST(CompatList, EveryCommittedSnapshotIsTested) {
   std::set<std::string> listed;
   for (const auto& s : kSnapshots) listed.insert(s.dir);
+  // Kafka sources' and sinks' snapshots (issue 32) restore against a Kafka cluster: they
+  // are tested with the mock cluster by Kafka.CommittedSnapshotsRestore (e2e/kafka_test.cc).
+  for (const char* k : {"v1/kafka-hashmap-p1", "v1/kafka-exactly-once-p2"}) listed.insert(k);
   for (const auto& v : fs::directory_iterator(kCompatRoot)) {
     if (!v.is_directory()) continue;
     for (const auto& s : fs::directory_iterator(v.path())) {

@@ -46,6 +46,7 @@ class FakeContext : public jobhost::OperatorContext {
   void emitWatermark(int64_t) override {}
   void markIdle() override {}
   void* sideOutput(const std::string&) override { return nullptr; }
+  int64_t checkpointIntervalMs() const override { return 1000; }
 
  private:
   int subtask_, parallelism_;

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "jobhost/kafka_splits.h"
+
 #include <functional>
 #include <string>
 #include <vector>
@@ -195,6 +197,108 @@ TEST(StateAssignment, EveryOperatorOfTheSnapshotGetsOneDecisionInTheSnapshotsOrd
   ASSERT_EQ(a.errors().size(), 1u);
   EXPECT_TRUE(contains(a.errors()[0], "'gone'")) << a.errors()[0];
 }
+
+// --- Kafka sources (issue 32): offsets restore into a Kafka source only, and a topic the
+// class no longer reads is state without a place.
+namespace kafka {
+
+std::string position(const std::string& subscription, std::vector<std::pair<std::string, int>> partitions) {
+  KafkaSourcePosition p;
+  p.initialDiscoveryDone = true;
+  p.subscription = subscription;
+  for (const auto& [topic, partition] : partitions) {
+    KafkaSplit s;
+    s.topic = topic;
+    s.partition = partition;
+    s.offset = 42;
+    p.splits.push_back(s);
+  }
+  return p.encode();
+}
+
+state::OperatorSnapshot kafkaSnapshot(std::vector<std::string> positions) {
+  state::OperatorSnapshot op;
+  op.uid = "lines";
+  op.name = "Kafka Source";
+  op.parallelism = static_cast<int>(positions.size());
+  for (size_t i = 0; i < positions.size(); ++i) {
+    state::SubtaskSnapshot sub;
+    sub.index = static_cast<int>(i);
+    sub.operatorState = positions[i];
+    op.subtasks.push_back(sub);
+  }
+  return op;
+}
+
+OperatorInfo kafkaSource(const std::string& subscription) {
+  OperatorInfo o = {"lines", "Kafka Source", false, true, 2, {}};
+  o.subscription = subscription;
+  return o;
+}
+
+const StateAssignment::Operator& only(const StateAssignment& a) { return a.operators.at(0); }
+
+TEST(StateAssignment, KafkaOffsetsOfATopicTheClassNoLongerReadsAreAnErrorUnlessAllowed) {
+  state::CheckpointMetadata m;
+  m.operators = {kafkaSnapshot({position("topics:a,b", {{"a", 0}, {"b", 1}}), position("topics:a,b", {{"b", 0}})})};
+  auto refused = assignState(m, {kafkaSource("topics:a,c")}, false, "class WordCount");
+  EXPECT_EQ(only(refused).action, Action::kError);
+  EXPECT_TRUE(contains(only(refused).reason, "holds offsets of topic 'b', which class WordCount no longer reads"))
+      << only(refused).reason;
+  EXPECT_TRUE(contains(only(refused).reason, "the snapshot's source read topics a, b; it reads topics a, c"))
+      << only(refused).reason;
+  EXPECT_TRUE(contains(only(refused).reason, "--allow-non-restored-state")) << only(refused).reason;
+
+  auto allowed = assignState(m, {kafkaSource("topics:a,c")}, true, "class WordCount");
+  ASSERT_EQ(only(allowed).action, Action::kRestoreSourcePosition);
+  ASSERT_EQ(only(allowed).notes.size(), 2u);
+  EXPECT_TRUE(contains(only(allowed).notes[0], "offsets are dropped")) << only(allowed).notes[0];
+  EXPECT_TRUE(contains(only(allowed).notes[1], "'c' has no saved offsets and is read from the earliest offset"))
+      << only(allowed).notes[1];
+}
+
+TEST(StateAssignment, KafkaOffsetsRestoreIntoAPatternThatStillMatchesTheirTopics) {
+  state::CheckpointMetadata m;
+  m.operators = {kafkaSnapshot({position("topics:in-a", {{"in-a", 0}})})};
+  auto a = assignState(m, {kafkaSource("pattern:in-.*")}, false);
+  EXPECT_EQ(only(a).action, Action::kRestoreSourcePosition) << only(a).reason;
+  ASSERT_EQ(only(a).notes.size(), 1u);
+  EXPECT_TRUE(contains(only(a).notes[0], "reads topics matching /in-.*/")) << only(a).notes[0];
+  // The same subscription: nothing to say.
+  auto same = assignState(m, {kafkaSource("topics:in-a")}, false);
+  EXPECT_EQ(only(same).action, Action::kRestoreSourcePosition);
+  EXPECT_TRUE(only(same).notes.empty());
+  // A pattern that no longer matches a saved topic.
+  auto other = assignState(m, {kafkaSource("pattern:out-.*")}, false);
+  EXPECT_EQ(only(other).action, Action::kError) << only(other).reason;
+}
+
+TEST(StateAssignment, KafkaOffsetsAndOtherSourcePositionsDoNotRestoreIntoEachOther) {
+  state::CheckpointMetadata kafkaSnap;
+  kafkaSnap.operators = {kafkaSnapshot({position("topics:a", {{"a", 0}})})};
+  auto intoFile = assignState(kafkaSnap, {sourceOperator("lines")}, false);
+  EXPECT_EQ(only(intoFile).action, Action::kError);
+  EXPECT_TRUE(contains(only(intoFile).reason, "holds a Kafka source's offsets")) << only(intoFile).reason;
+  EXPECT_EQ(only(assignState(kafkaSnap, {sourceOperator("lines")}, true)).action, Action::kSkip);
+
+  state::CheckpointMetadata fileSnap;
+  fileSnap.operators = {sourceSnapshot("lines", std::string(8, '\x01'))};
+  auto intoKafka = assignState(fileSnap, {kafkaSource("topics:a")}, false);
+  EXPECT_EQ(only(intoKafka).action, Action::kError);
+  EXPECT_TRUE(contains(only(intoKafka).reason, "the position of a source that is not Kafka")) << only(intoKafka).reason;
+}
+
+TEST(StateAssignment, DamagedKafkaOffsetsAreAnErrorNamingTheSource) {
+  state::CheckpointMetadata m;
+  std::string bad = position("topics:a", {{"a", 0}});
+  bad.resize(bad.size() - 3);
+  m.operators = {kafkaSnapshot({bad})};
+  auto a = assignState(m, {kafkaSource("topics:a")}, false);
+  EXPECT_EQ(only(a).action, Action::kError);
+  EXPECT_TRUE(contains(only(a).reason, "the Kafka offsets of operator uid 'lines'")) << only(a).reason;
+}
+
+}  // namespace kafka
 
 }  // namespace
 }  // namespace jobhost::host

@@ -210,6 +210,9 @@ class OperatorContext {
   /// The input of the consumer of side output `tagId` in this task, as Collector<T>*
   /// type-erased (T: the tag's type); nullptr when no operator consumes that output.
   virtual void* sideOutput(const std::string& tagId) = 0;
+  /// execution.checkpointing.interval in milliseconds; 0 when the job takes no periodic
+  /// checkpoints (a sink checks its transaction timeout against it, KafkaSink).
+  virtual int64_t checkpointIntervalMs() const = 0;
 };
 
 /// One operator instance in one subtask.
@@ -243,7 +246,8 @@ class Operator {
   /// Called every pipeline.auto-watermark-interval on watermark assigners.
   virtual void onPeriodicEmit() {}
 
-  // --- Checkpoints (issue 15): for operators whose node has twoPhaseCommit set.
+  // --- Checkpoints (issue 15): for operators whose node has twoPhaseCommit or
+  // checkpointListener set.
   /// Right before snapshotState() for checkpoint `checkpointId`, on the task thread.
   virtual void beforeSnapshot(uint64_t checkpointId) {}
   /// Checkpoint `checkpointId` is complete (its `_metadata` is durable), or was aborted.
@@ -321,6 +325,23 @@ struct PlanNode {
   /// notifications, and a bounded job that has one ends with a final checkpoint after its
   /// sources ended, so everything it wrote is committed at the end exactly once.
   bool twoPhaseCommit = false;
+
+  // --- Sources that split their input (issue 32).
+  /// kSource: runs `parallelism.default` subtasks instead of one; each subtask reads its
+  /// own share of the input (KafkaSource: the partitions it owns). Its position is
+  /// per subtask; after a change of parallelism every subtask gets every former subtask's
+  /// position (restoreState() once per non-empty one, as Flink's union list state) and
+  /// keeps what it now owns.
+  bool parallelSource = false;
+  /// Gets beforeSnapshot() and notifyCheckpointComplete()/notifyCheckpointAborted() on its
+  /// task thread, like a transactional sink, without the final checkpoint of
+  /// twoPhaseCommit (a source committing its offsets to Kafka for monitoring).
+  bool checkpointListener = false;
+  /// A source whose position names what it reads (KafkaSource: topics and partitions):
+  /// what the class subscribes to, in the text form jobhost/kafka_splits.h defines, so
+  /// that the restore check compares a snapshot's positions with it without running the
+  /// source. Empty for other sources.
+  std::string subscription;
 };
 
 /// The dataflow a job's build() defined.

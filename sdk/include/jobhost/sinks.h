@@ -25,6 +25,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -84,6 +85,11 @@ class TwoPhaseCommitSink {
   /// be committed next). What is discarded was written after the restored checkpoint; a
   /// restore replays its records. (One job writes to a sink's destination.)
   virtual void abortStrays(int subtask, int parallelism, const std::vector<Txn>& keep) {}
+  /// After a restore, before abortStrays(): the id of the checkpoint (or savepoint)
+  /// restored, and the highest parallelism of the sink subtasks that wrote it. For sinks
+  /// that name transactions after checkpoints (KafkaSink): what began after it is
+  /// named after a later id. Not called on a start without state. Default: nothing.
+  virtual void recoverFrom(uint64_t checkpointId, int writerParallelism) {}
   virtual void close() {}
 };
 
@@ -106,6 +112,15 @@ class TwoPhaseCommitSinkOp : public NamedOp, public Collector<typename S::InputT
     ctx_ = &ctx;
     invoke([&] { sink_->open(ctx); });
     if (!restored_.empty()) {
+      // Every restored state holds the transaction of the checkpoint it was taken at (the
+      // last pre-committed one): the largest id is the restored checkpoint's.
+      uint64_t checkpoint = 0;
+      int writers = 0;
+      for (const auto& r : restored_) {
+        writers = std::max(writers, r.parallelism);
+        for (const auto& p : r.pending) checkpoint = std::max(checkpoint, p.first);
+      }
+      invoke([&] { sink_->recoverFrom(checkpoint, writers); });
       // This subtask recovers the former subtasks s with s % parallelism == its index.
       std::vector<std::pair<uint64_t, Txn>> recovered;
       for (const auto& r : restored_)
@@ -150,7 +165,7 @@ class TwoPhaseCommitSinkOp : public NamedOp, public Collector<typename S::InputT
                                ", this SDK reads format " + std::to_string(kStateFormat));
     Restored rs;
     rs.subtask = static_cast<int>(r.readVarint());
-    r.readVarint();  // the writer's parallelism (kept for readers of the format)
+    rs.parallelism = static_cast<int>(r.readVarint());
     for (uint64_t n = r.readVarint(); n > 0; --n) {
       uint64_t id = r.readVarint();
       rs.pending.emplace_back(id, Serializer<Txn>::read(r));
@@ -190,6 +205,7 @@ class TwoPhaseCommitSinkOp : public NamedOp, public Collector<typename S::InputT
   static constexpr uint8_t kStateFormat = 1;
   struct Restored {
     int subtask = 0;
+    int parallelism = 1;  // of the sink that wrote it
     std::vector<std::pair<uint64_t, Txn>> pending;
   };
   std::unique_ptr<S> sink_;

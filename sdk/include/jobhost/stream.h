@@ -162,6 +162,19 @@ class StreamEnvironment {
   template <class T>
   DataStream<T> addSource(std::function<std::unique_ptr<SourceFunction<T>>()> factory,
                           std::string name = "Custom Source");
+  /// A source that makes its own plan node, as Flink's env.fromSource(source, strategy,
+  /// name): KafkaSource<T> (jobhost/kafka.h). It gives each record its event timestamp
+  /// itself (Kafka: the record's timestamp) and generates watermarks with `strategy`, per
+  /// split (Kafka: per partition), combined into the source's watermark. S provides
+  /// `using ElementType` and `PlanNode planNode(const WatermarkStrategy<ElementType>*,
+  /// bool planOnly) const`.
+  template <class S>
+  DataStream<typename S::ElementType> fromSource(const S& source,
+                                                 const WatermarkStrategy<typename S::ElementType>& strategy,
+                                                 std::string name);
+  /// The same without watermarks (records still carry the source's timestamps).
+  template <class S>
+  DataStream<typename S::ElementType> fromSource(const S& source, std::string name);
 
   /// Internal: appends a node and returns its id.
   int addNode(PlanNode node) {
@@ -1043,6 +1056,19 @@ DataStream<T> StreamEnvironment::fromGenerator(uint64_t count, std::function<T(u
       "Generator Source");
 }
 
+template <class S>
+DataStream<typename S::ElementType> StreamEnvironment::fromSource(
+    const S& source, const WatermarkStrategy<typename S::ElementType>& strategy, std::string name) {
+  PlanNode n = source.planNode(&strategy, planOnly_);
+  n.name = std::move(name);
+  return DataStream<typename S::ElementType>(*this, addNode(std::move(n)));
+}
+template <class S>
+DataStream<typename S::ElementType> StreamEnvironment::fromSource(const S& source, std::string name) {
+  PlanNode n = source.planNode(nullptr, planOnly_);
+  n.name = std::move(name);
+  return DataStream<typename S::ElementType>(*this, addNode(std::move(n)));
+}
 inline DataStream<std::string> StreamEnvironment::socketTextStream(std::string host, int port) {
   if (port <= 0 || port > 65535)
     throw JobArgumentError("socket port must be between 1 and 65535, got " + std::to_string(port));

@@ -20,6 +20,7 @@
 #include "checkpoint/checkpoint_coordinator.h"
 #include "checkpoint/checkpoint_record_capnp.h"
 #include "job_setup.h"
+#include "runtime/checkpoint_failure.h"
 #include "runtime/worker_protocol.capnp.h"
 
 namespace jobhost::host {
@@ -99,7 +100,7 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
   installCrashReporter(w.crashFd);
   Channel channel(w.channelFd);
   auto end = [&](wire::EndKind kind, const std::string& message, const std::string& op, const std::string& subtask,
-                 bool restoreFailure, int exitCode) {
+                 bool restoreFailure, int exitCode, bool storeUnavailable = false) {
     channel.send([&](wire::FromWorker::Builder b) {
       auto e = b.initEnded();
       e.setKind(kind);
@@ -108,6 +109,7 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
       e.setSubtask(subtask);
       e.setRestoreFailure(restoreFailure);
       e.setExitCode(exitCode);
+      e.setStoreUnavailable(storeUnavailable);
     });
     return exitCode;
   };
@@ -125,9 +127,10 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
   if (w.restoreFrom) {
     auto r = openSnapshot(*w.restoreFrom);
     if (!r.ok()) {
-      bool retryable = r.status().isIOError() || r.status().isNoSpace() || r.status().isPermissionDenied();
-      return end(wire::EndKind::FAILED, "cannot read the snapshot to restore: " + r.status().message(), "", "",
-                 !retryable, retryable ? kExitJobFailed : kExitIncompatible);
+      bool retryable = r.status().isIOError() || r.status().isNoSpace() || r.status().isPermissionDenied() ||
+                       r.status().isUnavailable();
+      return end(wire::EndKind::FAILED, "cannot read the snapshot to restore: " + r.status().toString(), "", "",
+                 !retryable, retryable ? kExitJobFailed : kExitIncompatible, isStoreUnavailability(r.status()));
     }
     restoreFrom = std::move(*r);
   }
@@ -139,8 +142,8 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
     // The supervisor collected what earlier attempts left; this only reads.
     auto registry = state::SnapshotRegistry::load(std::move(*storage));
     if (!registry.ok())
-      return end(wire::EndKind::FAILED, "cannot read the job's checkpoints: " + registry.status().message(), "", "",
-                 false, kExitJobFailed);
+      return end(wire::EndKind::FAILED, "cannot read the job's checkpoints: " + registry.status().toString(), "", "",
+                 false, kExitJobFailed, isStoreUnavailability(registry.status()));
     state::CheckpointMetadata templ;
     templ.jobId = w.jobId;
     templ.jobClass = setup.className;
@@ -196,8 +199,8 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
     // Only incompatibility and corruption are final; I/O errors (a full local disk, a
     // storage read error) are task failures for the restart strategy.
     bool restoreFailure = ps.isIncompatible() || ps.isCorruption();
-    return end(wire::EndKind::FAILED, ps.message(), "", "", restoreFailure,
-               restoreFailure ? kExitIncompatible : kExitJobFailed);
+    return end(wire::EndKind::FAILED, ps.toString(), "", "", restoreFailure,
+               restoreFailure ? kExitIncompatible : kExitJobFailed, isStoreUnavailability(ps));
   }
   if (coordinator) {
     coordinator->attach(exec.get());
@@ -248,19 +251,27 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
       if (finished.load()) return;
     }
   });
+  auto sendStats = [&] {
+    auto last = coordinator ? coordinator->latestCompleted() : std::nullopt;
+    auto health = coordinator ? coordinator->storeHealth() : CheckpointCoordinator::StoreHealth{};
+    channel.send([&](wire::FromWorker::Builder b) {
+      auto s = b.initStats();
+      s.setRecordsIn(exec->recordsIn());
+      s.setRecordsOut(exec->recordsOut());
+      if (last) {
+        s.setLastCheckpointId(last->checkpointId);
+        s.setLastCheckpointPath(coordinator->pathOf(last->checkpointId));
+      }
+      s.setStoreUnavailableSinceMs(health.unavailableSinceMs);
+      s.setStoreError(health.lastError);
+      s.setStoreOutages(health.outages);
+      s.setCheckpointsDeclinedUnavailable(health.declined);
+    });
+  };
   std::thread stats([&] {
     while (!finished.load()) {
       for (int i = 0; i < 25 && !finished.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      auto last = coordinator ? coordinator->latestCompleted() : std::nullopt;
-      channel.send([&](wire::FromWorker::Builder b) {
-        auto s = b.initStats();
-        s.setRecordsIn(exec->recordsIn());
-        s.setRecordsOut(exec->recordsOut());
-        if (last) {
-          s.setLastCheckpointId(last->checkpointId);
-          s.setLastCheckpointPath(coordinator->pathOf(last->checkpointId));
-        }
-      });
+      sendStats();
     }
   });
 
@@ -279,16 +290,7 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
     std::lock_guard lock(threadsMu);
     for (auto& t : savepointThreads) t.join();
   }
-  auto last = coordinator ? coordinator->latestCompleted() : std::nullopt;
-  channel.send([&](wire::FromWorker::Builder b) {
-    auto s = b.initStats();
-    s.setRecordsIn(exec->recordsIn());
-    s.setRecordsOut(exec->recordsOut());
-    if (last) {
-      s.setLastCheckpointId(last->checkpointId);
-      s.setLastCheckpointPath(coordinator->pathOf(last->checkpointId));
-    }
-  });
+  sendStats();
   exec.reset();
   std::error_code rm;
   fs::remove_all(ec.localStateDir, rm);

@@ -54,6 +54,14 @@ struct JobStatus {
   checkpointsCompleted @17 :UInt64;  # since the job started, all attempts
   checkpointsFailed @18 :UInt64;
   pluginDigest @19 :Text;       # of the plugin bytes the job loaded; `jobhost list` compares the file
+  # The checkpoint store and the job directory's lease (JobStatusInfo, issue 31).
+  checkpointStoreUnavailableSinceMs @20 :Int64;  # 0: it answers
+  checkpointStoreError @21 :Text;
+  checkpointStoreOutages @22 :UInt64;
+  checkpointsDeclinedUnavailable @23 :UInt64;
+  restoreRetries @24 :UInt64;
+  leaseRenewedMs @25 :Int64;
+  publishingFencedSinceMs @26 :Int64;
 }
 
 enum CheckpointStatus {

@@ -172,6 +172,13 @@ kj::Promise<JobStatusInfo> requestStatus(rpc::JobControlService::Client& s) {
     s.checkpointsCompleted = w.getCheckpointsCompleted();
     s.checkpointsFailed = w.getCheckpointsFailed();
     s.pluginDigest = w.getPluginDigest();
+    s.checkpointStoreUnavailableSinceMs = w.getCheckpointStoreUnavailableSinceMs();
+    s.checkpointStoreError = str(w.getCheckpointStoreError());
+    s.checkpointStoreOutages = w.getCheckpointStoreOutages();
+    s.checkpointsDeclinedUnavailable = w.getCheckpointsDeclinedUnavailable();
+    s.restoreRetries = w.getRestoreRetries();
+    s.leaseRenewedMs = w.getLeaseRenewedMs();
+    s.publishingFencedSinceMs = w.getPublishingFencedSinceMs();
     return s;
   });
 }

@@ -289,6 +289,13 @@ class ServiceImpl final : public rpc::JobControlService::Server {
       b.setCheckpointsCompleted(s.checkpointsCompleted);
       b.setCheckpointsFailed(s.checkpointsFailed);
       b.setPluginDigest(s.pluginDigest);
+      b.setCheckpointStoreUnavailableSinceMs(s.checkpointStoreUnavailableSinceMs);
+      b.setCheckpointStoreError(text(s.checkpointStoreError));
+      b.setCheckpointStoreOutages(s.checkpointStoreOutages);
+      b.setCheckpointsDeclinedUnavailable(s.checkpointsDeclinedUnavailable);
+      b.setRestoreRetries(s.restoreRetries);
+      b.setLeaseRenewedMs(s.leaseRenewedMs);
+      b.setPublishingFencedSinceMs(s.publishingFencedSinceMs);
     });
   }
 

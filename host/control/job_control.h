@@ -41,6 +41,26 @@ struct JobStatusInfo {
   uint64_t checkpointsCompleted = 0;  // since the job started (all attempts)
   uint64_t checkpointsFailed = 0;
   std::string pluginDigest;  // of the bytes the job loaded (and every attempt loads)
+
+  // The checkpoint store (issue 31): outages are waited out, never a failure of the job.
+  /// Epoch ms since the store has not answered (checkpoints declined, or a restore
+  /// waiting); 0 while it answers.
+  int64_t checkpointStoreUnavailableSinceMs = 0;
+  /// The store's last error during the current outage ("" while it answers).
+  std::string checkpointStoreError;
+  /// Outages of the store since the job started (all attempts, restores included).
+  uint64_t checkpointStoreOutages = 0;
+  /// Checkpoints declined because the store did not answer or its disk was full (all
+  /// attempts): the first one that met the outage, then one per interval it lasted.
+  uint64_t checkpointsDeclinedUnavailable = 0;
+  /// Restores tried again because the store did not answer (not restarts: the restart
+  /// strategy does not count them).
+  uint64_t restoreRetries = 0;
+  /// The job directory's lease on an object store (job_directory_lock.h); both 0 for a
+  /// local directory (an flock cannot be lost). Epoch ms of its last renewal, and since
+  /// when publishing is held back because it could not be renewed (0: publishing).
+  int64_t leaseRenewedMs = 0;
+  int64_t publishingFencedSinceMs = 0;
 };
 
 class JobControl {

@@ -171,6 +171,10 @@ void fillJob(uiapi::Job::Builder b, const JobStatusInfo& s, bool running, const 
   b.setCheckpointsCompleted(static_cast<double>(s.checkpointsCompleted));
   b.setCheckpointsFailed(static_cast<double>(s.checkpointsFailed));
   b.setPid(running ? s.pid : 0);
+  b.setCheckpointStoreUnavailableSinceMs(static_cast<double>(s.checkpointStoreUnavailableSinceMs));
+  b.setCheckpointStoreError(text(s.checkpointStoreError));
+  b.setCheckpointsDeclinedUnavailable(static_cast<double>(s.checkpointsDeclinedUnavailable));
+  b.setPublishingFencedSinceMs(static_cast<double>(s.publishingFencedSinceMs));
 }
 
 bool hasMetadata(const std::string& dir) {

@@ -31,6 +31,10 @@ struct Job {
   checkpointsCompleted @18 :Float64;
   checkpointsFailed @19 :Float64;
   pid @20 :Int32;
+  checkpointStoreUnavailableSinceMs @21 :Float64;  # 0: the checkpoint store answers
+  checkpointStoreError @22 :Text;
+  checkpointsDeclinedUnavailable @23 :Float64;
+  publishingFencedSinceMs @24 :Float64;             # 0: the job publishes checkpoints
 }
 
 struct JobList {

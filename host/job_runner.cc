@@ -16,6 +16,7 @@
 #include "checkpoint/checkpoint_coordinator.h"
 #include "checkpoint/job_directory_lock.h"
 #include "checkpoint/preflight.h"
+#include "checkpoint/store_outage.h"
 #include "config/units.h"
 #include "jobhost/state/checkpoint_layout.h"
 #include "jobhost/state/s3_storage.h"
@@ -41,13 +42,46 @@ std::string jobIdProblem(const std::string& id) {
   return {};
 }
 
+int exitCodeForSnapshotError(const state::Status& s) {
+  return s.isUnavailable() ? kExitUnavailable : kExitIncompatible;
+}
+
 namespace {
+
+/// Returned by the start-up steps below when the store did not answer and `jobhost run`
+/// waited for it: do the whole decision again.
+constexpr int kTryAgain = -1;
+
+/// The start of `jobhost run` against a store that does not answer: waits with backoff
+/// (a job a scheduler restarts during an outage must not crash-loop) — or, for a dry run
+/// (`jobhost check`), gives up at once. retry() is true when the caller should try again
+/// (after the pause); false when it should report `s` (and, if interrupted(), exit 130).
+class StartupWait {
+ public:
+  explicit StartupWait(bool enabled) : enabled_(enabled) {}
+  bool retry(const state::Status& s, const std::string& what) {
+    if (!enabled_ || !isWaitedOut(s)) return false;
+    if (!sleepUnlessInterrupted(outage_.failed(s, what))) {
+      interrupted_ = true;
+      return false;
+    }
+    return true;
+  }
+  void answered() { outage_.recovered(); }
+  bool interrupted() const { return interrupted_; }
+
+ private:
+  const bool enabled_;
+  bool interrupted_ = false;
+  StoreOutage outage_;
+};
 
 /// --job-id / --restore latest / --max-checkpoint-age: checks them against each other and
 /// the job's directory, and for --restore latest sets *snapshot to the checkpoint to
-/// restore (unset: start without state). 0, or the exit code after printing the error.
+/// restore (unset: start without state). 0, kTryAgain (the store did not answer and
+/// `wait` waited), or the exit code after printing the error.
 int decideStableJobRestore(const RunOptions& o, const JobSetup& setup, std::optional<std::string>* snapshot,
-                           std::optional<ResolvedSnapshot>* resolved) {
+                           std::optional<ResolvedSnapshot>* resolved, StartupWait& wait) {
   *snapshot = o.fromSnapshot;
   if (o.jobId) {
     if (std::string why = jobIdProblem(*o.jobId); !why.empty()) {
@@ -104,6 +138,11 @@ int decideStableJobRestore(const RunOptions& o, const JobSetup& setup, std::opti
   {
     LockHolder probe{static_cast<int>(::getpid()), *o.jobId, setup.className, "start of a run"};
     auto lock = JobDirectoryLock::acquire(jobDir.string(), probe);
+    if (!lock.ok() && wait.retry(lock.status(), "locking " + jobDir.string())) return kTryAgain;
+    if (!lock.ok() && isWaitedOut(lock.status())) {
+      std::cerr << "error: cannot lock " << jobDir.string() << ": " << lock.status().message() << "\n";
+      return wait.interrupted() ? kExitInterrupted : kExitUnavailable;
+    }
     if (!lock.ok()) {
       std::cerr << "error: " << lock.status().message() << " — job " << *o.jobId
                 << " may run already: stop it first (jobhost cancel " << *o.jobId << "), or use another --job-id\n";
@@ -118,10 +157,12 @@ int decideStableJobRestore(const RunOptions& o, const JobSetup& setup, std::opti
     auto storage = state::openStorage(jobDir.string());
     auto registry = storage.ok() ? state::SnapshotRegistry::load(std::move(*storage))
                                  : state::Result<state::SnapshotRegistry>(storage.status());
+    if (!registry.ok() && wait.retry(registry.status(), "reading the checkpoints in " + jobDir.string()))
+      return kTryAgain;
     if (!registry.ok()) {
       std::cerr << "error: cannot read the checkpoints of job " << *o.jobId << " in " << jobDir.string() << ": "
                 << registry.status().message() << "\n";
-      return kExitUsage;
+      return wait.interrupted() ? kExitInterrupted : registry.status().isUnavailable() ? kExitUnavailable : kExitUsage;
     }
     std::vector<uint64_t> ids = registry->checkpointIds();
     if (!o.restoreLatest) {
@@ -149,13 +190,14 @@ int decideStableJobRestore(const RunOptions& o, const JobSetup& setup, std::opti
     }
     newest = jobDir / state::checkpointDirName(ids.back());
     auto snap = openSnapshot(newest.string());
-    if (!snap.ok() && attempt < 5) {  // gone (NotFound), or not a snapshot any more on S3
+    if (!snap.ok() && wait.retry(snap.status(), "reading " + newest.string())) return kTryAgain;
+    if (!snap.ok() && attempt < 5 && !isWaitedOut(snap.status())) {  // gone (NotFound), or not a snapshot any more on S3
       std::this_thread::sleep_for(std::chrono::milliseconds(100 * attempt));
       continue;
     }
     if (!snap.ok()) {
       std::cerr << "error: cannot read " << newest.string() << ": " << snap.status().message() << "\n";
-      return kExitIncompatible;
+      return wait.interrupted() ? kExitInterrupted : exitCodeForSnapshotError(snap.status());
     }
     if (o.maxCheckpointAge) {
       const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -196,15 +238,21 @@ int runJob(const RunOptions& o) {
 
   // Restore preflight: only _metadata and the plan, before anything starts. The snapshot
   // is resolved here, once: every attempt that restores it restores this very one.
+  // An unavailable store is waited out here (`jobhost run`), or reported with exit 4
+  // (`jobhost check`): never taken for a missing or damaged snapshot.
+  StartupWait wait(!o.dryRun);
+  std::optional<ResolvedSnapshot> initial;
+  for (;;) {
   std::optional<std::string> from;
   std::optional<ResolvedSnapshot> latest;  // --restore latest: resolved already
-  if (int rc = decideStableJobRestore(o, setup, &from, &latest); rc != 0) return rc;
-  std::optional<ResolvedSnapshot> initial;
+  if (int rc = decideStableJobRestore(o, setup, &from, &latest, wait); rc == kTryAgain) continue;
+  else if (rc != 0) return rc;
   if (from) {
     auto snapshot = latest ? state::Result<ResolvedSnapshot>(std::move(*latest)) : resolveSnapshot(*from);
+    if (!snapshot.ok() && wait.retry(snapshot.status(), "reading " + *from)) continue;
     if (!snapshot.ok()) {
       std::cerr << "error: cannot restore from " << *from << ": " << snapshot.status().message() << "\n";
-      return kExitIncompatible;
+      return wait.interrupted() ? kExitInterrupted : exitCodeForSnapshotError(snapshot.status());
     }
     if (!snapshot->note.empty()) spdlog::info("{}", snapshot->note);
     PreflightInput in;
@@ -226,6 +274,14 @@ int runJob(const RunOptions& o) {
       std::cerr << report.format(snapshot->directory);
       return kExitIncompatible;
     }
+    if (!report.unavailable.ok() && wait.retry(report.unavailable, "checking the files of " + snapshot->directory))
+      continue;
+    if (!report.unavailable.ok()) {
+      std::cerr << "error: cannot check " << snapshot->directory << ": " << report.unavailable.message()
+                << "\n  nothing was decided about the snapshot: the storage did not answer; try again later\n";
+      return wait.interrupted() ? kExitInterrupted : kExitUnavailable;
+    }
+    wait.answered();
     if (o.dryRun) {
       std::cout << report.format(snapshot->directory);
       return kExitOk;
@@ -236,6 +292,8 @@ int runJob(const RunOptions& o) {
     std::cout << (o.restoreLatest ? "nothing to check: job " + *o.jobId + " has no checkpoint yet\n"
                                   : std::string("nothing to check: no snapshot given (-s)\n"));
     return kExitOk;
+  }
+  break;
   }
 
   JobSupervisor supervisor(o, setup, std::move(restart), std::move(initial));

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "jobhost/state/status.h"
+
 namespace jobhost {
 class Job;
 struct JobClassInfo;
@@ -24,6 +26,7 @@ enum ExitCode : int {
   kExitJobFailed = 1,
   kExitUsage = 2,          // bad arguments, configuration, plugin or job class
   kExitIncompatible = 3,   // the snapshot cannot be restored into this job
+  kExitUnavailable = 4,    // a storage did not answer: nothing was decided or changed; try again
   kExitInterrupted = 130,  // stopped by Ctrl-C / SIGTERM
 };
 
@@ -68,6 +71,11 @@ struct RunOptions {
 std::string jobIdProblem(const std::string& id);
 
 int runJob(const RunOptions& options);
+
+/// The exit code of a command that could not read a snapshot with error `s`:
+/// kExitUnavailable when the storage did not answer (state::Status::isUnavailable: try
+/// again later), else kExitIncompatible (missing, damaged, not a snapshot).
+int exitCodeForSnapshotError(const state::Status& s);
 
 class Configuration;
 /// The user's layers: the YAML file (--config, else $JOBHOST_CONF_DIR/config.yaml), then

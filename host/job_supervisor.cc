@@ -21,6 +21,7 @@
 #include "checkpoint/checkpoint_record_capnp.h"
 #include "jobhost/state/checkpoint_layout.h"
 #include "jobhost/state/snapshot_registry.h"
+#include "runtime/checkpoint_failure.h"
 #include "runtime/worker_protocol.capnp.h"
 #include "log_format.h"
 #include "signal_handling.h"
@@ -269,6 +270,21 @@ void JobSupervisor::sendLocked(Fill fill) {
   }
 }
 
+bool JobSupervisor::waitForStore(const state::Status& s, const std::string& what) {
+  const bool starts = !restoreOutage_.active();
+  const auto pause = restoreOutage_.failed(s, what);
+  std::unique_lock lock(mu_);
+  if (starts) ++restoreOutagesSeen_;
+  ++info_.restoreRetries;
+  info_.storeUnavailableSinceMs = restoreOutage_.sinceMs();
+  info_.checkpointStoreError = s.toString();
+  info_.checkpointStoreOutages = endedOutages_ + restoreOutagesSeen_;
+  if (!cancelRequested_) info_.state = JobState::kRestarting;
+  changed_.notify_all();
+  changed_.wait_for(lock, pause, [&] { return cancelRequested_; });
+  return !cancelRequested_;
+}
+
 void JobSupervisor::setState(JobState s) {
   std::lock_guard lock(mu_);
   if (cancelRequested_ && (s == JobState::kRunning || s == JobState::kRestarting)) return;
@@ -344,9 +360,7 @@ state::Result<JobSupervisor::RestoreDecision> JobSupervisor::decideRestore(int a
     auto storage = state::openStorage(jobDir_);
     auto registry = storage.ok() ? state::SnapshotRegistry::load(std::move(*storage))
                                  : state::Result<state::SnapshotRegistry>(storage.status());
-    if (!registry.ok())
-      return state::Status::IOError("cannot read the job's checkpoints in " + jobDir_ + ": " +
-                                    registry.status().message());
+    if (!registry.ok()) return registry.status().withContext("cannot read the job's checkpoints in " + jobDir_);
     {
       std::vector<std::string> kept;
       auto garbage = registry->findGarbage(&kept);
@@ -412,6 +426,11 @@ std::optional<JobSupervisor::WorkerEnd> JobSupervisor::readWorker(int fd) {
             std::lock_guard lock(mu_);
             info_.runningSinceMs = nowMs();
             if (attemptRestores_) info_.lastRestoreMs = info_.runningSinceMs;  // restored by now
+            if (restoreOutage_.active()) {
+              restoreOutage_.recovered();
+              info_.storeUnavailableSinceMs = 0;
+              info_.checkpointStoreError.clear();
+            }
           }
           setState(JobState::kRunning);
           ready_.signalReady(jobId_);
@@ -449,6 +468,12 @@ std::optional<JobSupervisor::WorkerEnd> JobSupervisor::readWorker(int fd) {
             info_.lastCheckpointId = s.getLastCheckpointId();
             info_.lastCheckpointPath = s.getLastCheckpointPath();
           }
+          attemptOutages_ = s.getStoreOutages();
+          attemptDeclined_ = s.getCheckpointsDeclinedUnavailable();
+          info_.checkpointStoreOutages = endedOutages_ + attemptOutages_ + restoreOutagesSeen_;
+          info_.checkpointsDeclinedUnavailable = endedDeclined_ + attemptDeclined_;
+          info_.storeUnavailableSinceMs = s.getStoreUnavailableSinceMs();
+          info_.checkpointStoreError = s.getStoreError();
           break;
         }
         case wire::FromWorker::SAVEPOINT_DONE: {
@@ -476,7 +501,7 @@ std::optional<JobSupervisor::WorkerEnd> JobSupervisor::readWorker(int fd) {
         case wire::FromWorker::ENDED: {
           auto e = m.getEnded();
           ended = WorkerEnd{static_cast<int>(e.getKind()), e.getMessage(), e.getOperatorName(), e.getSubtask(),
-                            e.getRestoreFailure(), e.getExitCode()};
+                            e.getRestoreFailure(), e.getExitCode(), e.getStoreUnavailable()};
           break;
         }
       }
@@ -549,6 +574,17 @@ int JobSupervisor::run() {
     std::string message, where;
     // Earlier attempts' working directories go (a crash loop must not fill the disk).
     state::Status workDir = workDir_ ? workDir_->beginAttempt(attempt).status() : state::Status::OK();
+    if (!restore.ok() && isStoreUnavailability(restore.status())) {
+      // The store does not answer: wait for it; the restart strategy does not count this.
+      if (!waitForStore(restore.status(), "reading the checkpoints of job " + jobId_ + " before attempt " +
+                                              std::to_string(attempt))) {
+        setState(JobState::kCanceled);
+        cancelled = true;
+        exitCode = interruptedBySignal() ? kExitInterrupted : kExitOk;
+        break;
+      }
+      continue;
+    }
     if (!restore.ok()) {
       message = restore.status().message();
     } else if (!workDir.ok()) {
@@ -590,6 +626,13 @@ int JobSupervisor::run() {
         changed_.notify_all();
         requested = cancelRequested_;
         stopped = stopped_;
+        endedOutages_ += attemptOutages_;
+        endedDeclined_ += attemptDeclined_;
+        attemptOutages_ = attemptDeclined_ = 0;
+        if (restoreOutage_.active() == false) {
+          info_.storeUnavailableSinceMs = 0;  // the next attempt reports its own
+          info_.checkpointStoreError.clear();
+        }
       }
       close(w.channel);
       close(w.crash);
@@ -622,6 +665,17 @@ int JobSupervisor::run() {
         }
         message = ended->message;
         where = ended->operatorName.empty() ? "" : "operator '" + ended->operatorName + "' " + ended->subtask + ": ";
+        if (ended->storeUnavailable) {
+          // It could not restore because the store does not answer (or the disk is full):
+          // wait for it; the restart strategy does not count this.
+          if (!waitForStore(state::Status::Unavailable(message), "the restore of attempt " + std::to_string(attempt))) {
+            setState(JobState::kCanceled);
+            cancelled = true;
+            exitCode = interruptedBySignal() ? kExitInterrupted : kExitOk;
+            break;
+          }
+          continue;
+        }
         if (ended->restoreFailure) {
           spdlog::error("job {} failed while restoring state, not retrying: {}", jobId_, message);
           exitCode = ended->exitCode ? ended->exitCode : kExitIncompatible;

@@ -36,6 +36,7 @@
 #include "checkpoint/checkpoint_coordinator.h"
 #include "checkpoint/checkpoint_history.h"
 #include "checkpoint/job_directory_lock.h"
+#include "checkpoint/store_outage.h"
 #include "cli/detach.h"
 #include "control/job_control.h"
 #include "job_runner.h"
@@ -82,9 +83,11 @@ class JobSupervisor {
     std::string message, operatorName, subtask;
     bool restoreFailure = false;
     int exitCode = 0;
+    bool storeUnavailable = false;  // it could not restore: the store did not answer
   };
   /// Collects what the previous attempt left and decides what this one restores. An
-  /// error if the job directory cannot be read, or holds checkpoints none of which can be.
+  /// error if the job directory cannot be read (with the storage's code: Unavailable is
+  /// waited out), or holds checkpoints none of which can be.
   state::Result<RestoreDecision> decideRestore(int attempt);
   std::vector<std::string> workerArguments(int attempt, const RestoreDecision& d) const;
   /// Reads the worker's messages until it closes the channel; returns its end report.
@@ -99,6 +102,9 @@ class JobSupervisor {
   /// The checkpoint figures of info_ from history_ (after every change of it).
   void updateCheckpointStatsLocked();
   void failInProgressLocked(const std::string& reason);
+  /// The store did not answer while an attempt was to restore (`s`): waits with backoff
+  /// (not counted by the restart strategy). False if the job was cancelled meanwhile.
+  bool waitForStore(const state::Status& s, const std::string& what);
 
   const RunOptions& o_;
   JobSetup& setup_;
@@ -111,6 +117,7 @@ class JobSupervisor {
   std::optional<JobWorkDirectory> workDir_;    // rocksdb only: <state.local.dir>/<jobId>
   bool claimDisposed_ = false;                 // main thread only
   uint64_t highestTriggeredId_ = 0;            // main thread only: of any attempt's records
+  StoreOutage restoreOutage_;                  // main thread only: restores waiting for the store
 
   std::mutex mu_;
   std::condition_variable changed_;
@@ -126,6 +133,11 @@ class JobSupervisor {
   CheckpointHistory history_;          // guarded by mu_
   TaskRates taskRates_;                // guarded by mu_: the running attempt's task samples
   bool attemptRestores_ = false;       // main thread: the running attempt restores a snapshot
+  /// Store counters of the attempts that ended (the running one's come with its stats);
+  /// guarded by mu_.
+  uint64_t endedOutages_ = 0, endedDeclined_ = 0;
+  uint64_t attemptOutages_ = 0, attemptDeclined_ = 0;  // guarded by mu_: the running attempt's
+  uint64_t restoreOutagesSeen_ = 0;    // guarded by mu_: outages met while restoring
   DetachHandshake ready_;              // main thread: `jobhost run -d` waits for RUNNING
 };
 

@@ -21,6 +21,7 @@
 #include "checkpoint/checkpoint_record_capnp.h"
 #include "job_setup.h"
 #include "log_format.h"
+#include "runtime/checkpoint_failure.h"
 #include "runtime/worker_protocol.capnp.h"
 
 namespace jobhost::host {
@@ -122,7 +123,7 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
   setLogJob(w.jobId, w.attempt);
   Channel channel(w.channelFd);
   auto end = [&](wire::EndKind kind, const std::string& message, const std::string& op, const std::string& subtask,
-                 bool restoreFailure, int exitCode) {
+                 bool restoreFailure, int exitCode, bool storeUnavailable = false) {
     channel.send([&](wire::FromWorker::Builder b) {
       auto e = b.initEnded();
       e.setKind(kind);
@@ -131,6 +132,7 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
       e.setSubtask(subtask);
       e.setRestoreFailure(restoreFailure);
       e.setExitCode(exitCode);
+      e.setStoreUnavailable(storeUnavailable);
     });
     return exitCode;
   };
@@ -148,9 +150,10 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
   if (w.restoreFrom) {
     auto r = openSnapshot(*w.restoreFrom);
     if (!r.ok()) {
-      bool retryable = r.status().isIOError() || r.status().isNoSpace() || r.status().isPermissionDenied();
-      return end(wire::EndKind::FAILED, "cannot read the snapshot to restore: " + r.status().message(), "", "",
-                 !retryable, retryable ? kExitJobFailed : kExitIncompatible);
+      bool retryable = r.status().isIOError() || r.status().isNoSpace() || r.status().isPermissionDenied() ||
+                       r.status().isUnavailable();
+      return end(wire::EndKind::FAILED, "cannot read the snapshot to restore: " + r.status().toString(), "", "",
+                 !retryable, retryable ? kExitJobFailed : kExitIncompatible, isStoreUnavailability(r.status()));
     }
     restoreFrom = std::move(*r);
   }
@@ -162,8 +165,8 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
     // The supervisor collected what earlier attempts left; this only reads.
     auto registry = state::SnapshotRegistry::load(std::move(*storage));
     if (!registry.ok())
-      return end(wire::EndKind::FAILED, "cannot read the job's checkpoints: " + registry.status().message(), "", "",
-                 false, kExitJobFailed);
+      return end(wire::EndKind::FAILED, "cannot read the job's checkpoints: " + registry.status().toString(), "", "",
+                 false, kExitJobFailed, isStoreUnavailability(registry.status()));
     state::CheckpointMetadata templ;
     templ.jobId = w.jobId;
     templ.jobClass = setup.className;
@@ -220,8 +223,8 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
     // Only incompatibility and corruption are final; I/O errors (a full local disk, a
     // storage read error) are task failures for the restart strategy.
     bool restoreFailure = ps.isIncompatible() || ps.isCorruption();
-    return end(wire::EndKind::FAILED, ps.message(), "", "", restoreFailure,
-               restoreFailure ? kExitIncompatible : kExitJobFailed);
+    return end(wire::EndKind::FAILED, ps.toString(), "", "", restoreFailure,
+               restoreFailure ? kExitIncompatible : kExitJobFailed, isStoreUnavailability(ps));
   }
   if (coordinator) {
     coordinator->attach(exec.get());
@@ -277,6 +280,7 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
   auto sendStats = [&] {
     auto last = coordinator ? coordinator->latestCompleted() : std::nullopt;
     auto tasks = exec->taskMetrics();
+    auto health = coordinator ? coordinator->storeHealth() : CheckpointCoordinator::StoreHealth{};
     channel.send([&](wire::FromWorker::Builder b) {
       auto s = b.initStats();
       s.setRecordsIn(exec->recordsIn());
@@ -286,6 +290,10 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
         s.setLastCheckpointPath(coordinator->pathOf(last->checkpointId));
       }
       writeTaskStats(tasks, s.initTasks(static_cast<unsigned>(tasks.size())));
+      s.setStoreUnavailableSinceMs(health.unavailableSinceMs);
+      s.setStoreError(health.lastError);
+      s.setStoreOutages(health.outages);
+      s.setCheckpointsDeclinedUnavailable(health.declined);
     });
   };
   std::thread stats([&] {

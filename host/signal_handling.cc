@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -26,6 +27,17 @@ void setSignalTarget(JobControl* job, bool stopWithSavepoint) {
 }
 
 bool interruptedBySignal() { return gInterrupted.load(); }
+
+bool sleepUnlessInterrupted(std::chrono::milliseconds d) {
+  auto until = std::chrono::steady_clock::now() + d;
+  while (!interruptedBySignal()) {
+    auto now = std::chrono::steady_clock::now();
+    if (now >= until) return true;
+    std::this_thread::sleep_for(
+        std::min<std::chrono::steady_clock::duration>(until - now, std::chrono::milliseconds(100)));
+  }
+  return false;
+}
 
 void installSignalHandling() {
   sigset_t set;

@@ -6,6 +6,8 @@
 // the rest is thread-safe.
 #pragma once
 
+#include <chrono>
+
 namespace jobhost::host {
 
 class JobControl;
@@ -20,5 +22,7 @@ void installSignalHandling();
 void setSignalTarget(JobControl* job, bool stopWithSavepoint = false);
 /// True once SIGINT or SIGTERM arrived.
 bool interruptedBySignal();
+/// Sleeps for `d` in short steps; false (at once) if SIGINT or SIGTERM arrived.
+bool sleepUnlessInterrupted(std::chrono::milliseconds d);
 
 }  // namespace jobhost::host

@@ -132,9 +132,25 @@ void CheckpointCoordinator::loop() {
       if (stop_) return;
     }
     if (pending_ && !pending_->savepoint && std::chrono::steady_clock::now() - pending_->started > options_.timeout)
-      abortLocked(pending_->id, CheckpointFailureReason::kExpired,
+      abortLocked(pending_->id,
+                  // Stuck in a store that does not answer: part of the outage, not counted.
+                  health_.unavailableSinceMs != 0 ? CheckpointFailureReason::kStoreUnavailable
+                                                  : CheckpointFailureReason::kExpired,
                   "not complete after " + std::to_string(options_.timeout.count()) +
                       " ms (execution.checkpointing.timeout)");
+    if (health_.unavailableSinceMs != 0 && !pending_) {
+      // During an outage: one request, no retries, instead of a checkpoint that would
+      // only wait for the store too.
+      lock.unlock();
+      Status answer = storage_->probe();
+      lock.lock();
+      if (stop_) return;
+      if (!answer.ok()) {
+        storeUnavailableLocked(answer.toString());
+        continue;
+      }
+      spdlog::debug("the checkpoint store answers again: triggering a checkpoint");
+    }
     lock.unlock();
     triggerCheckpoint();
     lock.lock();
@@ -222,10 +238,49 @@ void CheckpointCoordinator::decline(uint64_t id, CheckpointFailureReason reason,
     cleanUpAbortedLocked(id, {});
     return;
   }
-  abortLocked(id, reason, detail.toString());
+  abortLocked(id, failureReasonFor(reason, detail), detail.toString());
+}
+
+CheckpointCoordinator::StoreHealth CheckpointCoordinator::storeHealth() const {
+  std::lock_guard lock(mu_);
+  return health_;
+}
+
+void CheckpointCoordinator::storeUnavailableLocked(const std::string& error) {
+  ++health_.declined;
+  health_.lastError = error;
+  if (health_.unavailableSinceMs != 0) {
+    spdlog::debug("checkpoint store {} still unavailable ({} checkpoints declined): {}",
+                  options_.storageRootDescription, health_.declined, error);
+    return;
+  }
+  health_.unavailableSinceMs = nowMs();
+  ++health_.outages;
+  spdlog::warn("checkpoint store {} unavailable since {}: {}; checkpoints are declined until it answers again (the "
+               "job keeps running)",
+               options_.storageRootDescription, formatLocalTime(health_.unavailableSinceMs), error);
+}
+
+void CheckpointCoordinator::storeAnswersLocked(uint64_t id) {
+  if (health_.unavailableSinceMs == 0) return;
+  spdlog::info("checkpoint store {} answers again: checkpoint {} completed after an outage of {} ({} checkpoints "
+               "declined in all)",
+               options_.storageRootDescription, id,
+               formatDuration(std::chrono::milliseconds(nowMs() - health_.unavailableSinceMs)), health_.declined);
+  health_.unavailableSinceMs = 0;
+  health_.lastError.clear();
+  auto deferred = std::move(deferredCleanups_);
+  deferredCleanups_.clear();
+  for (auto& [aborted, parts] : deferred) cleanUpAbortedLocked(aborted, parts);
 }
 
 void CheckpointCoordinator::cleanUpAbortedLocked(uint64_t id, const std::vector<TaskSnapshot>& parts) {
+  if (health_.unavailableSinceMs != 0 && aborted_.count(id)) {
+    // It would only meet the outage (and hold the lock meanwhile): after it.
+    auto& later = deferredCleanups_[id];
+    later.insert(later.end(), parts.begin(), parts.end());
+    return;
+  }
   if (auto sp = abortedSavepoints_.find(id); sp != abortedSavepoints_.end()) {
     // A savepoint directory is new and ours alone until its _metadata exists.
     Status s = sp->second.first->removeAll(sp->second.second);
@@ -261,7 +316,10 @@ void CheckpointCoordinator::abortLocked(uint64_t id, CheckpointFailureReason why
     return;
   }
   if (countsAgainstTolerance(why)) spdlog::warn("checkpoint {} failed and was discarded: {}", id, reason);
+  else if (why == CheckpointFailureReason::kStoreUnavailable)
+    spdlog::info("checkpoint {} was declined ({}): {}", id, checkpointFailureName(why), reason);
   else spdlog::info("checkpoint {} was not taken ({}): {}", id, checkpointFailureName(why), reason);
+  if (why == CheckpointFailureReason::kStoreUnavailable) storeUnavailableLocked(reason);
   failRecordLocked(id, reason);
   std::vector<TaskSnapshot> reported;  // parts that reported before the abort
   if (pending_ && pending_->id == id) reported = std::move(pending_->acks);
@@ -332,11 +390,13 @@ void CheckpointCoordinator::finalizeLocked(Pending p) {
       std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - p.started).count());
   if (Status s = registry_.publish(dir, m); !s.ok()) {
     pending_ = std::move(p);  // abortLocked expects the pending checkpoint
-    abortLocked(pending_->id, CheckpointFailureReason::kFinalizeFailed, "cannot write its metadata: " + s.toString());
+    abortLocked(pending_->id, failureReasonFor(CheckpointFailureReason::kFinalizeFailed, s),
+                "cannot write its metadata: " + s.toString());
     return;
   }
   ++completed_;
   consecutiveFailures_ = 0;
+  storeAnswersLocked(p.id);
   spdlog::info("completed checkpoint {} ({} new, {} total, {} ms): {}", p.id, formatBytes(m.stats.newBytes),
                formatBytes(m.stats.totalBytes), m.stats.asyncMicros / 1000, storage_->describe(dir));
   retained_.push_back(p.id);
@@ -540,7 +600,11 @@ state::Result<ResolvedSnapshot> resolveObjectStoreSnapshot(const std::string& in
     auto parent = state::openStorage(dir.substr(0, slash));
     if (!parent.ok()) return parent.status();
     std::string name = dir.substr(slash + 1);
-    if ((*parent)->exists(name + meta)) return openSnapshotDir(fs::path(dir));
+    // Only a complete answer "not there" makes it no snapshot; a store that does not
+    // answer is that error (Unavailable), never a missing snapshot.
+    auto size = (*parent)->fileSize(name + meta);
+    if (size.ok()) return openSnapshotDir(fs::path(dir));
+    if (!size.status().isNotFound()) return size.status();
     if (namedMetadata) return Status::NotFound("snapshot path '" + input + "' does not exist");
   }
   if (!jobDirectoryToo)

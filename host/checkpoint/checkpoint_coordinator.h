@@ -16,6 +16,16 @@
 // its supervisor; the supervisor collects what a previous attempt left before starting
 // the next one (host/job_supervisor.cc).
 //
+// An unavailable store (runtime/checkpoint_failure.h: kStoreUnavailable — Unavailable or
+// NoSpace at any step) never fails the job. The checkpoint that met it is declined (not
+// counted against tolerable-failed-checkpoints), an outage begins (logged once with
+// since when; storeHealth() reports it), and from then on every interval asks the store
+// once (CheckpointStorage::probe) instead of triggering: each interval it does not answer
+// counts as one more declined checkpoint. The first interval it answers triggers a
+// checkpoint at once, so checkpoints complete again within about two intervals of the
+// store coming back; the outage ends when one completes. Clean-ups of what declined
+// checkpoints wrote wait until then (they would only meet the outage too).
+//
 // Thread-safety: thread-safe; acknowledgements arrive on the uploader thread.
 #pragma once
 
@@ -90,6 +100,15 @@ class CheckpointCoordinator : public CheckpointListener {
   /// Called with every completed checkpoint (for tests and status).
   void setOnComplete(std::function<void(const state::CheckpointMetadata&)> fn);
 
+  /// The checkpoint store as this coordinator sees it (status, metrics, the dashboard).
+  struct StoreHealth {
+    int64_t unavailableSinceMs = 0;  // epoch ms the current outage began; 0: the store answers
+    std::string lastError;           // the store's last error in the current outage
+    uint64_t outages = 0;            // outages so far
+    uint64_t declined = 0;           // checkpoints declined because the store was unavailable
+  };
+  StoreHealth storeHealth() const;
+
   /// The newest records kept in the history (checkpoints and savepoints of this attempt,
   /// in progress, completed, failed or subsumed; plus the checkpoints recover() found).
   static constexpr size_t kHistoryLimit = CheckpointHistory::kLimit;
@@ -131,6 +150,10 @@ class CheckpointCoordinator : public CheckpointListener {
   /// an aborted savepoint its directory. No-op for ids that were not aborted.
   void cleanUpAbortedLocked(uint64_t id, const std::vector<TaskSnapshot>& parts);
   void loop();
+  /// Begins an outage (if none) or counts one more declined checkpoint in it.
+  void storeUnavailableLocked(const std::string& error);
+  /// Ends an outage after checkpoint `id` completed; runs the clean-ups it deferred.
+  void storeAnswersLocked(uint64_t id);
   /// Adds `r`, or replaces the record with the same id and trigger time; notifies.
   void recordLocked(const CheckpointRecord& r);
   /// The newest IN_PROGRESS record of checkpoint `id` becomes FAILED with `reason`.
@@ -151,6 +174,10 @@ class CheckpointCoordinator : public CheckpointListener {
   /// Aborted savepoints' storage and directory, for late reports; guarded by mu_.
   std::map<uint64_t, std::pair<std::shared_ptr<state::CheckpointStorage>, std::string>> abortedSavepoints_;
   uint64_t completed_ = 0;                       // guarded by mu_
+  StoreHealth health_;                           // guarded by mu_
+  /// Clean-ups deferred while the store is unavailable: aborted id -> the parts that
+  /// reported (cleanUpAbortedLocked); guarded by mu_.
+  std::map<uint64_t, std::vector<TaskSnapshot>> deferredCleanups_;
   int consecutiveFailures_ = 0;                  // guarded by mu_
   bool stop_ = false;                            // guarded by mu_
   bool triggerSoon_ = false;                     // guarded by mu_; finalCheckpointWanted()

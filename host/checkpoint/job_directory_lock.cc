@@ -135,11 +135,11 @@ class ObjectStoreLease {
         renewer_ = std::thread([this] { renewLoop(); });
         return s;
       }
-      if (!s.isInvalidArgument()) return state::Status::IOError("cannot lock " + dir_ + ": " + s.message());
+      if (!s.isInvalidArgument()) return s.withContext("cannot lock " + dir_);  // keeps the code: Unavailable waits
       std::string current;
       state::Status g = storage_->get(state::kLockFileName, &current);
       if (g.isNotFound()) continue;  // released meanwhile
-      if (!g.ok()) return state::Status::IOError("cannot read the lease " + where() + ": " + g.message());
+      if (!g.ok()) return g.withContext("cannot read the lease " + where());
       LeaseText lease;
       auto h = parseHolder(current, &lease);
       if (lease.expiresMs < nowMs()) {

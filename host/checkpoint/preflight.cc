@@ -4,6 +4,7 @@
 #include <set>
 
 #include "checkpoint/state_assignment.h"
+#include "jobhost/state/snapshot_file.h"
 
 namespace jobhost::host {
 
@@ -92,15 +93,15 @@ PreflightReport runPreflight(const PreflightInput& in) {
         const state::FileRef& f = use.file;
         const uint64_t by = use.createdByCheckpoint ? use.createdByCheckpoint : m.checkpointId;
         if (!checked.insert(f.path).second) continue;
-        auto size = in.storage->fileSize(f.path);
         std::string origin = by != m.checkpointId ? " (first written by checkpoint " + std::to_string(by) + ")" : "";
-        if (!size.ok())
-          add(PreflightFinding::kError, "files",
-              "missing file " + in.storage->describe(f.path) + origin + ", referenced by operator '" + op.uid + "'");
-        else if (*size != f.size)
-          add(PreflightFinding::kError, "files",
-              "file " + in.storage->describe(f.path) + origin + " has " + std::to_string(*size) + " bytes, the metadata records " +
-                  std::to_string(f.size) + " (truncated or replaced)");
+        // Whether the file is intact is decided in one place (jobhost/state/snapshot_file.h):
+        // only a complete answer of the storage can make it an error of the snapshot.
+        state::Status s = state::checkSnapshotFile(*in.storage, f);
+        if (s.isCorruption()) {
+          add(PreflightFinding::kError, "files", s.message() + "; referenced by operator '" + op.uid + "'" + origin);
+        } else if (!s.ok() && r.unavailable.ok()) {
+          r.unavailable = s;  // nothing is concluded about the snapshot
+        }
       }
     }
   }

@@ -2,8 +2,10 @@
 // backend before any state file is opened.
 //
 // Reads only `_metadata` (already parsed), the class's plan and the effective
-// configuration, plus the sizes of the files the metadata references. Every problem is
-// collected (not only the first) and the report offers concrete fixes.
+// configuration, plus the sizes of the files the metadata references (checked by
+// jobhost/state/snapshot_file.h). Every problem is collected (not only the first) and the
+// report offers concrete fixes. A storage that cannot answer is not a problem of the
+// snapshot: PreflightReport::unavailable says so.
 //
 // Thread-safety: pure function.
 #pragma once
@@ -42,6 +44,10 @@ struct PreflightFinding {
 struct PreflightReport {
   std::vector<PreflightFinding> findings;
   std::vector<std::string> fixes;  // most likely first
+  /// Not OK when the storage could not answer whether a referenced file is intact (the
+  /// first such error: Unavailable, IOError, ...). The report then decides nothing about
+  /// those files: try again later (`jobhost run` waits, `jobhost check` exits 4).
+  state::Status unavailable;
   bool compatible() const;
   /// Multi-line text for people.
   std::string format(const std::string& snapshotPath) const;

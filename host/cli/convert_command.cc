@@ -22,7 +22,7 @@ int convertCommand(const std::string& from, const std::string& outDir) {
   auto src = resolveSnapshot(from);
   if (!src.ok()) {
     std::cerr << "error: cannot convert " << from << ": " << src.status().message() << "\n";
-    return kExitIncompatible;
+    return exitCodeForSnapshotError(src.status());
   }
   std::error_code ec;
   const bool objectStore = state::isObjectStoreUri(outDir);
@@ -58,11 +58,11 @@ int convertCommand(const std::string& from, const std::string& outDir) {
   converted.format = state::SnapshotFormat::kCanonical;
   converted.incremental = false;
   converted.stats = {};
-  auto fail = [&](const std::string& what) {
-    std::cerr << "error: cannot convert " << src->directory << ": " << what << "\n";
+  auto fail = [&](const state::Status& why) {
+    std::cerr << "error: cannot convert " << src->directory << ": " << why.message() << "\n";
     if (objectStore) (*storage)->removeAll("").ignoreError();
     else fs::remove_all(out, ec);
-    return kExitIncompatible;
+    return exitCodeForSnapshotError(why);
   };
   size_t done = 0, total = 0;
   for (const auto& op : m.operators) total += op.subtasks.size();
@@ -75,22 +75,22 @@ int convertCommand(const std::string& from, const std::string& outDir) {
       if (sub.keyed.index() == 0) continue;
       if (!reader) {
         auto r = state::OperatorStateReader::open(*src->storage, *m.findOperator(op.uid), m.maxParallelism);
-        if (!r.ok()) return fail(r.status().message());
+        if (!r.ok()) return fail(r.status());
         reader = std::move(*r);
       }
       state::KeyGroupRange range = state::handleRange(sub.keyed);
       auto writer = state::KeyGroupWriter::create(**storage, op.uid + "-" + std::to_string(sub.index) + ".kg",
                                                   op.states, range);
-      if (!writer.ok()) return fail(writer.status().message());
+      if (!writer.ok()) return fail(writer.status());
       for (int kg = range.start; kg <= range.end; ++kg) {
         state::Status s = (*writer)->beginKeyGroup(kg);
         if (s.ok()) s = reader->readKeyGroup(kg, [&](const state::LogicalEntry& e) {
           return (*writer)->add(e.state, e.key, e.userKey, e.value);
         });
-        if (!s.ok()) return fail(s.message());
+        if (!s.ok()) return fail(s);
       }
       auto handle = (*writer)->finish();
-      if (!handle.ok()) return fail(handle.status().message());
+      if (!handle.ok()) return fail(handle.status());
       sub.keyed = std::move(*handle);
       std::cerr << "converted operator '" << op.uid << "' subtask " << sub.index << " (" << done << "/" << total << ")\n";
     }
@@ -98,8 +98,8 @@ int convertCommand(const std::string& from, const std::string& outDir) {
   for (const auto& f : converted.referencedFiles()) converted.stats.totalBytes += f.size;
   converted.stats.newBytes = converted.stats.totalBytes;
   auto bytes = state::serializeMetadata(converted, "");
-  if (!bytes.ok()) return fail(bytes.status().message());
-  if (auto s = (*storage)->put(state::kMetadataFileName, *bytes); !s.ok()) return fail(s.message());
+  if (!bytes.ok()) return fail(bytes.status());
+  if (auto s = (*storage)->put(state::kMetadataFileName, *bytes); !s.ok()) return fail(s);
   std::cout << "Converted " << src->directory << " into a canonical savepoint: " << out.string() << "\n"
             << "Restore it into either backend with: jobhost run -s " << out.string() << " -c <Class> <plugin.so>\n";
   return kExitOk;

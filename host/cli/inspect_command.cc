@@ -53,7 +53,7 @@ int inspectCommand(const std::string& path, bool json) {
   auto r = resolveSnapshot(path);
   if (!r.ok()) {
     std::cerr << "error: " << r.status().message() << "\n";
-    return kExitIncompatible;
+    return exitCodeForSnapshotError(r.status());
   }
   const auto& m = r->metadata;
   auto deps = dependencies(m);

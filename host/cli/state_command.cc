@@ -106,7 +106,7 @@ state::Result<ResolvedSnapshot> openForReading(const std::string& path) {
 
 int cannotRead(const std::string& path, const state::Status& s) {
   std::cerr << "error: cannot read " << path << ": " << s.message() << "\n";
-  return kExitIncompatible;
+  return exitCodeForSnapshotError(s);
 }
 
 std::string keyedOperatorList(const state::CheckpointMetadata& m) {

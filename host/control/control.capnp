@@ -66,6 +66,13 @@ struct JobStatus {
   lastRestoreMs @28 :Int64;                # epoch ms of the last restore; 0: never
   runningSinceMs @29 :Int64;               # epoch ms the running attempt started running; 0: none runs
   storeUnavailableSinceMs @30 :Int64;      # epoch ms; 0: the checkpoint store is available
+  # The checkpoint store and the job directory's lease (JobStatusInfo, issue 31).
+  checkpointStoreError @31 :Text;          # its last error during the current outage
+  checkpointStoreOutages @32 :UInt64;
+  checkpointsDeclinedUnavailable @33 :UInt64;
+  restoreRetries @34 :UInt64;
+  leaseRenewedMs @35 :Int64;
+  publishingFencedSinceMs @36 :Int64;
 }
 
 # One task (a subtask of a chain of operators) of the running attempt.

@@ -198,6 +198,12 @@ kj::Promise<JobStatusInfo> requestStatus(rpc::JobControlService::Client& s) {
     s.lastRestoreMs = w.getLastRestoreMs();
     s.runningSinceMs = w.getRunningSinceMs();
     s.storeUnavailableSinceMs = w.getStoreUnavailableSinceMs();
+    s.checkpointStoreError = str(w.getCheckpointStoreError());
+    s.checkpointStoreOutages = w.getCheckpointStoreOutages();
+    s.checkpointsDeclinedUnavailable = w.getCheckpointsDeclinedUnavailable();
+    s.restoreRetries = w.getRestoreRetries();
+    s.leaseRenewedMs = w.getLeaseRenewedMs();
+    s.publishingFencedSinceMs = w.getPublishingFencedSinceMs();
     return s;
   });
 }

@@ -321,6 +321,12 @@ class ServiceImpl final : public rpc::JobControlService::Server {
       b.setLastRestoreMs(s.lastRestoreMs);
       b.setRunningSinceMs(s.runningSinceMs);
       b.setStoreUnavailableSinceMs(s.storeUnavailableSinceMs);
+      b.setCheckpointStoreError(text(s.checkpointStoreError));
+      b.setCheckpointStoreOutages(s.checkpointStoreOutages);
+      b.setCheckpointsDeclinedUnavailable(s.checkpointsDeclinedUnavailable);
+      b.setRestoreRetries(s.restoreRetries);
+      b.setLeaseRenewedMs(s.leaseRenewedMs);
+      b.setPublishingFencedSinceMs(s.publishingFencedSinceMs);
     });
   }
 

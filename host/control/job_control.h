@@ -81,11 +81,26 @@ struct JobStatusInfo {
   int64_t lastRestoreMs = 0;
   /// When the running attempt reached RUNNING (epoch ms); 0 while none runs.
   int64_t runningSinceMs = 0;
-  /// Since when the checkpoint store has been unavailable (epoch ms; 0 = available):
-  /// checkpoints are declined meanwhile. Set where the outage is tracked (the checkpoint
-  /// coordinator's store-unavailable tracking, issue 31 item 2); until that reports here it
-  /// stays 0. Read by the dashboard and /metrics.
+
+  // The checkpoint store (issue 31): outages are waited out, never a failure of the job.
+  /// Epoch ms since the store has not answered (checkpoints declined, or a restore
+  /// waiting); 0 while it answers.
   int64_t storeUnavailableSinceMs = 0;
+  /// The store's last error during the current outage ("" while it answers).
+  std::string checkpointStoreError;
+  /// Outages of the store since the job started (all attempts, restores included).
+  uint64_t checkpointStoreOutages = 0;
+  /// Checkpoints declined because the store did not answer or its disk was full (all
+  /// attempts): the first one that met the outage, then one per interval it lasted.
+  uint64_t checkpointsDeclinedUnavailable = 0;
+  /// Restores tried again because the store did not answer (not restarts: the restart
+  /// strategy does not count them).
+  uint64_t restoreRetries = 0;
+  /// The job directory's lease on an object store (job_directory_lock.h); both 0 for a
+  /// local directory (an flock cannot be lost). Epoch ms of its last renewal, and since
+  /// when publishing is held back because it could not be renewed (0: publishing).
+  int64_t leaseRenewedMs = 0;
+  int64_t publishingFencedSinceMs = 0;
 };
 
 class JobControl {

@@ -11,6 +11,8 @@
 
 #include <string_view>
 
+#include "jobhost/state/status.h"
+
 namespace jobhost::host {
 
 enum class CheckpointFailureReason {
@@ -28,7 +30,27 @@ enum class CheckpointFailureReason {
   /// Every part was there, but its `_metadata` could not be published
   /// (FINALIZE_CHECKPOINT_FAILURE).
   kFinalizeFailed,
+  /// The checkpoint store did not answer (state::Status::isUnavailable: 5xx, a reset or
+  /// timed-out connection, EIO; also this process not holding the job directory's lease
+  /// while it cannot reach the store, job_directory_lock.h) or the disk under it is full
+  /// (NoSpace), at whatever step.
+  /// Waited out, never counted: the job keeps running and checkpoints resume once the
+  /// store answers (an outage of any length does not end the job).
+  kStoreUnavailable,
 };
+
+/// Whether `detail`, an error of the checkpoint store or of the disk under it, is
+/// waited out (kStoreUnavailable) rather than a failure: Unavailable or NoSpace. The one
+/// place that decides it for checkpoints, restores and the start of a run.
+inline bool isStoreUnavailability(const state::Status& detail) {
+  return detail.isUnavailable() || detail.isNoSpace();
+}
+
+/// The reason of a checkpoint that failed at step `step` with `detail`: kStoreUnavailable
+/// when the store did not answer or the disk is full, whatever the step; else `step`.
+inline CheckpointFailureReason failureReasonFor(CheckpointFailureReason step, const state::Status& detail) {
+  return isStoreUnavailability(detail) ? CheckpointFailureReason::kStoreUnavailable : step;
+}
 
 /// Whether a checkpoint failing for `reason` counts as one of the consecutive failures
 /// that `execution.checkpointing.tolerable-failed-checkpoints` tolerates.
@@ -36,6 +58,7 @@ constexpr bool countsAgainstTolerance(CheckpointFailureReason reason) {
   switch (reason) {
     case CheckpointFailureReason::kTaskFinished:
     case CheckpointFailureReason::kAttemptEnded:
+    case CheckpointFailureReason::kStoreUnavailable:
       return false;
     case CheckpointFailureReason::kSnapshotFailed:
     case CheckpointFailureReason::kExpired:
@@ -53,6 +76,7 @@ constexpr std::string_view checkpointFailureName(CheckpointFailureReason reason)
     case CheckpointFailureReason::kSnapshotFailed: return "snapshot failed";
     case CheckpointFailureReason::kExpired: return "expired";
     case CheckpointFailureReason::kFinalizeFailed: return "metadata not published";
+    case CheckpointFailureReason::kStoreUnavailable: return "store unavailable";
   }
   return "unknown";
 }

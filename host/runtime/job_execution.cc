@@ -1037,6 +1037,7 @@ Status restoreError(const Status& s, const std::string& what) {
     case Status::Code::kInvalidArgument: return Status::Corruption(what);
     case Status::Code::kNoSpace: return Status::NoSpace(what);
     case Status::Code::kPermissionDenied: return Status::PermissionDenied(what);
+    case Status::Code::kUnavailable: return Status::Unavailable(what);
     default: return Status::IOError(what);
   }
 }

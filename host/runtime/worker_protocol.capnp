@@ -20,6 +20,14 @@ struct ToWorker {
       drain @5 :Bool;
     }
     cancel @3 :Void;
+    # The job directory's lease (object stores, checkpoint/job_directory_lock.h), each time
+    # the supervisor renews it or fails to: the worker publishes and deletes in the job
+    # directory only until `publishUntilNanos` (CLOCK_MONOTONIC, the same clock in both
+    # processes); 0 while it does not hold the lease.
+    lease :group {
+      publishUntilNanos @6 :Int64;
+      why @7 :Text;  # why not, when publishUntilNanos is 0 or in the past
+    }
   }
 }
 
@@ -32,6 +40,11 @@ struct FromWorker {
       lastCheckpointId @3 :UInt64;
       lastCheckpointPath @4 :Text;
       tasks @15 :List(TaskStats);  # every task's counters (runtime/task_metrics.h)
+      # The checkpoint store as this attempt's coordinator sees it (StoreHealth).
+      storeUnavailableSinceMs @16 :Int64;  # 0: it answers
+      storeError @17 :Text;
+      storeOutages @18 :UInt64;
+      checkpointsDeclinedUnavailable @19 :UInt64;
     }
     savepointDone :group {
       requestId @5 :UInt64;
@@ -45,6 +58,10 @@ struct FromWorker {
       subtask @11 :Text;
       restoreFailure @12 :Bool;
       exitCode @13 :Int32;
+      # The attempt could not start because the checkpoint store did not answer (or the
+      # disk is full) while restoring: the supervisor waits and tries again, without
+      # counting it against the restart strategy.
+      storeUnavailable @20 :Bool;
     }
     checkpointEvent @14 :CheckpointEvent;  # a history record was added or changed
   }

@@ -200,6 +200,9 @@ void fillJob(uiapi::Job::Builder b, const JobStatusInfo& s, bool running, const 
     for (const auto& be : t.backends) entries += be.entries;
     tb.setStateEntries(static_cast<double>(entries));
   }
+  b.setCheckpointStoreError(text(s.checkpointStoreError));
+  b.setCheckpointsDeclinedUnavailable(static_cast<double>(s.checkpointsDeclinedUnavailable));
+  b.setPublishingFencedSinceMs(static_cast<double>(s.publishingFencedSinceMs));
 }
 
 bool hasMetadata(const std::string& dir) {

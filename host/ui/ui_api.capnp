@@ -42,6 +42,9 @@ struct Job {
   lastRestoreMs @28 :Float64;               # epoch ms; 0: never restored
   storeUnavailableSinceMs @29 :Float64;     # epoch ms; 0: the checkpoint store is available
   tasks @30 :List(Task);                    # running jobs only
+  checkpointStoreError @31 :Text;           # the store's last error while storeUnavailableSinceMs != 0
+  checkpointsDeclinedUnavailable @32 :Float64;
+  publishingFencedSinceMs @33 :Float64;     # 0: the job publishes checkpoints
 }
 
 # One task (a subtask of a chain of operators between exchanges), Flink's task metrics.

@@ -1,4 +1,5 @@
-// checkpoint_storage.cc — CheckpointStorage's default FileBatch: one putFile() per file.
+// checkpoint_storage.cc — CheckpointStorage's defaults: a FileBatch of one putFile() per
+// file, and probe().
 //
 // For a storage whose every put is atomic and durable on its own (S3: a PUT or a
 // completed multipart upload), batching saves nothing, so the default publishes each
@@ -58,5 +59,13 @@ class PutEachFileBatch final : public FileBatch {
 }  // namespace
 
 std::unique_ptr<FileBatch> CheckpointStorage::createBatch() { return std::make_unique<PutEachFileBatch>(*this); }
+
+Status CheckpointStorage::probe() {
+  // A name no file ever has (a reserved temporary name is refused by validation, so a
+  // plain one): NotFound is an answer.
+  auto size = fileSize(".jobhost-probe");
+  if (size.ok() || size.status().isNotFound()) return Status::OK();
+  return size.status();
+}
 
 }  // namespace jobhost::state

@@ -38,7 +38,7 @@
 #include "map_entries.h"
 #include "jobhost/state/key_group_format.h"
 #include "jobhost/state/keyed_backend.h"
-#include "restore_status.h"
+#include "jobhost/state/snapshot_file.h"
 
 namespace jobhost::state {
 namespace {

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "jobhost/serializer.h"
+#include "jobhost/state/snapshot_file.h"
 
 namespace jobhost::state {
 namespace {
@@ -281,7 +282,7 @@ class ChunkedRangeReader {
 Status readKeyGroups(CheckpointStorage& storage, const KeyGroupsStateHandle& handle,
                      const KeyGroupRange& wanted, std::vector<KeyGroupFileState>* states,
                      const std::function<Status(const KeyGroupEntry&)>& fn) {
-  auto file = storage.open(handle.file.path);
+  auto file = openSnapshotFile(storage, handle.file);
   if (!file.ok()) return file.status();
   return readKeyGroups(**file, storage.describe(handle.file.path), handle, wanted, states, fn);
 }
@@ -296,9 +297,7 @@ Status readKeyGroups(const ReadableFile& file, const std::string& where, const K
     return corrupt("metadata lists " + std::to_string(handle.offsets.size()) + " offsets for " +
                    std::to_string(handle.range.size()) + " key groups");
   uint64_t size = file.size();
-  if (size != handle.file.size)
-    return Status::Corruption("key-group file " + where + " has " + std::to_string(size) + " bytes, metadata says " +
-                              std::to_string(handle.file.size) + " (truncated or replaced)");
+  if (Status s = checkSnapshotFileSize(where, handle.file, size); !s.ok()) return s;
   KeyGroupRange r = handle.range.intersect(wanted);
   // Header.
   std::string header;

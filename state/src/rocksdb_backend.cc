@@ -66,7 +66,7 @@
 #include "jobhost/errors.h"
 #include "jobhost/state/key_group_format.h"
 #include "jobhost/state/keyed_backend.h"
-#include "restore_status.h"
+#include "jobhost/state/snapshot_file.h"
 #include "parallel_transfer.h"
 #include "rocksdb_checkpoint_copy.h"
 
@@ -113,6 +113,8 @@ Status withContext(const Status& s, const std::string& context) {
       return Status::PermissionDenied(msg);
     case Status::Code::kIncompatible:
       return Status::Incompatible(msg);
+    case Status::Code::kUnavailable:
+      return Status::Unavailable(msg);
     case Status::Code::kIOError:
       break;
   }
@@ -1116,11 +1118,9 @@ Status RocksDbBackend::downloadIncremental(CheckpointStorage& st, const Incremen
     // MANIFEST, CURRENT and OPTIONS files are copies, whatever RocksDB does with them.
     fo.allowHardLink = isSst(f.localName);
     bool linked = false;
-    Status s = st.fetchToLocal(f.file.path, dest, fo, &linked);
-    if (!s.ok()) return withContext(snapshotFileError(s, st, f.file.path), what + ": cannot download " + f.localName);
+    Status s = fetchSnapshotFile(st, f.file, dest, fo, &linked);
+    if (!s.ok()) return withContext(s, what + ": cannot download " + f.localName);
     std::error_code sizeEc;
-    uint64_t size = fs::file_size(dest, sizeEc);
-    if (sizeEc) return fromErrorCode(what + ": cannot stat downloaded " + dest, sizeEc);
     if (!linked) {
       // A copy is private like the files RocksDB creates (PrivateFileSystem): 0600 whatever
       // the umask; the directory above is 0700, so nobody could open it in between. A hard
@@ -1128,11 +1128,6 @@ Status RocksDbBackend::downloadIncremental(CheckpointStorage& st, const Incremen
       // and the 0700 working directory keeps others from reaching it through this name.
       fs::permissions(dest, fs::perms::owner_read | fs::perms::owner_write, sizeEc);
       if (sizeEc) return fromErrorCode(what + ": cannot make " + dest + " private (chmod 0600)", sizeEc);
-    }
-    if (size != f.file.size) {
-      return Status::Corruption(what + ": file " + st.describe(f.file.path) + " has " + std::to_string(size) +
-                                " bytes, the checkpoint recorded " + std::to_string(f.file.size) +
-                                " (truncated or replaced)");
     }
     return Status::OK();
   });

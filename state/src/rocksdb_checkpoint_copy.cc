@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <set>
 
+#include "jobhost/state/snapshot_file.h"
 #include "rocksdb_backend.h"
 
 namespace jobhost::state {
@@ -62,10 +63,8 @@ Result<std::unique_ptr<RocksCheckpointCopy>> RocksCheckpointCopy::open(Checkpoin
     if (f.localName.empty() || f.localName == "." || f.localName == ".." ||
         f.localName.find('/') != std::string::npos || !seen.insert(f.localName).second)
       return Status::Corruption(c->what_ + ": invalid or duplicate local file name '" + f.localName + "' for " + where);
-    if (files[i]->size() != f.file.size)
-      return Status::Corruption("file " + where + " of " + c->what_ + " has " + std::to_string(files[i]->size()) +
-                                " bytes, the checkpoint recorded " + std::to_string(f.file.size) +
-                                " (truncated or replaced)");
+    if (Status s = checkSnapshotFileSize(where, f.file, files[i]->size()); !s.ok())
+      return Status::Corruption(c->what_ + ": " + s.message());
     if (Status s = copyToLocal(*files[i], where, dir + "/" + f.localName); !s.ok()) return s;
   }
   c->stateNames_ = h.columnFamilies;

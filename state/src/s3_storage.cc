@@ -203,6 +203,13 @@ struct Response {
   std::string body;
   std::string etag;
   uint64_t contentLength = 0;
+  bool lengthKnown = false;  // the answer had a Content-Length header
+  uint64_t received = 0;     // body bytes of a 2xx answer received (into any sink)
+  std::string contentRange;  // the Content-Range header of a ranged GET
+  /// A 2xx answer that is not complete: a HEAD without Content-Length, a body shorter
+  /// than its Content-Length. Never taken as an answer (ok2xx() is false); retried, and
+  /// in the end Unavailable.
+  std::string incomplete;
   std::string errorCode;     // <Error><Code> of the body
   std::string errorMessage;  // <Error><Message>, or libcurl's error text
   bool transportError = false;
@@ -237,6 +244,7 @@ size_t onWrite(char* data, size_t size, size_t n, void* ud) {
     t->resp->body.append(data, len);
     return len;
   }
+  t->resp->received += len;
   if (t->req->sinkFd >= 0) {
     const char* p = data;
     size_t left = len;
@@ -267,6 +275,15 @@ size_t onHeader(char* data, size_t size, size_t n, void* ud) {
     while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
     while (!v.empty() && (v.back() == '\r' || v.back() == '\n' || v.back() == ' ')) v.remove_suffix(1);
     t->resp->etag = std::string(v);
+  } else if (line.size() > 14 && strncasecmp(line.data(), "content-range:", 14) == 0) {
+    std::string_view v = line.substr(14);
+    while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+    while (!v.empty() && (v.back() == '\r' || v.back() == '\n' || v.back() == ' ')) v.remove_suffix(1);
+    t->resp->contentRange = std::string(v);
+  } else if (line.size() >= 5 && strncasecmp(line.data(), "HTTP/", 5) == 0) {
+    // A new status line (after "100 Continue" or a redirect): headers start over.
+    t->resp->etag.clear();
+    t->resp->contentRange.clear();
   }
   return len;
 }
@@ -325,10 +342,12 @@ class S3Client {
     return url;
   }
 
-  // One request with retries. The returned response is the last try's.
-  Response perform(const Request& req) const {
+  // One request with retries (at most maxAttempts tries; 0: S3Options::maxAttempts). The
+  // returned response is the last try's.
+  Response perform(const Request& req, int maxAttempts = 0) const {
     Response resp;
     std::chrono::milliseconds backoff = o_.initialBackoff;
+    const int attempts = maxAttempts > 0 ? maxAttempts : o_.maxAttempts;
     for (int attempt = 1;; ++attempt) {
       resp = Response();
       bool retry = false;
@@ -341,9 +360,11 @@ class S3Client {
       } else {
         once(req, &resp);
         if (resp.writeFailed) return resp;
-        retry = resp.transportError ? resp.status == -1 : retryableStatus(resp.status, resp.errorCode);
+        checkComplete(req, &resp);
+        retry = resp.transportError ? resp.status == -1
+                                    : !resp.incomplete.empty() || retryableStatus(resp.status, resp.errorCode);
       }
-      if (!retry || attempt >= o_.maxAttempts) {
+      if (!retry || attempt >= attempts) {
         if (attempt > 1 && retry) resp.errorMessage += " (after " + std::to_string(attempt) + " attempts)";
         return resp;
       }
@@ -357,19 +378,36 @@ class S3Client {
     }
   }
 
+  // A 2xx answer must be complete to count as one (see Response::incomplete).
+  static void checkComplete(const Request& req, Response* r) {
+    if (r->transportError || r->status < 200 || r->status >= 300) return;
+    if (req.method == "HEAD" && !r->lengthKnown) {
+      r->incomplete = "HTTP " + std::to_string(r->status) + " to HEAD without Content-Length (incomplete answer)";
+    } else if (req.method == "GET" && r->lengthKnown && r->received != r->contentLength) {
+      r->incomplete = "HTTP " + std::to_string(r->status) + " with " + std::to_string(r->received) +
+                      " bytes of the " + std::to_string(r->contentLength) +
+                      " its Content-Length announced (incomplete answer)";
+    }
+  }
+
   // "HTTP 503 SlowDown: message" or the transport error.
   static std::string describeFailure(const Response& r) {
     if (r.transportError) return "connection error: " + r.errorMessage;
+    if (!r.incomplete.empty()) return r.incomplete;
     std::string s = "HTTP " + std::to_string(r.status);
     if (!r.errorCode.empty()) s += " " + r.errorCode;
     if (!r.errorMessage.empty()) s += ": " + r.errorMessage;
     return s;
   }
 
-  // A Status for a failed response of an operation on key.
+  // A Status for a failed response of an operation on key. This is where this storage
+  // decides "try again later" (Unavailable) against everything else (status.h): a
+  // connection that failed, reset or timed out, an incomplete answer, 5xx, 429 and the
+  // store's throttling codes are Unavailable; 404 NotFound; 401/403 PermissionDenied.
   Status failure(const std::string& what, const std::string& key, const Response& r) const {
     std::string msg = "cannot " + what + " s3://" + bucket_ + "/" + key + ": " + describeFailure(r);
-    if (r.transportError) return Status::IOError(msg);
+    if (r.transportError) return r.status == -1 ? Status::Unavailable(msg) : Status::IOError(msg);
+    if (!r.incomplete.empty() || retryableStatus(r.status, r.errorCode)) return Status::Unavailable(msg);
     switch (r.status) {
       case 404: return Status::NotFound(msg);
       case 401:
@@ -428,9 +466,10 @@ class S3Client {
     if (req.sink != nullptr) req.sink->clear();
     CURLcode rc = resp->writeFailed ? CURLE_WRITE_ERROR : curl_easy_perform(h);
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &resp->status);
-    curl_off_t len = 0;
-    if (curl_easy_getinfo(h, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &len) == CURLE_OK && len > 0) {
+    curl_off_t len = -1;
+    if (curl_easy_getinfo(h, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &len) == CURLE_OK && len >= 0) {
       resp->contentLength = static_cast<uint64_t>(len);
+      resp->lengthKnown = true;
     }
     curl_slist_free_all(hdrs);
     if (rc != CURLE_OK && !resp->writeFailed) {
@@ -459,7 +498,10 @@ class S3Client {
   bool pathStyle_ = false;
 };
 
-bool ok2xx(const Response& r) { return !r.transportError && r.status >= 200 && r.status < 300; }
+// A complete 2xx answer (an incomplete one is a failure: S3Client::checkComplete).
+bool ok2xx(const Response& r) {
+  return !r.transportError && r.incomplete.empty() && r.status >= 200 && r.status < 300;
+}
 
 // ---------------------------------------------------------------------------------------
 // Key layout (prefix, entropy)
@@ -594,14 +636,32 @@ class S3ReadableFile final : public ReadableFile {
     req.sink = out;
     Response r = client_->perform(req);
     if (!ok2xx(r)) {
-      if (r.status == 416) return truncated(offset, n);
+      // 416: a complete answer of the store that the object is now shorter than offset.
+      if (r.status == 416) return replaced(offset, n, "the store refused the range (HTTP 416)");
       return client_->failure("read", key_, r);
     }
-    if (out->size() != n) return truncated(offset, n);
-    return Status::OK();
+    if (out->size() == n) return Status::OK();
+    // A complete answer with other bytes than asked for. The object's size in
+    // Content-Range ("bytes a-b/total") differing from the size it was opened with is
+    // the store saying the object changed: corruption. Anything else (a 200 for the
+    // whole object, no total) says nothing about the object: try again later.
+    size_t slash = r.contentRange.rfind('/');
+    if (slash != std::string::npos && r.contentRange.substr(slash + 1) != "*") {
+      uint64_t total = std::strtoull(r.contentRange.c_str() + slash + 1, nullptr, 10);
+      if (total != size_) return replaced(offset, n, "the store now reports " + std::to_string(total) + " bytes");
+    }
+    return Status::Unavailable("cannot read s3://" + client_->bucket() + "/" + key_ + ": HTTP " +
+                               std::to_string(r.status) + " with " + std::to_string(out->size()) + " bytes for the " +
+                               std::to_string(n) + " asked for at offset " + std::to_string(offset) +
+                               " (incomplete answer)");
   }
 
  private:
+  Status replaced(uint64_t offset, size_t n, const std::string& why) const {
+    return Status::Corruption("s3://" + client_->bucket() + "/" + key_ + " changed while being read: wanted " +
+                              std::to_string(n) + " bytes at offset " + std::to_string(offset) + " of " +
+                              std::to_string(size_) + ", " + why + " (truncated or replaced)");
+  }
   Status truncated(uint64_t offset, size_t n) const {
     return Status::Corruption("truncated s3://" + client_->bucket() + "/" + key_ + ": wanted " + std::to_string(n) +
                               " bytes at offset " + std::to_string(offset) + " of " + std::to_string(size_));
@@ -692,7 +752,7 @@ class S3WritableFile final : public WritableFile {
       parseXml(r.body, &leaves);
       uploadId_ = xmlFind(leaves, "InitiateMultipartUploadResult/UploadId");
       if (uploadId_.empty()) {
-        return Status::IOError("cannot start a multipart upload of " + where_ + ": no UploadId in the answer");
+        return Status::Unavailable("cannot start a multipart upload of " + where_ + ": no UploadId in the answer");
       }
       spdlog::debug("s3: multipart upload {} of {}", uploadId_, where_);
     }
@@ -866,7 +926,8 @@ class S3Storage final : public CheckpointStorage {
       if (!ok2xx(r)) return client_->failure("list", listPrefix, r);
       std::vector<XmlLeaf> leaves;
       if (!parseXml(r.body, &leaves)) {
-        return Status::IOError("cannot list s3://" + client_->bucket() + "/" + listPrefix + ": unreadable XML answer");
+        return Status::Unavailable("cannot list s3://" + client_->bucket() + "/" + listPrefix +
+                                   ": unreadable XML answer");
       }
       bool truncated = false;
       std::string next;
@@ -890,8 +951,8 @@ class S3Storage final : public CheckpointStorage {
       }
       if (!truncated) break;
       if (next.empty()) {
-        return Status::IOError("cannot list s3://" + client_->bucket() + "/" + listPrefix +
-                               ": truncated answer without a continuation token");
+        return Status::Unavailable("cannot list s3://" + client_->bucket() + "/" + listPrefix +
+                                   ": truncated answer without a continuation token");
       }
       token = next;
     }
@@ -930,8 +991,8 @@ class S3Storage final : public CheckpointStorage {
       if (!ok2xx(r)) return client_->failure("list the multipart uploads under", listPrefix, r);
       std::vector<XmlLeaf> leaves;
       if (!parseXml(r.body, &leaves)) {
-        return Status::IOError("cannot list the multipart uploads under s3://" + client_->bucket() + "/" + listPrefix +
-                               ": unreadable XML answer");
+        return Status::Unavailable("cannot list the multipart uploads under s3://" + client_->bucket() + "/" +
+                                   listPrefix + ": unreadable XML answer");
       }
       bool truncated = false;
       std::string key, nextKey, nextId;
@@ -999,6 +1060,14 @@ class S3Storage final : public CheckpointStorage {
 
   std::string rootUri() const override {
     return "s3://" + client_->bucket() + (prefix_.empty() ? "" : "/" + prefix_);
+  }
+
+  // One HEAD, one try: a 404 is an answer.
+  Status probe() override {
+    std::string key = layout_.keyFor(".jobhost-probe");
+    Response head = client_->perform(Request{"HEAD", key, ""}, 1);
+    if (ok2xx(head) || (!head.transportError && head.status == 404)) return Status::OK();
+    return client_->failure("reach", key, head);
   }
 
  private:

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "jobhost/state/key_group_format.h"
+#include "jobhost/state/snapshot_file.h"
 #include "rocksdb_checkpoint_copy.h"
 
 namespace jobhost::state {
@@ -59,14 +60,8 @@ class Reader final : public OperatorStateReader {
                                   " outside the max parallelism " + std::to_string(maxP_));
       for (const FileRef& f : referencedFiles(sub.keyed)) {
         std::string where = st_.describe(f.path);
-        auto file = st_.open(f.path);
-        if (!file.ok()) {
-          if (file.status().isNotFound())
-            return Status::NotFound("file " + where + ", which the snapshot's _metadata references, does not exist "
-                                    "(deleted or moved; a running job removes the checkpoints it no longer retains: "
-                                    "read a newer checkpoint, or take a savepoint)");
-          return file.status();
-        }
+        auto file = openSnapshotFile(st_, f);
+        if (!file.ok()) return file.status();
         p.files.push_back(std::move(*file));
         p.where.push_back(std::move(where));
         p.paths.push_back(f.path);

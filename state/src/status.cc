@@ -53,6 +53,7 @@ std::string_view codeName(Status::Code code) {
     case Status::Code::kNoSpace: return "No space";
     case Status::Code::kPermissionDenied: return "Permission denied";
     case Status::Code::kIncompatible: return "Incompatible";
+    case Status::Code::kUnavailable: return "Unavailable";
   }
   return "Unknown code";
 }
@@ -63,6 +64,11 @@ std::string Status::toString() const {
   out += ": ";
   out += rep_->message;
   return out;
+}
+
+Status Status::withContext(std::string_view context) const {
+  if (rep_ == nullptr) return Status();
+  return Status(rep_->code, std::string(context) + ": " + rep_->message);
 }
 
 std::ostream& operator<<(std::ostream& os, const Status& status) {
@@ -83,6 +89,21 @@ Status fromErrno(const std::string& context, int err) {
     case EPERM:
     case EROFS:
       return Status::PermissionDenied(msg);
+    // The device or the network did not answer: the same call may succeed later.
+    case EIO:
+    case ETIMEDOUT:
+    case ECONNRESET:
+    case ECONNREFUSED:
+    case ECONNABORTED:
+    case ENETDOWN:
+    case ENETUNREACH:
+    case ENETRESET:
+    case EHOSTDOWN:
+    case EHOSTUNREACH:
+    case ESTALE:
+    case ENOLINK:
+    case EAGAIN:
+      return Status::Unavailable(msg);
     default:
       return Status::IOError(msg);
   }

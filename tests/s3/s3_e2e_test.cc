@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <fstream>
 #include <thread>
 
 #include "checkpoint/job_directory_lock.h"
@@ -372,11 +373,12 @@ TEST_F(S3Job, GcOnS3RemovesWhatNoCheckpointNeedsAndRefusesASnapshot) {
 // answers from a server.
 class FaultProxy {
  public:
-  FaultProxy(const fs::path& dir, const std::string& rule)
+  /// `control`: the proxy's control file (outages switched on and off with setOutage()).
+  FaultProxy(const fs::path& dir, const std::string& rule, const fs::path& control = {})
       : portFile_(dir / ("proxy-" + fileName(rule) + ".port")),
         out_(dir / ("proxy-" + fileName(rule) + ".out")),
-        p_({"/usr/bin/python3", JOBHOST_FAULT_PROXY, s3test::rgw().endpoint, rule, portFile_.string()}, out_,
-           dir / ("proxy-" + fileName(rule) + ".err")) {
+        control_(control),
+        p_(arguments(rule, portFile_, control), out_, dir / ("proxy-" + fileName(rule) + ".err")) {
     for (int i = 0; i < 500 && !fs::exists(portFile_); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     if (fs::exists(portFile_)) endpoint_ = "http://127.0.0.1:" + e2e::readFile(portFile_);
   }
@@ -387,14 +389,27 @@ class FaultProxy {
     return static_cast<size_t>(std::count(out.begin(), out.end(), '\n'));
   }
   std::string log() const { return e2e::readFile(out_); }
+  /// Switches the outage: "503", "reset", "slow-5", "head-no-length", "short-body",
+  /// "500-put" (optionally ":MATCH"), or "up" to end it (fault_proxy.py's control file).
+  void setOutage(const std::string& mode) const {
+    fs::path t = control_;
+    t += ".tmp";
+    { std::ofstream(t) << mode << "\n"; }
+    fs::rename(t, control_);
+  }
 
  private:
+  static std::vector<std::string> arguments(const std::string& rule, const fs::path& port, const fs::path& control) {
+    std::vector<std::string> a = {"/usr/bin/python3", JOBHOST_FAULT_PROXY, s3test::rgw().endpoint, rule, port.string()};
+    if (!control.empty()) a.push_back(control.string());
+    return a;
+  }
   static std::string fileName(std::string rule) {
     std::replace(rule.begin(), rule.end(), '/', '_');
     return rule;
   }
 
-  fs::path portFile_, out_;
+  fs::path portFile_, out_, control_;
   e2e::Process p_;
   std::string endpoint_;
 };
@@ -430,6 +445,90 @@ TEST_F(S3Job, SlowDownAnswersAreRetriedAndAFailedUploadDeclinesOnlyItsCheckpoint
       EXPECT_NE(r.err.find("completed checkpoint"), std::string::npos) << r.err;
     }
   }
+}
+
+// Issue 31: the outage that ended a job for good on cb865b1. WordCount -p 2, checkpoints
+// every 500 ms, tolerable-failed-checkpoints = 0, and the store answers every request
+// (HEAD included) with 503 SlowDown for 12 s: the job keeps processing, declines the
+// checkpoints meanwhile without counting them, says since when, completes checkpoints
+// again once the store is back, and ends with exact counts (exit 0).
+TEST_F(S3Job, ATwelveSecondOutageOfTheStoreIsWaitedOutAndCheckpointsResume) {
+  fs::path in = input(1800);  // ~25 s at the rate below
+  FaultProxy proxy(tmp.path, "none", tmp / "outage");
+  ASSERT_FALSE(proxy.endpoint().empty()) << "the proxy did not start";
+  std::vector<std::string> args = {"run", "-c", "WordCount", "-p", "2"};
+  for (auto& f : s3Flags()) args.push_back(f);
+  for (auto& a : args)
+    if (a.rfind("s3.endpoint=", 0) == 0) a = "s3.endpoint=" + proxy.endpoint();
+  args.insert(args.end(), {"-D", "execution.checkpointing.interval=500ms", "-D",
+                           "execution.checkpointing.tolerable-failed-checkpoints=0", kPlugin, "--input", in.string(),
+                           "--rate", "1000"});
+  const fs::path err = tmp / "outage.err";
+  e2e::Process p(jobhost(args), tmp / "outage.out", err);
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < until && p.running() &&
+         e2e::readFile(err).find("completed checkpoint 2") == std::string::npos)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(p.running()) << e2e::readFile(err);
+  proxy.setOutage("503");
+  std::this_thread::sleep_for(std::chrono::seconds(12));
+  EXPECT_TRUE(p.running()) << "the job ended during the outage:\n" << e2e::readFile(err);
+  const std::string during = e2e::readFile(err);
+  proxy.setOutage("up");
+  e2e::Result r = p.wait();
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_EQ(e2e::finalCounts(r.out), e2e::expectedCounts(e2e::readFile(in)));
+  EXPECT_GT(proxy.injected(), 0u);
+  EXPECT_NE(during.find("unavailable since"), std::string::npos) << during;
+  EXPECT_EQ(r.err.find("failed and was discarded"), std::string::npos) << r.err;  // declined, not counted
+  EXPECT_EQ(r.err.find("restarting"), std::string::npos) << r.err;                // no restart either
+  EXPECT_NE(r.err.find("answers again"), std::string::npos) << r.err;
+  // A checkpoint completed after the outage (the log line of the store's return names it).
+  const auto back = r.err.find("answers again");
+  ASSERT_NE(back, std::string::npos);
+  EXPECT_NE(r.err.find("completed checkpoint", back > 200 ? back - 200 : 0), std::string::npos) << r.err;
+}
+
+// Issue 31: a restart that meets the outage. The job is killed while the store is down
+// and started again with --restore latest: it waits for the store (it does not take the
+// unanswered reads for a missing or truncated snapshot, exit 3 on cb865b1), restores the
+// newest checkpoint once the store answers, and the counts are exact.
+TEST_F(S3Job, ARestoreDuringAnOutageWaitsForTheStoreInsteadOfCallingTheSnapshotDamaged) {
+  fs::path in = input(3000);
+  FaultProxy proxy(tmp.path, "none", tmp / "outage");
+  ASSERT_FALSE(proxy.endpoint().empty()) << "the proxy did not start";
+  auto args = [&](bool throttled) {
+    std::vector<std::string> a = {"run", "--job-id", "wc", "--restore", "latest", "-c", "WordCount", "-p", "2"};
+    for (auto& f : s3Flags()) a.push_back(f);
+    for (auto& x : a)
+      if (x.rfind("s3.endpoint=", 0) == 0) x = "s3.endpoint=" + proxy.endpoint();
+    a.insert(a.end(), {kPlugin, "--input", in.string()});
+    if (throttled) a.insert(a.end(), {"--rate", "2000"});
+    return a;
+  };
+  const fs::path err1 = tmp / "first.err";
+  e2e::Process first(jobhost(args(true)), tmp / "first.out", err1);
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < until && first.running() &&
+         e2e::readFile(err1).find("completed checkpoint 3") == std::string::npos)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(first.running()) << e2e::readFile(err1);
+  proxy.setOutage("503");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  first.signal(SIGKILL);
+  e2e::Result killed = first.wait();
+  ASSERT_EQ(killed.exitCode, 128 + SIGKILL) << killed.err;
+
+  const fs::path err2 = tmp / "second.err";
+  e2e::Process second(jobhost(args(false)), tmp / "second.out", err2);
+  std::this_thread::sleep_for(std::chrono::seconds(6));
+  EXPECT_TRUE(second.running()) << "gave up during the outage:\n" << e2e::readFile(err2);
+  proxy.setOutage("up");
+  e2e::Result r = second.wait();
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_NE(r.err.find("--restore latest: restoring"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("truncated or replaced"), std::string::npos) << r.err;
+  EXPECT_EQ(e2e::finalCounts(killed.out + r.out), e2e::expectedCounts(e2e::readFile(in)));
 }
 
 TEST_F(S3Job, StopWithASavepointOntoS3AndRestoreFromItKeepsExactCounts) {

@@ -129,7 +129,7 @@ TEST_F(FaultInjectionTest, StorageOpenedWithAFileSystemDoesItsIoThroughIt) {
 TEST_F(FaultInjectionTest, AnFsyncFailureMakesAPutFailAndLeavesNoVisibleFile) {
   fs_->failNth(FsOp::kSync, 1, EIO);
   Status s = storage_->put("job/chk-1/_metadata", "m");
-  EXPECT_TRUE(s.isIOError()) << s;
+  EXPECT_TRUE(s.isUnavailable()) << s;  // EIO: try again later (status.h)
   EXPECT_TRUE(contains(s.message(), "cannot sync " + root_ + "/job/chk-1/_metadata")) << s;
   EXPECT_TRUE(contains(s.message(), std::strerror(EIO))) << s;
   EXPECT_FALSE(storage_->exists("job/chk-1/_metadata"));
@@ -165,7 +165,7 @@ TEST_F(FaultInjectionTest, TheNthOperationIsCountedFromWhenTheRuleIsSet) {
   fs_->failNth(FsOp::kRename, 2, EIO);
   ASSERT_OK(storage_->put("c", "3"));
   Status s = storage_->put("d", "4");
-  EXPECT_TRUE(s.isIOError()) << s;
+  EXPECT_TRUE(s.isUnavailable()) << s;  // EIO: try again later (status.h)
   EXPECT_TRUE(contains(s.message(), "cannot publish " + root_ + "/d")) << s;
   ASSERT_OK(storage_->put("e", "5"));
   EXPECT_EQ(fs_->count(FsOp::kRename), renamesBefore + 3);
@@ -177,7 +177,7 @@ TEST_F(FaultInjectionTest, ReadListAndRemoveFaultsReachTheCaller) {
   fs_->failNth(FsOp::kRead, 1, EIO);
   std::string out;
   Status read = storage_->get("d/f", &out);
-  EXPECT_TRUE(read.isIOError()) << read;
+  EXPECT_TRUE(read.isUnavailable()) << read;
   EXPECT_TRUE(contains(read.message(), "cannot read " + root_ + "/d/f")) << read;
 
   fs_->failNth(FsOp::kList, 1, EACCES);
@@ -188,7 +188,7 @@ TEST_F(FaultInjectionTest, ReadListAndRemoveFaultsReachTheCaller) {
 
   fs_->failNth(FsOp::kUnlink, 1, EIO);
   Status remove = storage_->remove("d/f");
-  EXPECT_TRUE(remove.isIOError()) << remove;
+  EXPECT_TRUE(remove.isUnavailable()) << remove;
   EXPECT_TRUE(storage_->exists("d/f"));
 
   fs_->failNth(FsOp::kMkdir, 1, ENOSPC);
@@ -198,7 +198,7 @@ TEST_F(FaultInjectionTest, ReadListAndRemoveFaultsReachTheCaller) {
 
   fs_->failNth(FsOp::kSyncDir, 1, EIO);
   Status syncDir = storage_->put("d/g", "x");
-  EXPECT_TRUE(syncDir.isIOError()) << syncDir;
+  EXPECT_TRUE(syncDir.isUnavailable()) << syncDir;
   EXPECT_FALSE(storage_->exists("d/g")) << "a file whose directory entry is not durable is withdrawn";
 }
 
@@ -295,7 +295,7 @@ TEST_F(FaultInjectionTest, AnInactiveFileSystemChangesNothingAndAPowerLossRevive
   ASSERT_OK((*writer)->append("partial"));
   fs_->setFilesystemActive(false);
   Status s = storage_->put("refused", "r");
-  EXPECT_TRUE(s.isIOError()) << s;
+  EXPECT_TRUE(s.isUnavailable()) << s;  // EIO: try again later (status.h)
   EXPECT_FALSE(fs::exists(root_ + "/refused"));
   ASSERT_OK(fs_->dropUnsyncedData());
   // A writer from before the power loss is dead.
@@ -360,7 +360,7 @@ TEST_F(FaultInjectionStorageTest, AFailedCreateCloseDiscardsTheFile) {
   ASSERT_TRUE(w.ok()) << w.status();
   ASSERT_OK((*w)->append("m"));
   Status s = (*w)->close();
-  EXPECT_TRUE(s.isIOError()) << s;
+  EXPECT_TRUE(s.isUnavailable()) << s;  // EIO: try again later (status.h)
   EXPECT_TRUE(contains(s.message(), root_ + "/job/chk-1/_metadata")) << s;
   EXPECT_TRUE((*w)->close().isInvalidArgument());
   w->reset();
@@ -397,7 +397,7 @@ TEST_F(FaultInjectionStorageTest, EachKindFailsOnlyItsOwnCalls) {
     SCOPED_TRACE(storageOpName(c.op));
     faulty_->failNth(c.op, 1, EIO);
     Status s = c.call();
-    EXPECT_TRUE(s.isIOError()) << s;
+    EXPECT_TRUE(s.isUnavailable()) << s;  // EIO: try again later (status.h)
     EXPECT_TRUE(contains(s.message(), "(injected fault)")) << s;
     faulty_->clearFaults();
   }

@@ -141,7 +141,8 @@ TEST(StatusTest, FromErrnoMapsErrnoToCodesAndAppendsStrerror) {
       {ENOENT, Status::Code::kNotFound},         {ENOSPC, Status::Code::kNoSpace},
       {EDQUOT, Status::Code::kNoSpace},          {EACCES, Status::Code::kPermissionDenied},
       {EPERM, Status::Code::kPermissionDenied},  {EROFS, Status::Code::kPermissionDenied},
-      {EIO, Status::Code::kIOError},             {EBADF, Status::Code::kIOError},
+      {EIO, Status::Code::kUnavailable},         {EBADF, Status::Code::kIOError},
+      {ECONNRESET, Status::Code::kUnavailable},  {ETIMEDOUT, Status::Code::kUnavailable},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.err);
@@ -985,7 +986,7 @@ TEST_F(FileBatchTest, AFailureInTheCommitLeavesNoFileOfTheBatchAndNoTemporaryFil
     fs_->failNth(c.op, c.nth, EIO);
     Status s = batch->commit();
     fs_->clearFaults();
-    EXPECT_TRUE(s.isIOError()) << s;
+    EXPECT_TRUE(s.isUnavailable()) << s;  // EIO: try again later (status.h)
     EXPECT_TRUE(contains(s.message(), c.message)) << s;
     EXPECT_TRUE(contains(s.message(), std::strerror(EIO))) << s;
     if (c.op == testing::FsOp::kSyncDir) {
@@ -1009,9 +1010,9 @@ TEST_F(FileBatchTest, AFailureWhileAddingAFileFailsThatFileOnlyAndLeavesNoTempor
   };
   const std::vector<Case> cases = {
       {"a full disk while copying", testing::FsOp::kWrite, 1, ENOSPC, &Status::isNoSpace, "cannot write"},
-      {"an fsync fails", testing::FsOp::kSync, 1, EIO, &Status::isIOError, "cannot sync"},
+      {"an fsync fails", testing::FsOp::kSync, 1, EIO, &Status::isUnavailable, "cannot sync"},
       // The source is opened first, then the temporary file.
-      {"the temporary file cannot be created", testing::FsOp::kOpen, 2, EIO, &Status::isIOError, "cannot create"},
+      {"the temporary file cannot be created", testing::FsOp::kOpen, 2, EIO, &Status::isUnavailable, "cannot create"},
   };
   int n = 0;
   for (const Case& c : cases) {

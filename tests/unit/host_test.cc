@@ -949,10 +949,10 @@ TEST_F(PreflightTest, EachIncompatibilityIsReportedWithItsCheckAndDetails) {
        {"'reduce'", "not declared by WordCount", "kept, not read", "carried forward in every later checkpoint"}, ""},
       {"key-group file missing",
        [this] { removeStored(kKgFile); },
-       PreflightFinding::kError, "files", {"missing file <kg>", "operator 'counts'"}, ""},
+       PreflightFinding::kError, "files", {"file <kg>, which the snapshot's _metadata references, does not exist", "operator 'counts'"}, ""},
       {"key-group file has another size",
        [this] { writeStored(kKgFile, "short"); },
-       PreflightFinding::kError, "files", {"file <kg> has 5 bytes, the metadata records 10"}, ""},
+       PreflightFinding::kError, "files", {"file <kg> has 5 bytes, the snapshot's _metadata records 10 (truncated or replaced)"}, ""},
       {"plugin digest differs",
        [this] { in_.pluginDigest = "digest-2"; },
        PreflightFinding::kNote, "plugin", {"libwordcount_jobs.so", "digest-1", "now digest-2"}, ""},
@@ -989,8 +989,11 @@ TEST_F(PreflightTest, AMissingSharedFileNamesTheCheckpointThatFirstWroteIt) {
   EXPECT_FALSE(r.compatible());
   auto files = withCheck(r, "files");
   ASSERT_EQ(files.size(), 1u) << describe(r);
-  EXPECT_TRUE(contains(files[0]->message, "missing file " + storage_->describe(kSharedFile) +
-                                              " (first written by checkpoint 2)"))
+  EXPECT_TRUE(contains(files[0]->message, "file " + storage_->describe(kSharedFile) + ", which the snapshot's"))
+      << files[0]->message;
+  EXPECT_TRUE(contains(files[0]->message, "does not exist"))
+      << files[0]->message;
+  EXPECT_TRUE(contains(files[0]->message, "(first written by checkpoint 2)"))
       << files[0]->message;
 }
 
@@ -1003,9 +1006,9 @@ TEST_F(PreflightTest, AWrongSizeSharedFileNamesTheCheckpointThatFirstWroteIt) {
   PreflightReport r = runPreflight(in_);
   auto files = withCheck(r, "files");
   ASSERT_EQ(files.size(), 1u) << describe(r);
-  EXPECT_TRUE(contains(files[0]->message, storage_->describe(kSharedFile) + " (first written by checkpoint 2) has 19 bytes"))
-      << files[0]->message;
-  EXPECT_TRUE(contains(files[0]->message, "the metadata records 20")) << files[0]->message;
+  EXPECT_TRUE(contains(files[0]->message, storage_->describe(kSharedFile) + " has 19 bytes")) << files[0]->message;
+  EXPECT_TRUE(contains(files[0]->message, "_metadata records 20")) << files[0]->message;
+  EXPECT_TRUE(contains(files[0]->message, "(first written by checkpoint 2)")) << files[0]->message;
 }
 
 TEST_F(PreflightTest, EveryProblemIsCollectedNotOnlyTheFirst) {

@@ -441,7 +441,7 @@ TEST_F(KeyGroupFormatTest, AFileWhoseSizeDiffersFromTheMetadataIsCorruption) {
   EXPECT_TRUE(s.isCorruption()) << s;
   EXPECT_TRUE(contains(s.message(), storage_->describe(h.file.path))) << s;
   EXPECT_TRUE(contains(s.message(), std::to_string(h.file.size) + " bytes")) << s;
-  EXPECT_TRUE(contains(s.message(), "metadata says " + std::to_string(bigger.file.size))) << s;
+  EXPECT_TRUE(contains(s.message(), "_metadata records " + std::to_string(bigger.file.size))) << s;
   EXPECT_TRUE(got.empty());
 }
 
@@ -494,13 +494,17 @@ TEST_F(KeyGroupFormatTest, BadMagicIsCorruptionAndANewerVersionIsIncompatible) {
   EXPECT_TRUE(contains(s.message(), "version 2")) << s;
 }
 
-TEST_F(KeyGroupFormatTest, AMissingFileIsNotFound) {
+TEST_F(KeyGroupFormatTest, AMissingFileIsCorruptionNamingIt) {
+  // The storage answered completely that a file `_metadata` references is not there: the
+  // snapshot is incomplete (final), not "not found" (snapshot_file.h).
   KeyGroupsStateHandle h = write("chk-1/op-0.kg");
   h.file.path = "chk-1/gone.kg";
   std::vector<Entry> got;
   std::vector<std::string> names;
   Status s = read(h, range_, &got, &names);
-  EXPECT_TRUE(s.isNotFound()) << s;
+  EXPECT_TRUE(s.isCorruption()) << s;
+  EXPECT_TRUE(contains(s.message(), storage_->describe(h.file.path))) << s;
+  EXPECT_TRUE(contains(s.message(), "does not exist")) << s;
 }
 
 TEST_F(KeyGroupFormatTest, AnErrorFromTheCallbackStopsTheRead) {

@@ -27,9 +27,19 @@
 // temporary files in it.
 //
 // Errors: methods return Status/Result. Messages name the full location (see describe())
-// and the OS reason, e.g. "IO error: cannot write /ckpt/job/chk-3/_metadata: Input/output
-// error". Codes: InvalidArgument (bad path, file already exists), NotFound, NoSpace,
-// PermissionDenied, Corruption (short read), IOError (anything else).
+// and the OS reason, e.g. "Unavailable: cannot write /ckpt/job/chk-3/_metadata:
+// Input/output error". Codes: InvalidArgument (bad path, file already exists), NotFound,
+// NoSpace, PermissionDenied, Unavailable, Corruption, IOError (anything else).
+//
+// Unavailable or corrupt (status.h) is decided here, in each implementation, and nowhere
+// above: Unavailable when the operation got no complete answer — an object store's 5xx,
+// 429 or SlowDown, a connection refused, reset or timed out, a HEAD without Content-Length,
+// a body shorter than its Content-Length or than the range asked for, EIO and the network
+// errnos of a local or network file system. Such a failure says nothing about the file.
+// Corruption only from a complete answer that contradicts the file as it was opened (a
+// read past its end, an object store now reporting another size for it). Sizes reported
+// by open(), fileSize() and list() always come from complete answers. Whether a file
+// matches a snapshot's `_metadata` is decided by jobhost/state/snapshot_file.h alone.
 //
 // Thread-safety: all CheckpointStorage methods are thread-safe and may be called
 // concurrently, including on the same paths (the outcome is then that of some serial
@@ -89,7 +99,8 @@ class ReadableFile {
   virtual uint64_t size() const = 0;
 
   /// Replaces *out with exactly n bytes starting at offset. If the file ends before
-  /// offset + n, returns Corruption ("truncated ...") and *out is unspecified.
+  /// offset + n (a complete answer says so), returns Corruption ("truncated ...");
+  /// Unavailable if no complete answer came. *out is then unspecified.
   virtual Status read(uint64_t offset, size_t n, std::string* out) const = 0;
 };
 
@@ -254,6 +265,13 @@ class CheckpointStorage {
 
   /// The storage root as a URI, e.g. "file:///var/lib/jobhost/checkpoints".
   virtual std::string rootUri() const = 0;
+
+  /// Asks the storage once, without retries or backoff, whether it answers now: OK, or
+  /// the error (Unavailable while it does not answer). Reads and writes nothing. For
+  /// callers waiting out an outage (the checkpoint coordinator asks once per interval, so
+  /// it sees the store come back at once). The default asks fileSize() of a name no file
+  /// has and takes NotFound for an answer.
+  virtual Status probe();
 };
 
 /// Checks a file path against the rules above. OK or InvalidArgument naming the path.

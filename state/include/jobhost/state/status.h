@@ -4,6 +4,22 @@
 // pointer, so returning OK costs nothing; errors allocate. Result<T> holds either a T
 // or a non-OK Status.
 //
+// Unavailable and corrupt are different answers (gRPC's UNAVAILABLE vs DATA_LOSS). The
+// storage boundary (CheckpointStorage implementations, fromErrno) decides once:
+//   - Unavailable: the operation did not get a complete answer and may succeed if tried
+//     again later — an HTTP 5xx or 429 (SlowDown), a connection refused, reset or timed
+//     out, a HEAD 200 without Content-Length, a body shorter than announced or than the
+//     range asked for, EIO and the network errnos. It says nothing about the stored bytes:
+//     a size or content seen on such an answer is never compared with anything.
+//   - Corruption: bytes that were completely read (or a size the storage reported from a
+//     complete answer) disagree with what they must be (`_metadata`, a format). Final:
+//     retrying reads the same bytes.
+//   - IOError: any other I/O failure not known to be transient (a malformed answer, an
+//     unexpected errno). The restart strategy treats it as a task failure.
+// Everything above the storage only asks the code; nothing compares sizes or parses
+// messages to decide (jobhost/state/snapshot_file.h owns the "does this file match its
+// `_metadata`" decision).
+//
 // Thread-safety: Status and Result are plain values. Distinct objects may be used from
 // different threads freely; const methods on one object may be called concurrently;
 // mutating one object concurrently with any other access needs external sync.
@@ -29,6 +45,7 @@ class [[nodiscard]] Status {
     kNoSpace,
     kPermissionDenied,
     kIncompatible,  // e.g. a snapshot written by an incompatible serializer or format
+    kUnavailable,   // try again later: no complete answer (see below); says nothing of the data
   };
 
   /// Creates an OK status.
@@ -53,6 +70,7 @@ class [[nodiscard]] Status {
   static Status Incompatible(std::string_view msg) {
     return Status(Code::kIncompatible, msg);
   }
+  static Status Unavailable(std::string_view msg) { return Status(Code::kUnavailable, msg); }
 
   bool ok() const { return rep_ == nullptr; }
   bool isNotFound() const { return code() == Code::kNotFound; }
@@ -62,6 +80,7 @@ class [[nodiscard]] Status {
   bool isNoSpace() const { return code() == Code::kNoSpace; }
   bool isPermissionDenied() const { return code() == Code::kPermissionDenied; }
   bool isIncompatible() const { return code() == Code::kIncompatible; }
+  bool isUnavailable() const { return code() == Code::kUnavailable; }
 
   Code code() const { return rep_ == nullptr ? Code::kOk : rep_->code; }
 
@@ -70,6 +89,9 @@ class [[nodiscard]] Status {
 
   /// "OK", or a code prefix plus the message, e.g. "IO error: cannot write /x: ...".
   std::string toString() const;
+
+  /// The same code, with "<context>: " before the message (OK stays OK).
+  Status withContext(std::string_view context) const;
 
   /// Explicitly ignores this status (for best-effort cleanup paths).
   void ignoreError() const {}
@@ -92,7 +114,9 @@ std::ostream& operator<<(std::ostream& os, const Status& status);
 std::string_view codeName(Status::Code code);
 
 /// Builds a Status from an errno value: ENOENT -> NotFound, ENOSPC/EDQUOT -> NoSpace,
-/// EACCES/EPERM/EROFS -> PermissionDenied, anything else -> IOError. The message is
+/// EACCES/EPERM/EROFS -> PermissionDenied, EIO, ETIMEDOUT, EAGAIN, ESTALE and the
+/// network errors (ECONNRESET, ECONNREFUSED, ENETUNREACH, ...) -> Unavailable, anything
+/// else -> IOError. The message is
 /// "<context>: <strerror(err)>", e.g. "cannot write /x/_metadata: No space left on device".
 Status fromErrno(const std::string& context, int err);
 

@@ -1,0 +1,47 @@
+// Waiting out an unavailable checkpoint store: see store_outage.h.
+#include "checkpoint/store_outage.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "config/units.h"
+
+namespace jobhost::host {
+
+namespace {
+int64_t nowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+StoreOutage::StoreOutage(std::chrono::milliseconds initial, std::chrono::milliseconds max)
+    : initial_(initial), max_(std::max(initial, max)), next_(initial), rng_(std::random_device{}()) {}
+
+std::chrono::milliseconds StoreOutage::failed(const state::Status& s, const std::string& what) {
+  if (sinceMs_ == 0) {
+    sinceMs_ = nowMs();
+    spdlog::warn("{} failed: {}; the job waits for it and tries again (store unavailable since {})", what,
+                 s.toString(), formatLocalTime(sinceMs_));
+  } else {
+    spdlog::info("{} failed again ({}; unavailable since {}, {} tries): {}", what, s.isNoSpace() ? "no space" : "store",
+                 formatLocalTime(sinceMs_), failures_ + 1, s.toString());
+  }
+  ++failures_;
+  auto pause = next_;
+  next_ = std::min(max_, next_ * 2);
+  auto lo = pause.count() / 2;
+  return std::chrono::milliseconds(std::uniform_int_distribution<long long>(lo, std::max<long long>(lo, pause.count()))(rng_));
+}
+
+void StoreOutage::recovered() {
+  if (sinceMs_ == 0) return;
+  spdlog::info("the checkpoint store answers again after {} ({} failed tries)",
+               formatDuration(std::chrono::milliseconds(nowMs() - sinceMs_)), failures_);
+  sinceMs_ = 0;
+  failures_ = 0;
+  next_ = initial_;
+}
+
+}  // namespace jobhost::host

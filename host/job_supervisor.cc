@@ -182,6 +182,7 @@ int JobSupervisor::prepare() {
     }
     jobLock_ = std::move(*lock);
     jobDir_ = jobDir.string();
+    jobLock_->onLeaseChange([this](const JobDirectoryLock::LeaseState& l) { onLease(l); });
   }
   if (setup_.backend == state::BackendType::kRocksDb) {
     auto workDir = JobWorkDirectory::create(setup_.localDirRoot, setup_.localDirIsDefault, jobId_, me);
@@ -268,6 +269,49 @@ void JobSupervisor::sendLocked(Fill fill) {
   } catch (const kj::Exception& e) {
     spdlog::debug("worker channel: {}", e.getDescription().cStr());
   }
+}
+
+void JobSupervisor::onLease(const JobDirectoryLock::LeaseState& l) {
+  std::lock_guard lock(mu_);
+  const bool wasFenced = lease_.publishUntilNanos != INT64_MAX && !lease_.why.empty();
+  lease_ = l;
+  info_.leaseRenewedMs = l.renewedMs;
+  if (l.lost || !l.why.empty()) {
+    // Renewals fail (or the lease is someone else's): the worker stops publishing at the
+    // deadline; the status says since when once it has passed.
+    if (info_.publishingFencedSinceMs == 0 && (l.lost || monotonicNanos() >= l.publishUntilNanos))
+      info_.publishingFencedSinceMs = nowMs();
+  } else {
+    if (wasFenced && info_.publishingFencedSinceMs != 0)
+      spdlog::info("publishing checkpoints to {} again: the lease is renewed", jobDir_);
+    info_.publishingFencedSinceMs = 0;
+  }
+  if (workerChannel_ >= 0) sendLeaseLocked();
+  if (l.reacquired && workerChannel_ >= 0) {
+    // Another instance may have run the job while the lease was gone: this attempt's
+    // state is stale. End it and restore the newest checkpoint (not counted as a failure).
+    restartFromNewest_ = true;
+    sendLocked([](wire::ToWorker::Builder b) { b.setCancel(); });
+  }
+  if (l.lost && !leaseLost_) {
+    // Another instance runs this job now (it took the expired lease over): this one must
+    // not write its job directory again, nor its sinks; it ends with an error.
+    leaseLost_ = true;
+    info_.lastFailure = l.why;
+    info_.lastFailureMs = nowMs();
+    cancelRequested_ = true;
+    if (workerChannel_ >= 0) sendLocked([](wire::ToWorker::Builder b) { b.setCancel(); });
+  }
+  changed_.notify_all();
+}
+
+void JobSupervisor::sendLeaseLocked() {
+  if (lease_.publishUntilNanos == INT64_MAX && lease_.why.empty()) return;  // a flock: nothing to fence
+  sendLocked([&](wire::ToWorker::Builder b) {
+    auto lb = b.initLease();
+    lb.setPublishUntilNanos(lease_.lost ? 0 : lease_.publishUntilNanos);
+    lb.setWhy(lease_.why);
+  });
 }
 
 bool JobSupervisor::waitForStore(const state::Status& s, const std::string& what) {
@@ -606,6 +650,7 @@ int JobSupervisor::run() {
         workerChannel_ = w.channel;
         attempt_ = attempt;
         taskRates_.reset();
+        sendLeaseLocked();  // before it can publish anything (an object store's lease)
         if (cancelRequested_) sendLocked([](wire::ToWorker::Builder b) { b.setCancel(); });
       }
       auto ended = readWorker(w.channel);
@@ -650,6 +695,32 @@ int JobSupervisor::run() {
         if (kind == wire::EndKind::SETUP_FAILED) {  // the worker printed why
           exitCode = ended->exitCode;
           setState(JobState::kFailed);
+          break;
+        }
+        bool lost;
+        std::string lostWhy;
+        {
+          std::lock_guard lock(mu_);
+          lost = leaseLost_;
+          lostWhy = lease_.why;
+        }
+        bool again;
+        {
+          std::lock_guard lock(mu_);
+          again = restartFromNewest_ && !cancelRequested_;
+          restartFromNewest_ = false;
+        }
+        if (again && kind == wire::EndKind::CANCELLED) {
+          spdlog::info("job {}: restarting from the newest checkpoint in {} after acquiring its lease again", jobId_,
+                       jobDir_);
+          continue;
+        }
+        if (lost) {
+          spdlog::error("job {} stopped: {}; another instance runs it now (this one wrote nothing after its lease "
+                        "could not be renewed)",
+                        jobId_, lostWhy);
+          setState(JobState::kFailed);
+          exitCode = kExitJobFailed;
           break;
         }
         if (kind == wire::EndKind::CANCELLED || requested) {

@@ -105,6 +105,9 @@ class JobSupervisor {
   /// The store did not answer while an attempt was to restore (`s`): waits with backoff
   /// (not counted by the restart strategy). False if the job was cancelled meanwhile.
   bool waitForStore(const state::Status& s, const std::string& what);
+  /// The job directory's lease changed (JobDirectoryLock::onLeaseChange, its thread).
+  void onLease(const JobDirectoryLock::LeaseState& l);
+  void sendLeaseLocked();
 
   const RunOptions& o_;
   JobSetup& setup_;
@@ -132,7 +135,10 @@ class JobSupervisor {
   bool stopped_ = false;               // guarded by mu_
   CheckpointHistory history_;          // guarded by mu_
   TaskRates taskRates_;                // guarded by mu_: the running attempt's task samples
-  bool attemptRestores_ = false;       // main thread: the running attempt restores a snapshot
+  bool attemptRestores_ = false;
+  JobDirectoryLock::LeaseState lease_;  // guarded by mu_
+  bool leaseLost_ = false;              // guarded by mu_: another instance took the job directory over
+  bool restartFromNewest_ = false;      // guarded by mu_: the lease was acquired again after it was gone       // main thread: the running attempt restores a snapshot
   /// Store counters of the attempts that ended (the running one's come with its stats);
   /// guarded by mu_.
   uint64_t endedOutages_ = 0, endedDeclined_ = 0;

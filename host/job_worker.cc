@@ -244,6 +244,10 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
         auto msg = reader.getRoot<wire::ToWorker>();
         if (msg.isCancel()) {
           exec->cancel();
+        } else if (msg.isLease()) {
+          // The supervisor's lease of the job directory (fencing): publish only until then.
+          auto l = msg.getLease();
+          if (coordinator) coordinator->setPublishDeadline(l.getPublishUntilNanos(), l.getWhy());
         } else if (msg.isSavepoint()) {
           auto sp = msg.getSavepoint();
           uint64_t id = sp.getRequestId();

@@ -1,5 +1,7 @@
 #include "checkpoint/checkpoint_coordinator.h"
 
+#include "checkpoint/job_directory_lock.h"
+
 #include "jobhost/state/s3_storage.h"
 
 #include "config/units.h"
@@ -151,6 +153,12 @@ void CheckpointCoordinator::loop() {
       }
       spdlog::debug("the checkpoint store answers again: triggering a checkpoint");
     }
+    if (!pending_ && fencedLocked()) {
+      // Not holding the job directory's lease: another instance may take it over. Nothing
+      // is written until a renewal succeeds (and none may, if it was taken over).
+      storeUnavailableLocked("not publishing: " + fenceWhy_);
+      continue;
+    }
     lock.unlock();
     triggerCheckpoint();
     lock.lock();
@@ -240,6 +248,14 @@ void CheckpointCoordinator::decline(uint64_t id, CheckpointFailureReason reason,
   }
   abortLocked(id, failureReasonFor(reason, detail), detail.toString());
 }
+
+void CheckpointCoordinator::setPublishDeadline(int64_t untilNanos, std::string why) {
+  std::lock_guard lock(mu_);
+  publishUntilNanos_ = untilNanos;
+  fenceWhy_ = why.empty() ? "this process does not hold the job directory's lease" : std::move(why);
+}
+
+bool CheckpointCoordinator::fencedLocked() const { return monotonicNanos() >= publishUntilNanos_; }
 
 CheckpointCoordinator::StoreHealth CheckpointCoordinator::storeHealth() const {
   std::lock_guard lock(mu_);
@@ -388,6 +404,13 @@ void CheckpointCoordinator::finalizeLocked(Pending p) {
   m.stats.syncMicros = maxSync;
   m.stats.asyncMicros = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - p.started).count());
+  if (fencedLocked()) {
+    // The lease's half-life passed while it was taken: never publish it (another instance
+    // may hold the lease by now); its files stay until publishing may go on.
+    pending_ = std::move(p);
+    abortLocked(pending_->id, CheckpointFailureReason::kStoreUnavailable, "not published: " + fenceWhy_);
+    return;
+  }
   if (Status s = registry_.publish(dir, m); !s.ok()) {
     pending_ = std::move(p);  // abortLocked expects the pending checkpoint
     abortLocked(pending_->id, failureReasonFor(CheckpointFailureReason::kFinalizeFailed, s),

@@ -109,6 +109,13 @@ class CheckpointCoordinator : public CheckpointListener {
   };
   StoreHealth storeHealth() const;
 
+  /// Fencing (JobDirectoryLock::LeaseState, issue 31 item 3): checkpoints are triggered
+  /// and their _metadata published only while monotonicNanos() < untilNanos; after it they
+  /// are declined as the store being unavailable (`why` says what), and nothing of an
+  /// aborted one is deleted until publishing may go on. Default: no fence (a local
+  /// directory's flock cannot be lost). Thread-safe.
+  void setPublishDeadline(int64_t untilNanos, std::string why);
+
   /// The newest records kept in the history (checkpoints and savepoints of this attempt,
   /// in progress, completed, failed or subsumed; plus the checkpoints recover() found).
   static constexpr size_t kHistoryLimit = CheckpointHistory::kLimit;
@@ -175,6 +182,9 @@ class CheckpointCoordinator : public CheckpointListener {
   std::map<uint64_t, std::pair<std::shared_ptr<state::CheckpointStorage>, std::string>> abortedSavepoints_;
   uint64_t completed_ = 0;                       // guarded by mu_
   StoreHealth health_;                           // guarded by mu_
+  int64_t publishUntilNanos_ = INT64_MAX;        // guarded by mu_ (setPublishDeadline)
+  std::string fenceWhy_;                         // guarded by mu_
+  bool fencedLocked() const;
   /// Clean-ups deferred while the store is unavailable: aborted id -> the parts that
   /// reported (cleanUpAbortedLocked); guarded by mu_.
   std::map<uint64_t, std::vector<TaskSnapshot>> deferredCleanups_;

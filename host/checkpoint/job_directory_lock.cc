@@ -7,7 +7,10 @@
 
 #include <spdlog/spdlog.h>
 
+#include <time.h>
+
 #include <cerrno>
+#include <cstdlib>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -74,6 +77,13 @@ std::string holderText(const LockHolder& me) {
 
 std::string hostName();
 
+/// The lease's lifetime: JobDirectoryLock::kLeaseSeconds, or JOBHOST_LEASE_SECONDS (tests
+/// only: an outage longer than a lease without waiting 30 s), at least 3 s.
+int leaseSeconds() {
+  if (const char* e = std::getenv("JOBHOST_LEASE_SECONDS"); e && std::atoi(e) >= 3) return std::atoi(e);
+  return JobDirectoryLock::kLeaseSeconds;
+}
+
 /// A lease whose holder ran on this host under a pid that no longer exists: it was
 /// killed and can be taken over at once instead of after its expiry. (A reused pid only
 /// makes us wait for the expiry.)
@@ -94,6 +104,8 @@ std::string heldMessage(const std::string& dir, const std::optional<LockHolder>&
 }
 
 }  // namespace
+
+using LeaseState = JobDirectoryLock::LeaseState;
 
 /// The lease object of an object-store directory and the thread that renews it.
 class ObjectStoreLease {
@@ -123,15 +135,29 @@ class ObjectStoreLease {
 
   std::string text() const {
     return body_ + "host " + hostName() + "\nowner " + owner_ + "\nexpires " +
-           std::to_string(nowMs() + JobDirectoryLock::kLeaseSeconds * 1000) + "\n";
+           std::to_string(nowMs() + int64_t{leaseSeconds()} * 1000) + "\n";
+  }
+
+  /// Calls `f` now and after every change of the publishing deadline (from the renewing
+  /// thread; not under any lock of ours).
+  void setListener(JobDirectoryLock::LeaseListener f) {
+    LeaseState now;
+    {
+      std::lock_guard lock(mu_);
+      listener_ = std::move(f);
+      now = state_;
+    }
+    if (listener_) listener_(now);
   }
 
   // One conditional put, replacing an expired lease once.
   state::Status acquire(std::optional<LockHolder>* heldBy) {
     for (int tries = 0; tries < 2; ++tries) {
+      const int64_t started = monotonicNanos();
       state::Status s = storage_->put(state::kLockFileName, text());
       if (s.ok()) {
         held_ = true;
+        renewed(started);
         renewer_ = std::thread([this] { renewLoop(); });
         return s;
       }
@@ -175,20 +201,101 @@ class ObjectStoreLease {
     return lease.owner == owner_;
   }
 
+  /// A renewal (or the acquisition) whose request started at `startedNanos` succeeded:
+  /// nobody else can take the lease before startedNanos + leaseSeconds (the expiry it
+  /// wrote is later than that); we publish for half of it, so that a holder cut off from
+  /// the store stops publishing long before anyone may take over (clock rates differ
+  /// little; the expiry others compare is written from our wall clock at the same moment).
+  void renewed(int64_t startedNanos) {
+    LeaseState next;
+    next.publishUntilNanos = startedNanos + int64_t{leaseSeconds()} * 1'000'000'000 / 2;
+    next.renewedMs = nowMs();
+    notify(next);
+  }
+
+  void notify(const LeaseState& next) {
+    JobDirectoryLock::LeaseListener f;
+    {
+      std::lock_guard lock(mu_);
+      state_ = next;
+      f = listener_;
+    }
+    if (f) f(next);
+  }
+
+  // Renews every leaseSeconds/3; while renewals fail (the store does not answer), tries
+  // again every second. A lease found to be someone else's (a complete answer) is lost for
+  // good: the listener hears lost = true. A lease found gone (expired and removed, nobody
+  // holds it) is acquired again with the conditional put.
   void renewLoop() {
     std::unique_lock lock(mu_);
+    int64_t failingSinceMs = 0;
     for (;;) {
-      if (cv_.wait_for(lock, std::chrono::seconds(JobDirectoryLock::kLeaseSeconds / 3), [&] { return stop_; })) return;
+      const auto pause = failingSinceMs != 0 ? std::chrono::seconds(1) : std::chrono::seconds(leaseSeconds() / 3);
+      if (cv_.wait_for(lock, pause, [&] { return stop_; })) return;
+      LeaseState before = state_;
       lock.unlock();
-      if (!stillOurs()) {
-        spdlog::error("lost the lease {}: another process may now write {}", where(), dir_);
+      const int64_t started = monotonicNanos();
+      std::string current;
+      state::Status s = storage_->get(state::kLockFileName, &current);
+      std::string lostTo;
+      if (s.ok()) {
+        LeaseText lease;
+        auto h = parseHolder(current, &lease);
+        if (lease.owner != owner_) {
+          lostTo = h && h->pid ? describeHolder(*h) + " on host " + lease.host : "another process";
+        } else {
+          s = storage_->remove(state::kLockFileName);
+          if (s.ok() || s.isNotFound()) s = storage_->put(state::kLockFileName, text());
+          if (s.isInvalidArgument()) lostTo = "another process (it created the lease between our delete and put)";
+        }
+      } else if (s.isNotFound()) {
+        // Gone: it expired and someone removed it, maybe holding it meanwhile. Take it
+        // again; what we did since our last renewal is redone from the newest checkpoint.
+        s = storage_->put(state::kLockFileName, text());
+        if (s.isInvalidArgument()) lostTo = "another process";
+        if (s.ok()) {
+          spdlog::warn("the lease {} had expired and was gone: acquired it again; the job restarts from the newest "
+                       "checkpoint in {} (another instance may have run it meanwhile)",
+                       where(), dir_);
+          failingSinceMs = 0;
+          LeaseState again;
+          again.publishUntilNanos = started + int64_t{leaseSeconds()} * 1'000'000'000 / 2;
+          again.renewedMs = nowMs();
+          again.reacquired = true;
+          notify(again);
+          lock.lock();
+          continue;
+        }
+      }
+      if (!lostTo.empty()) {
+        spdlog::error("lost the lease {} to {}: this process no longer publishes to {}", where(), lostTo, dir_);
+        LeaseState gone = before;
+        gone.publishUntilNanos = 0;
+        gone.lost = true;
+        gone.why = "the lease " + where() + " was taken over by " + lostTo;
+        notify(gone);
         lock.lock();
         held_ = false;
         return;
       }
-      state::Status s = storage_->remove(state::kLockFileName);
-      if (s.ok()) s = storage_->put(state::kLockFileName, text());
-      if (!s.ok()) spdlog::error("cannot renew the lease {}: {}", where(), s.message());
+      if (s.ok()) {
+        if (failingSinceMs != 0)
+          spdlog::info("renewed the lease {} again after {} s without", where(), (nowMs() - failingSinceMs) / 1000);
+        failingSinceMs = 0;
+        renewed(started);
+      } else {
+        if (failingSinceMs == 0) {
+          failingSinceMs = nowMs();
+          spdlog::warn("cannot renew the lease {}: {}; checkpoints are not published after {} s without a renewal, "
+                       "and go on once it is renewed",
+                       where(), s.toString(), leaseSeconds() / 2);
+        }
+        LeaseState failing = before;
+        failing.why = "the lease " + where() + " could not be renewed since " + std::to_string(failingSinceMs) +
+                      " (epoch ms): " + s.toString();
+        notify(failing);
+      }
       lock.lock();
     }
   }
@@ -201,6 +308,8 @@ class ObjectStoreLease {
   std::condition_variable cv_;
   bool stop_ = false;  // guarded by mu_
   bool held_ = false;
+  LeaseState state_;                          // guarded by mu_
+  JobDirectoryLock::LeaseListener listener_;  // guarded by mu_
   std::thread renewer_;
 };
 
@@ -273,6 +382,16 @@ JobDirectoryLock& JobDirectoryLock::operator=(JobDirectoryLock&& o) noexcept {
     o.fd_ = -1;
   }
   return *this;
+}
+
+void JobDirectoryLock::onLeaseChange(LeaseListener f) {
+  if (lease_) lease_->setListener(std::move(f));
+}
+
+int64_t monotonicNanos() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
 }
 
 void JobDirectoryLock::release() {

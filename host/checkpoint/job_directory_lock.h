@@ -28,6 +28,8 @@
 // Thread-safety: a JobDirectoryLock is used by one thread; holder() is thread-safe.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -47,6 +49,10 @@ struct LockHolder {
 std::string describeHolder(const LockHolder& h);
 
 class ObjectStoreLease;  // job_directory_lock.cc
+
+/// CLOCK_MONOTONIC in nanoseconds: the clock of LeaseState::publishUntilNanos (the same in
+/// every process of this host, so the supervisor can hand the deadline to its workers).
+int64_t monotonicNanos();
 
 class JobDirectoryLock {
  public:
@@ -76,6 +82,28 @@ class JobDirectoryLock {
   const std::string& directory() const { return dir_; }
   /// Releases the lock (also when the directory was deleted meanwhile).
   void release();
+
+  /// Fencing (issue 31, item 3). A holder of an object-store lease publishes to the
+  /// directory (a checkpoint's _metadata, deletions) only until publishUntilNanos
+  /// (monotonicNanos()): half a lease after the start of its last successful renewal, so
+  /// that a holder cut off from the store has stopped publishing long before its lease can
+  /// expire and another process acquire it. Renewals that fail are retried every second,
+  /// and a renewal that succeeds moves the deadline again: publishing goes on. `lost`: a
+  /// renewal found the lease someone else's; it is never renewed again.
+  struct LeaseState {
+    int64_t publishUntilNanos = INT64_MAX;  // INT64_MAX: no lease to fence (a local flock)
+    int64_t renewedMs = 0;                  // epoch ms of the last renewal; 0 for a flock
+    bool lost = false;
+    /// The lease had expired and was gone (another process may have held it meanwhile)
+    /// and was acquired again: whatever this process did since its last renewal must be
+    /// redone from the newest checkpoint in the directory.
+    bool reacquired = false;
+    std::string why;  // why renewals fail, or who took the lease over
+  };
+  using LeaseListener = std::function<void(const LeaseState&)>;
+  /// Calls `f` with the current state at once and after every renewal or failed renewal
+  /// (from the renewing thread). Never called for a local flock, which cannot be lost.
+  void onLeaseChange(LeaseListener f);
 
  private:
   JobDirectoryLock(int fd, std::string dir) : fd_(fd), dir_(std::move(dir)) {}

@@ -50,7 +50,12 @@ const std::vector<ConfigKey>& knownConfigKeys() {
       {"restart-strategy.exponential-delay.max-backoff", "1 min", "exponential-delay: longest pause."},
       {"restart-strategy.exponential-delay.backoff-multiplier", "1.5", "exponential-delay: growth per failure."},
       {"restart-strategy.exponential-delay.attempts-before-reset-backoff", "2147483647",
-       "exponential-delay: restarts before giving up."},
+       "exponential-delay: restarts before giving up (counted since the backoff was last reset)."},
+      {"restart-strategy.exponential-delay.reset-backoff-threshold", "1 h",
+       "exponential-delay: a job that ran this long without a failure starts over at initial-backoff."},
+      {"restart-strategy.exponential-delay.jitter-factor", "0.1",
+       "exponential-delay: each pause is drawn from [pause*(1-f), pause*(1+f)], so that many jobs do not restart "
+       "in step."},
       {"parallelism.default", "1", "Subtasks per keyed operator (the -p option)."},
       {"pipeline.max-parallelism", "128", "Number of key groups; fixed for the life of the state."},
       {"pipeline.auto-watermark-interval", "200 ms",

@@ -5,6 +5,8 @@
 #include <signal.h>
 
 #include <chrono>
+#include <ctime>
+#include <sstream>
 #include <fstream>
 #include <thread>
 
@@ -529,6 +531,84 @@ TEST_F(S3Job, ARestoreDuringAnOutageWaitsForTheStoreInsteadOfCallingTheSnapshotD
   EXPECT_NE(r.err.find("--restore latest: restoring"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("truncated or replaced"), std::string::npos) << r.err;
   EXPECT_EQ(e2e::finalCounts(killed.out + r.out), e2e::expectedCounts(e2e::readFile(in)));
+}
+
+// "2026-12-04 07:07:28.650": the time format of the job's log (spdlog, local time).
+std::string logTime(std::chrono::system_clock::time_point t) {
+  std::time_t secs = std::chrono::system_clock::to_time_t(t);
+  std::tm tm{};
+  ::localtime_r(&secs, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count() % 1000;
+  char out[40];
+  std::snprintf(out, sizeof out, "%s.%03d", buf, static_cast<int>(ms));
+  return out;
+}
+
+// The times of the log lines that contain `what` (their first 23 characters).
+std::vector<std::string> linesAt(const std::string& log, const std::string& what) {
+  std::vector<std::string> times;
+  std::istringstream in(log);
+  for (std::string line; std::getline(in, line);)
+    if (line.find(what) != std::string::npos && line.size() > 23) times.push_back(line.substr(0, 23));
+  return times;
+}
+
+// Issue 31, item 3: fencing. Instance A of job `fence` cannot renew its lease (the proxy
+// answers 503 to the lease object only, so A could still write everything else); after
+// the lease expired, instance B of the same --job-id takes it over, restores A's newest
+// checkpoint and runs to the end. A publishes no checkpoint from half a lease after its
+// last renewal on; once the store answers again it finds the lease gone, acquires it
+// again and restarts from the newest checkpoint (B's), not from its own stale state. The
+// counts are exact.
+TEST_F(S3Job, TwoInstancesOfOneJobIdNeverBothPublishWhileTheLeaseCannotBeRenewed) {
+  ::setenv("JOBHOST_LEASE_SECONDS", "6", 1);  // inherited by both instances
+  fs::path in = input(2500);                   // A alone: ~35 s at its rate
+  FaultProxy proxy(tmp.path, "none", tmp / "outage");
+  ASSERT_FALSE(proxy.endpoint().empty()) << "the proxy did not start";
+  auto args = [&](const std::string& endpoint, bool throttled) {
+    std::vector<std::string> a = {"run", "--job-id", "fence", "--restore", "latest", "-c", "WordCount", "-p", "1"};
+    for (auto& f : s3Flags()) a.push_back(f);
+    for (auto& x : a)
+      if (x.rfind("s3.endpoint=", 0) == 0) x = "s3.endpoint=" + endpoint;
+    a.insert(a.end(), {"-D", "execution.checkpointing.interval=300ms", kPlugin, "--input", in.string()});
+    if (throttled) a.insert(a.end(), {"--rate", "1000"});
+    return a;
+  };
+  const fs::path errA = tmp / "a.err";
+  e2e::Process a(jobhost(args(proxy.endpoint(), true)), tmp / "a.out", errA);
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < until && a.running() &&
+         e2e::readFile(errA).find("completed checkpoint 2") == std::string::npos)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(a.running()) << e2e::readFile(errA);
+  proxy.setOutage("503:/.lock");
+  const auto outage = std::chrono::system_clock::now();
+  std::this_thread::sleep_for(std::chrono::seconds(8));  // A's lease (6 s) has expired by now
+  ASSERT_TRUE(a.running()) << e2e::readFile(errA);
+  const std::string fencedLog = e2e::readFile(errA);
+  EXPECT_NE(fencedLog.find("cannot renew the lease"), std::string::npos) << fencedLog;
+  EXPECT_NE(fencedLog.find("not publishing"), std::string::npos) << fencedLog;
+
+  e2e::Result b = cli(args(s3test::rgw().endpoint, false));  // B: straight to the store
+  ASSERT_EQ(b.exitCode, 0) << b.err;
+  EXPECT_NE(b.err.find("--restore latest: restoring"), std::string::npos) << b.err;
+  const auto bEnded = std::chrono::system_clock::now();
+  // A published nothing from half a lease after its last renewal (at most 3 s after the
+  // outage began, +1 s for the renewal in flight) until B had ended.
+  const std::string fenceFrom = logTime(outage + std::chrono::seconds(4)), fenceTo = logTime(bEnded);
+  for (const std::string& t : linesAt(e2e::readFile(errA), "completed checkpoint"))
+    EXPECT_FALSE(t > fenceFrom && t < fenceTo) << "A published a checkpoint at " << t << " while fenced (from "
+                                               << fenceFrom << " to " << fenceTo << ")";
+
+  proxy.setOutage("up");
+  e2e::Result ra = a.wait();
+  ::unsetenv("JOBHOST_LEASE_SECONDS");
+  ASSERT_EQ(ra.exitCode, 0) << ra.err;
+  EXPECT_NE(ra.err.find("acquired it again"), std::string::npos) << ra.err;
+  EXPECT_NE(ra.err.find("restarting from the newest checkpoint"), std::string::npos) << ra.err;
+  EXPECT_EQ(e2e::finalCounts(ra.out + b.out), e2e::expectedCounts(e2e::readFile(in)));
 }
 
 TEST_F(S3Job, StopWithASavepointOntoS3AndRestoreFromItKeepsExactCounts) {

@@ -964,7 +964,7 @@ TEST_F(RocksDbBackendTest, DownloadErrorFailsTheRestoreNamingTheFileAndLeavesNoP
     const std::string name = "fault-" + std::to_string(nth);
     auto r = restoreInto({0, 127}, name, {k}, &s, 4, &faulty);
     ASSERT_TRUE(r);
-    EXPECT_TRUE(s.isIOError()) << s;
+    EXPECT_TRUE(s.isUnavailable()) << s;
     EXPECT_NE(s.message().find("cannot download"), std::string::npos) << s;
     EXPECT_NE(s.message().find("injected fault"), std::string::npos) << s;
     bool named = false;

@@ -57,7 +57,7 @@ loop() {
     [ -n "$prev" ] && args+=(-s "$prev")
     local before
     before=$(ls "$ck" 2>/dev/null | tr '\n' ' ' || true)  # one line: the case below matches " name "
-    setsid "$jobhost" "${args[@]}" "$plugin" "$@" --rate "$rate" --output "$dir/out.$i" 2>"$dir/err.$i" &
+    setsid "$jobhost" "${args[@]}" "$plugin" "$@" --rate "$rate" --output-file "$dir/out.$i" 2>"$dir/err.$i" &
     local pid=$! mine
     mine=$(job_dir_of_run "$ck" "$before" "$pid")  # this run's first complete checkpoint
     [ -n "$mine" ] || { cat "$dir/err.$i" >&2; fail "$name run $i wrote no checkpoint"; }
@@ -92,7 +92,7 @@ loop() {
   done
   # To the end, without throttling.
   "$jobhost" run -s "$prev" -c "$cls" -p 2 -D "state.checkpoints.dir=$ck" -D execution.checkpointing.interval=200ms \
-    "${flags[@]}" "$plugin" "$@" --output "$dir/out.final" 2>"$dir/err.final" ||
+    "${flags[@]}" "$plugin" "$@" --output-file "$dir/out.final" 2>"$dir/err.final" ||
     { tail -20 "$dir/err.final" >&2; fail "$name: the final run failed"; }
   echo "  $name: $kills kills, $checks checkpoint checks after gc, $((SECONDS - t0)) s"
 }

@@ -375,7 +375,7 @@ TEST_F(Checkpoints, ACheckpointThatCannotBeWrittenIsDeclinedAndTheJobKeepsRunnin
     return cli({"run", "-c", "WordCount", "-D", "state.checkpoints.dir=" + small.dir.string(), "-D",
                 "execution.checkpointing.interval=100ms", "-D", "restart-strategy.type=none", "-D",
                 "execution.checkpointing.tolerable-failed-checkpoints=" + tolerable, kPlugin, "--input", in.string(),
-                "--rate", "6000", "--output", (tmp / ("out-" + tolerable + ".txt")).string()});
+                "--rate", "6000", "--output-file", (tmp / ("out-" + tolerable + ".txt")).string()});
   };
   Result tolerant = run("1000");
   EXPECT_EQ(tolerant.exitCode, 0) << tolerant.err;

@@ -470,6 +470,7 @@ std::optional<JobSupervisor::WorkerEnd> JobSupervisor::readWorker(int fd) {
             std::lock_guard lock(mu_);
             info_.runningSinceMs = nowMs();
             if (attemptRestores_) info_.lastRestoreMs = info_.runningSinceMs;  // restored by now
+            dependencyOutage_.recovered();
             if (restoreOutage_.active()) {
               restoreOutage_.recovered();
               info_.storeUnavailableSinceMs = 0;
@@ -545,7 +546,8 @@ std::optional<JobSupervisor::WorkerEnd> JobSupervisor::readWorker(int fd) {
         case wire::FromWorker::ENDED: {
           auto e = m.getEnded();
           ended = WorkerEnd{static_cast<int>(e.getKind()), e.getMessage(), e.getOperatorName(), e.getSubtask(),
-                            e.getRestoreFailure(), e.getExitCode(), e.getStoreUnavailable()};
+                            e.getRestoreFailure(), e.getExitCode(), e.getStoreUnavailable(),
+                            e.getDependencyUnavailable()};
           break;
         }
       }
@@ -736,6 +738,28 @@ int JobSupervisor::run() {
         }
         message = ended->message;
         where = ended->operatorName.empty() ? "" : "operator '" + ended->operatorName + "' " + ended->subtask + ": ";
+        if (ended->dependencyUnavailable) {
+          // A database or broker the job writes to or reads from does not answer: wait,
+          // then restore the latest checkpoint (the sinks' recovery commits or rolls back
+          // what was pending). Not counted by the restart strategy.
+          const auto pause = dependencyOutage_.failed(state::Status::Unavailable(where + message),
+                                                      "attempt " + std::to_string(attempt));
+          {
+            std::unique_lock lock(mu_);
+            info_.lastFailure = where + message;
+            info_.lastFailureMs = nowMs();
+            if (!cancelRequested_) info_.state = JobState::kRestarting;
+            changed_.notify_all();
+            changed_.wait_for(lock, pause, [&] { return cancelRequested_; });
+            if (cancelRequested_) {
+              info_.state = JobState::kCanceled;
+              cancelled = true;
+              exitCode = interruptedBySignal() ? kExitInterrupted : kExitOk;
+            }
+          }
+          if (cancelled) break;
+          continue;
+        }
         if (ended->storeUnavailable) {
           // It could not restore because the store does not answer (or the disk is full):
           // wait for it; the restart strategy does not count this.

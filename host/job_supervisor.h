@@ -84,6 +84,7 @@ class JobSupervisor {
     bool restoreFailure = false;
     int exitCode = 0;
     bool storeUnavailable = false;  // it could not restore: the store did not answer
+    bool dependencyUnavailable = false;  // user code threw DependencyUnavailable
   };
   /// Collects what the previous attempt left and decides what this one restores. An
   /// error if the job directory cannot be read (with the storage's code: Unavailable is
@@ -121,6 +122,8 @@ class JobSupervisor {
   bool claimDisposed_ = false;                 // main thread only
   uint64_t highestTriggeredId_ = 0;            // main thread only: of any attempt's records
   StoreOutage restoreOutage_;                  // main thread only: restores waiting for the store
+  StoreOutage dependencyOutage_{std::chrono::milliseconds(500), std::chrono::seconds(30),
+                                "the database or broker"};  // main thread only: a database or broker that does not answer
 
   std::mutex mu_;
   std::condition_variable changed_;

@@ -123,7 +123,7 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
   setLogJob(w.jobId, w.attempt);
   Channel channel(w.channelFd);
   auto end = [&](wire::EndKind kind, const std::string& message, const std::string& op, const std::string& subtask,
-                 bool restoreFailure, int exitCode, bool storeUnavailable = false) {
+                 bool restoreFailure, int exitCode, bool storeUnavailable = false, bool dependencyUnavailable = false) {
     channel.send([&](wire::FromWorker::Builder b) {
       auto e = b.initEnded();
       e.setKind(kind);
@@ -133,6 +133,7 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
       e.setRestoreFailure(restoreFailure);
       e.setExitCode(exitCode);
       e.setStoreUnavailable(storeUnavailable);
+      e.setDependencyUnavailable(dependencyUnavailable);
     });
     return exitCode;
   };
@@ -223,8 +224,9 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
     // Only incompatibility and corruption are final; I/O errors (a full local disk, a
     // storage read error) are task failures for the restart strategy.
     bool restoreFailure = ps.isIncompatible() || ps.isCorruption();
+    const bool dependency = exec->prepareFailedOnDependency();
     return end(wire::EndKind::FAILED, ps.toString(), "", "", restoreFailure,
-               restoreFailure ? kExitIncompatible : kExitJobFailed, isStoreUnavailability(ps));
+               restoreFailure ? kExitIncompatible : kExitJobFailed, !dependency && isStoreUnavailability(ps), dependency);
   }
   if (coordinator) {
     coordinator->attach(exec.get());
@@ -336,7 +338,7 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
       break;
     case ExecutionResult::kFailed:
       rc = end(wire::EndKind::FAILED, result.message, result.operatorName, result.subtask, result.restoreFailure,
-               kExitJobFailed);
+               kExitJobFailed, false, result.dependencyUnavailable);
       break;
   }
   ::shutdown(channel.fd(), SHUT_RDWR);

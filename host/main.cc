@@ -238,13 +238,14 @@ int main(int argc, char** argv) {
   stateDump->add_option("--operator", stateOpts.operatorUid, "Operator uid (see jobhost state ls)")->required();
   stateDump->add_option("--state", stateOpts.stateName, "Only this state (default: all of the operator's)");
   stateDump->add_option("--key", stateOpts.key, "Only this key, as printed");
-  stateDump->add_option("--format", stateOpts.format, "table (default), json (one object per line) or csv")
+  stateDump->add_option("--format", stateOpts.format, "table (default), json (one object per line, typed values) or csv")
       ->capture_default_str();
   stateDump->add_option("--limit", stateOpts.limit, "At most this many entries")->check(CLI::PositiveNumber);
   addPluginOptions(stateDump);
   stateDump->footer(
       "Examples:\n  jobhost state dump ~/.jobhost/checkpoints/<jobId>/chk-3 --operator counts --limit 10\n"
       "  jobhost state dump /savepoints/sp-1 --operator distinct --state words --key a --format json\n"
+      "  jobhost state dump chk-3 --operator counts --format json | jq '.value[1]'   # WordCount's counts, as numbers\n"
       "  jobhost state dump chk-3 --operator stats --plugin libmy_jobs.so -c MyJob -- --input x   # decode user types\n\n" +
       stateExitCodes);
   auto* stateDiff = stateCmd->add_subcommand(
@@ -253,7 +254,7 @@ int main(int argc, char** argv) {
   stateDiff->add_option("snapshot-b", stateOpts.other, "Snapshot B")->required();
   stateDiff->add_option("--operator", stateOpts.operatorUid, "Only this operator uid");
   stateDiff->add_option("--state", stateOpts.stateName, "Only this state");
-  stateDiff->add_option("--format", stateOpts.format, "table (default), json (one object per line) or csv")
+  stateDiff->add_option("--format", stateOpts.format, "table (default), json (one object per line, typed values) or csv")
       ->capture_default_str();
   addPluginOptions(stateDiff);
   stateDiff->footer("Example:\n  jobhost state diff /ckpt/<jobId>/chk-6 /ckpt/<jobId>/chk-7 --operator counts\n\n" +

@@ -52,6 +52,45 @@ std::string StateTexts::value(const StateDescriptorInfo& d, std::string_view byt
   return out + "]";
 }
 
+namespace {
+std::string hexJson(std::string_view bytes, const std::string& serializer, const std::string& error = "") {
+  std::string out = "{\"hex\":\"" + hex(bytes).substr(2) + "\",\"serializer\":";
+  appendJsonString(out, serializer);
+  if (!error.empty()) {
+    out += ",\"error\":";
+    appendJsonString(out, error);
+  }
+  return out + "}";
+}
+}  // namespace
+
+std::string StateTexts::json(const std::string& id, uint32_t version, std::string_view bytes) {
+  std::string name = id + " v" + std::to_string(version);
+  try {
+    if (auto j = registry_.toJson(id, version, bytes)) return *j;
+  } catch (const SerializationError& e) {
+    return hexJson(bytes, name, std::string("does not decode: ") + e.what());
+  }
+  undecoded_.insert(name);
+  return hexJson(bytes, name);
+}
+
+std::string StateTexts::valueJson(const StateDescriptorInfo& d, std::string_view bytes) {
+  if (d.kind != StateKind::kList) return json(d.valueSerializer, d.valueSerializerVersion, bytes);
+  std::string out = "[";
+  ByteReader r(bytes);
+  try {
+    for (bool first = true; !r.atEnd(); first = false) {
+      std::string_view element = r.readBytes();
+      if (!first) out += ',';
+      out += json(d.valueSerializer, d.valueSerializerVersion, element);
+    }
+  } catch (const SerializationError& e) {
+    return hexJson(bytes, "list of " + d.valueSerializer, std::string("does not decode: ") + e.what());
+  }
+  return out + "]";
+}
+
 state::Status sortedKeyGroup(state::OperatorStateReader& reader, int kg, std::vector<OwnedEntry>* out) {
   out->clear();
   state::Status s = reader.readKeyGroup(kg, [&](const state::LogicalEntry& e) {

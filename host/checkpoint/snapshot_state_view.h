@@ -28,8 +28,10 @@
 
 namespace jobhost::host {
 
-/// Serialized bytes to text with a SerializerTextRegistry; what it cannot decode is hex
-/// with the serializer id and version ("0x0a0b (com.example.Point v1)").
+/// Serialized bytes to text or typed JSON with a SerializerTextRegistry. What it cannot
+/// decode is hex with the serializer id and version: "0x0a0b (com.example.Point v1)" as
+/// text, {"hex":"0a0b","serializer":"com.example.Point v1"} as JSON (with "error": why,
+/// when the bytes do not decode as their serializer says).
 class StateTexts {
  public:
   explicit StateTexts(SerializerTextRegistry registry) : registry_(std::move(registry)) {}
@@ -42,6 +44,17 @@ class StateTexts {
   /// A ListState's value is its elements: "[a, b]".
   std::string value(const StateDescriptorInfo& d, std::string_view bytes);
   std::string text(const std::string& id, uint32_t version, std::string_view bytes);
+
+  /// The same as JSON values (SerializerTextRegistry::toJson); a ListState's value is an
+  /// array of its elements.
+  std::string keyJson(const StateDescriptorInfo& d, std::string_view bytes) {
+    return json(d.keySerializer, d.keySerializerVersion, bytes);
+  }
+  std::string userKeyJson(const StateDescriptorInfo& d, std::string_view bytes) {
+    return json(d.userKeySerializer, d.userKeySerializerVersion, bytes);
+  }
+  std::string valueJson(const StateDescriptorInfo& d, std::string_view bytes);
+  std::string json(const std::string& id, uint32_t version, std::string_view bytes);
   /// "com.example.Point v1" of every serializer printed as hex so far.
   const std::set<std::string>& undecoded() const { return undecoded_; }
 

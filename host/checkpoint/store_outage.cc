@@ -16,17 +16,19 @@ int64_t nowMs() {
 }
 }  // namespace
 
-StoreOutage::StoreOutage(std::chrono::milliseconds initial, std::chrono::milliseconds max)
-    : initial_(initial), max_(std::max(initial, max)), next_(initial), rng_(std::random_device{}()) {}
+StoreOutage::StoreOutage(std::chrono::milliseconds initial, std::chrono::milliseconds max, std::string subject)
+    : initial_(initial), max_(std::max(initial, max)), subject_(std::move(subject)), next_(initial),
+      rng_(std::random_device{}()) {}
 
 std::chrono::milliseconds StoreOutage::failed(const state::Status& s, const std::string& what) {
   if (sinceMs_ == 0) {
     sinceMs_ = nowMs();
-    spdlog::warn("{} failed: {}; the job waits for it and tries again (store unavailable since {})", what,
-                 s.toString(), formatLocalTime(sinceMs_));
+    spdlog::warn("{} failed: {}; the job waits for {} and tries again (unavailable since {}, not counted by the "
+                 "restart strategy)",
+                 what, s.toString(), subject_, formatLocalTime(sinceMs_));
   } else {
-    spdlog::info("{} failed again ({}; unavailable since {}, {} tries): {}", what, s.isNoSpace() ? "no space" : "store",
-                 formatLocalTime(sinceMs_), failures_ + 1, s.toString());
+    spdlog::info("{} failed again ({}; unavailable since {}, {} tries): {}", what,
+                 s.isNoSpace() ? std::string("no space") : subject_, formatLocalTime(sinceMs_), failures_ + 1, s.toString());
   }
   ++failures_;
   auto pause = next_;
@@ -37,7 +39,7 @@ std::chrono::milliseconds StoreOutage::failed(const state::Status& s, const std:
 
 void StoreOutage::recovered() {
   if (sinceMs_ == 0) return;
-  spdlog::info("the checkpoint store answers again after {} ({} failed tries)",
+  spdlog::info("{} answers again after {} ({} failed tries)", subject_,
                formatDuration(std::chrono::milliseconds(nowMs() - sinceMs_)), failures_);
   sinceMs_ = 0;
   failures_ = 0;

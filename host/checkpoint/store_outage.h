@@ -30,8 +30,9 @@ inline bool isWaitedOut(const state::Status& s) { return isStoreUnavailability(s
 
 class StoreOutage {
  public:
+  /// `subject`: what does not answer, for the log ("the checkpoint store").
   StoreOutage(std::chrono::milliseconds initial = std::chrono::milliseconds(500),
-              std::chrono::milliseconds max = std::chrono::seconds(30));
+              std::chrono::milliseconds max = std::chrono::seconds(30), std::string subject = "the checkpoint store");
 
   /// Records that `what` (e.g. "restore of chk-7") failed with `s` (isWaitedOut(s)); returns
   /// the pause before the next try. Logs a warning when an outage starts, then one line
@@ -48,6 +49,7 @@ class StoreOutage {
 
  private:
   const std::chrono::milliseconds initial_, max_;
+  const std::string subject_;
   std::chrono::milliseconds next_;
   int64_t sinceMs_ = 0;
   uint64_t failures_ = 0;

@@ -3,8 +3,9 @@
 //
 // Table: column widths come from the first kTableWidthRows rows (buffered; fewer if the
 // output ends sooner); a longer cell later only pushes its own line out of alignment.
-// JSON Lines: one object per row, keys as given (a key starting with '#' is a number:
-// the '#' is dropped and the cell printed unquoted). CSV: RFC 4180 with a header line.
+// JSON Lines: one object per row, keys as given; a key starting with '#' marks a cell
+// that is a JSON value already (a number, or `jobhost state`'s typed values): the '#' is
+// dropped and the cell printed as it is, any other cell as a JSON string. CSV: RFC 4180 with a header line.
 //
 // Thread-safety: one printer, one thread.
 #pragma once
@@ -15,27 +16,15 @@
 #include <string>
 #include <vector>
 
+#include "jobhost/detail/json_string.h"
+
 namespace jobhost::host {
 
-/// A JSON string literal of s (quotes included).
+/// A JSON string literal of s (quotes included; jobhost/detail/json_string.h).
 inline std::string jsonString(const std::string& s) {
-  std::string o = "\"";
-  for (char c : s) {
-    switch (c) {
-      case '"': o += "\\\""; break;
-      case '\\': o += "\\\\"; break;
-      case '\n': o += "\\n"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char b[8];
-          std::snprintf(b, sizeof b, "\\u%04x", c);
-          o += b;
-        } else {
-          o += c;
-        }
-    }
-  }
-  return o + "\"";
+  std::string o;
+  appendJsonString(o, s);
+  return o;
 }
 
 /// A CSV field: quoted when it holds a comma, quote, CR or LF (quotes doubled).

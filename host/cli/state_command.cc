@@ -264,11 +264,13 @@ int stateDumpCommand(const StateCommandOptions& o) {
   bool withUserKey = false;
   for (size_t i = 0; i < op->states.size(); ++i)
     if ((only < 0 || static_cast<size_t>(only) == i) && op->states[i].kind == StateKind::kMap) withUserKey = true;
+  // JSON: key, user key and value are typed JSON values ('#'), not their text.
+  const bool json = format == RowFormat::kJson;
   std::vector<std::string> header, keys;
   if (withState) header.push_back("STATE"), keys.push_back("state");
-  header.push_back("KEY"), keys.push_back("key");
-  if (withUserKey) header.push_back("USER KEY"), keys.push_back("userKey");
-  header.push_back("VALUE"), keys.push_back("value");
+  header.push_back("KEY"), keys.push_back("#key");
+  if (withUserKey) header.push_back("USER KEY"), keys.push_back("#userKey");
+  header.push_back("VALUE"), keys.push_back("#value");
   RowPrinter out(std::cout, format, header, keys);
 
   // A string key is found in its own key group, without reading the others.
@@ -289,13 +291,20 @@ int stateDumpCommand(const StateCommandOptions& o) {
     for (const auto& e : entries) {
       if (only >= 0 && e.state != only) continue;
       const auto& d = op->states[static_cast<size_t>(e.state)];
-      std::string key = texts.key(d, e.key);
+      std::string key = json && !o.key ? std::string() : texts.key(d, e.key);  // --key matches the text
       if (o.key && key != *o.key) continue;
       std::vector<std::string> row;
       if (withState) row.push_back(d.name);
-      row.push_back(std::move(key));
-      if (withUserKey) row.push_back(d.kind == StateKind::kMap ? texts.userKey(d, e.userKey) : "");
-      row.push_back(texts.value(d, e.value));
+      const bool isMap = d.kind == StateKind::kMap;
+      if (json) {
+        row.push_back(texts.keyJson(d, e.key));
+        if (withUserKey) row.push_back(isMap ? texts.userKeyJson(d, e.userKey) : "null");
+        row.push_back(texts.valueJson(d, e.value));
+      } else {
+        row.push_back(std::move(key));
+        if (withUserKey) row.push_back(isMap ? texts.userKey(d, e.userKey) : "");
+        row.push_back(texts.value(d, e.value));
+      }
       if (!out.add(std::move(row)) || (o.limit && out.rows() >= *o.limit) || gInterrupted) {
         stopped = true;
         break;
@@ -351,8 +360,11 @@ int stateDiffCommand(const StateCommandOptions& o) {
       return kExitUsage;
     }
   }
+  // JSON: key, user key and the two values are typed JSON values ('#'); a side without
+  // the entry, and the user key of a state that is not a MapState, are null.
+  const bool json = format == RowFormat::kJson;
   RowPrinter out(std::cout, format, {"CHANGE", "OPERATOR", "STATE", "KEY", "USER KEY", "A", "B"},
-                 {"change", "operator", "state", "key", "userKey", "a", "b"});
+                 {"change", "operator", "state", "#key", "#userKey", "#a", "#b"});
   StateTexts& texts = *dec.texts;
   uint64_t changed = 0, onlyA = 0, onlyB = 0;
   bool closed = false;
@@ -372,9 +384,15 @@ int stateDiffCommand(const StateCommandOptions& o) {
                          : e.kind == DiffKind::kOnlyInA ? (++onlyA, "only in A")
                                                         : (++onlyB, "only in B");
       if (closed) return state::Status::OK();  // keep counting for the exit code
-      std::vector<std::string> row = {kind, uid, d.name, texts.key(d, any.key),
-                                      d.kind == StateKind::kMap ? texts.userKey(d, any.userKey) : "",
-                                      e.a ? texts.value(d, e.a->value) : "", e.b ? texts.value(d, e.b->value) : ""};
+      const bool isMap = d.kind == StateKind::kMap;
+      std::vector<std::string> row =
+          json ? std::vector<std::string>{kind, uid, d.name, texts.keyJson(d, any.key),
+                                          isMap ? texts.userKeyJson(d, any.userKey) : "null",
+                                          e.a ? texts.valueJson(d, e.a->value) : "null",
+                                          e.b ? texts.valueJson(d, e.b->value) : "null"}
+               : std::vector<std::string>{kind, uid, d.name, texts.key(d, any.key),
+                                          isMap ? texts.userKey(d, any.userKey) : "",
+                                          e.a ? texts.value(d, e.a->value) : "", e.b ? texts.value(d, e.b->value) : ""};
       if (!out.add(std::move(row))) closed = true;
       return gInterrupted ? kStop : state::Status::OK();
     });

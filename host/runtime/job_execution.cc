@@ -393,6 +393,7 @@ class OperatorContextImpl : public OperatorContext {
 }  // namespace
 
 struct JobExecution::Impl {
+  bool prepareFailedOnDependency = false;  // prepare(): an operator's open() threw DependencyUnavailable
   /// A triggered checkpoint that is not withdrawn. `aborted` is shared with the
   /// asynchronous parts (SnapshotRequest::aborted) and set when it is withdrawn.
   struct ActiveCheckpoint {
@@ -490,7 +491,8 @@ struct JobExecution::Impl {
     return failed;
   }
 
-  void fail(const std::string& message, const std::string& op, const std::string& subtask, bool restore = false) {
+  void fail(const std::string& message, const std::string& op, const std::string& subtask, bool restore = false,
+            bool dependencyUnavailable = false) {
     {
       std::lock_guard lock(resultMu);
       if (failed || cancelled.load()) return;
@@ -500,6 +502,7 @@ struct JobExecution::Impl {
       result.operatorName = op;
       result.subtask = subtask;
       result.restoreFailure = restore;
+      result.dependencyUnavailable = dependencyUnavailable;
     }
     cancelAll();
   }
@@ -945,7 +948,9 @@ struct JobExecution::Impl {
         flushLineSinks(t);
       }
     } catch (const UserCodeError& e) {
-      fail(e.what(), e.operatorName(), subtaskLabel(t));
+      fail(e.what(), e.operatorName(), subtaskLabel(t), false, e.dependencyUnavailable());
+    } catch (const DependencyUnavailable& e) {  // thrown outside callUser (a sink's commit)
+      fail(e.what(), t.slots.empty() ? "" : t.slots.back().node->name, subtaskLabel(t), false, true);
     } catch (...) {
       // A std::exception, or anything else user code threw outside the SDK's callUser()
       // (a plugin built against an older SDK): a task failure, never std::terminate.
@@ -1298,13 +1303,29 @@ Status JobExecution::prepare(const RestoreSource* source) {
       try {
         s.op->open(*s.ctx);
       } catch (...) {
-        return Status::IOError("operator '" + s.node->name + "' " + t.label + " failed to open: " +
-                               describeCurrentException());
+        bool unavailable = false;
+        try {
+          throw;
+        } catch (const DependencyUnavailable&) {
+          unavailable = true;
+        } catch (const UserCodeError& e) {
+          unavailable = e.dependencyUnavailable();
+        } catch (...) {
+        }
+        const std::string msg =
+            "operator '" + s.node->name + "' " + t.label + " failed to open: " + describeCurrentException();
+        if (unavailable) {
+          x.prepareFailedOnDependency = true;
+          return Status::Unavailable(msg);
+        }
+        return Status::IOError(msg);
       }
     }
   }
   return Status::OK();
 }
+
+bool JobExecution::prepareFailedOnDependency() const { return impl_->prepareFailedOnDependency; }
 
 void JobExecution::start() {
   Impl& x = *impl_;

@@ -172,6 +172,9 @@ struct ExecutionResult {
   std::string operatorName;   // where it happened, if known
   std::string subtask;        // "(1/2)"
   bool restoreFailure = false;  // failed while restoring state: not worth retrying
+  /// User code threw DependencyUnavailable (jobhost/errors.h): a database or broker did
+  /// not answer; waited out and restarted without counting.
+  bool dependencyUnavailable = false;
 };
 
 /// Splits a plan into stages; throws JobArgumentError for shapes it cannot run and for
@@ -198,6 +201,9 @@ class JobExecution {
   /// PermissionDenied, IOError (local or storage I/O, the message names the file and the
   /// OS reason) and a failure to open an operator are task failures worth a retry.
   state::Status prepare(const RestoreSource* source);
+  /// After a failed prepare(): an operator's open() threw DependencyUnavailable (a
+  /// database or broker did not answer); the status is Unavailable then.
+  bool prepareFailedOnDependency() const;
   /// Starts the task threads.
   void start();
   /// Blocks until every task has ended.

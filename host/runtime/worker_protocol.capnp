@@ -62,6 +62,9 @@ struct FromWorker {
       # disk is full) while restoring: the supervisor waits and tries again, without
       # counting it against the restart strategy.
       storeUnavailable @20 :Bool;
+      # User code threw DependencyUnavailable (a database, a broker did not answer): the
+      # supervisor waits with backoff and restarts the attempt, without counting it.
+      dependencyUnavailable @21 :Bool;
     }
     checkpointEvent @14 :CheckpointEvent;  # a history record was added or changed
   }

@@ -9,12 +9,15 @@
 //    FILE "<epoch millis> <orderId> <method>"; prints "(<orderId>,<amount>,<method>)" for
 //    a payment 0 to 5 s after the order with the same id.
 // Both take --out-of-orderness (default 2s), --rate R (lines per second per file) and
-// --output PATH (instead of stdout; a directory: the exactly-once file sink, see output.h).
+// --output DIR (the exactly-once file sink) or --output-file FILE (a text file) instead of
+// stdout (see output.h). A line whose first field is not all digits fails the job with
+// the line's text.
 #include <jobhost/jobhost.h>
 
 #include "output.h"
 
 #include <cctype>
+#include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -25,17 +28,22 @@ using namespace std::chrono_literals;
 
 namespace {
 
-/// The epoch millis at the start of `line`; throws naming the line when there is none.
+/// The epoch millis at the start of `line`: digits only (at most 19, within int64),
+/// followed by whitespace or the end of the line. Anything else — "1.7e+12 word",
+/// "-5 word", "12ms word", a line without a timestamp — is refused with the line's text
+/// (issue 34: "1.7e+12" used to read as 1 ms, its leading digits).
 int64_t leadingMillis(const std::string& line) {
   size_t i = 0;
   while (i < line.size() && std::isspace(static_cast<unsigned char>(line[i]))) ++i;
   size_t start = i;
-  if (i < line.size() && line[i] == '-') ++i;
   while (i < line.size() && std::isdigit(static_cast<unsigned char>(line[i]))) ++i;
-  if (i == start || (i == start + 1 && line[start] == '-') || i - start > 19)
-    throw std::runtime_error("input line '" + line.substr(0, 80) +
-                             "' does not start with a timestamp in epoch milliseconds");
-  return std::stoll(line.substr(start, i - start));
+  int64_t millis = 0;
+  const bool digitsOnly = i > start && (i == line.size() || std::isspace(static_cast<unsigned char>(line[i])));
+  if (!digitsOnly || std::from_chars(line.data() + start, line.data() + i, millis).ec != std::errc())
+    throw std::runtime_error("input line '" + line.substr(0, 80) + (line.size() > 80 ? "...'" : "'") +
+                             " does not start with a timestamp in epoch milliseconds (digits only, e.g. "
+                             "1767225600000, then a space)");
+  return millis;
 }
 
 /// The whitespace-separated fields of `line` after the first.

@@ -12,8 +12,8 @@
 //   --throttle      emit at R events per second of wall time, as nexmark's generator with
 //                   maxEmitSpeed=false; without it the source runs flat out (nexmark's
 //                   default), event times are unaffected either way
-//   --output PATH   write the results to PATH instead of stdout (a directory: the
-//                   exactly-once file sink, see output.h)
+//   --output DIR    write the results exactly once to part files in DIR (the file sink),
+//   --output-file F or to a text file F, instead of stdout (see output.h)
 // Event time is the events' dateTime, with watermarks 4 s behind it (the suite's
 // `WATERMARK FOR dateTime AS dateTime - INTERVAL '4' SECOND`); the generated events are
 // in time order, so no event is late. The source's position (events emitted) is in every

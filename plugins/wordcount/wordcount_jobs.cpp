@@ -5,9 +5,10 @@
 // Word-count jobs read lines from localhost:9999 by default (`nc -lk 9999`), or from the
 // file given with `--input FILE` (a directory: each of its files once, in name order;
 // with `--monitor 1s` also every file that appears in it later); `--host H --port N` choose another socket, `--rate N`
-// throttles a file to N lines per second, `--output PATH` writes to PATH instead of
-// stdout (a directory: exactly once, through the file sink; see output.h). The word `error` makes them throw (a task failure, handled by the restart
-// strategy); the word `crash` aborts the process.
+// throttles a file to N lines per second; instead of stdout, `--output DIR` writes exactly
+// once through the file sink and `--output-file FILE` to a text file (see output.h). The
+// word `error` makes them throw (a task failure, handled by the restart strategy); the
+// word `crash` aborts the process.
 #include <jobhost/jobhost.h>
 
 #include "output.h"

@@ -4,7 +4,7 @@
 # For each configuration — hashmap and rocksdb incremental at parallelism 1 and 2, hashmap
 # with incremental checkpoints at parallelism 2, and a rescaling one (hashmap incremental)
 # whose runs alternate parallelism 2, 3 and 1 — it runs WordCount with
-# `--output DIR/` (the transactional file sink) over a throttled input, waits for a
+# `--output DIR` (the transactional file sink) over a throttled input, waits for a
 # checkpoint of the run, sleeps a random moment, SIGKILLs the whole process tree
 # (supervisor and worker: mid-write, mid-pre-commit, mid-commit, mid-recovery) and
 # restores the next run from the job directory the killed run wrote, into the same output
@@ -72,7 +72,7 @@ run_config() {
     [ -n "$prev" ] && args+=(-s "$prev")
     local before
     before=$(ls "$ck" 2>/dev/null | tr '\n' ' ' || true)  # one line: the case below matches " name "
-    setsid "$jobhost" "${args[@]}" "$plugin" --input "$input" --rate 200 --output "$out/" 2>"$dir/err.$i" &
+    setsid "$jobhost" "${args[@]}" "$plugin" --input "$input" --rate 200 --output "$out" 2>"$dir/err.$i" &
     local pid=$! mine
     mine=$(job_dir_of_run "$ck" "$before" "$pid")
     if [ -z "$mine" ]; then
@@ -86,7 +86,7 @@ run_config() {
   done
   [ "$name" = rescale ] && p=2
   [ "$finished" = 1 ] || "$jobhost" run -s "$prev" -c WordCount -p "$p" -D "state.checkpoints.dir=$ck" -D execution.checkpointing.interval=200ms \
-    "${backend[@]}" "$plugin" --input "$input" --output "$out/" 2>"$dir/err.final" ||
+    "${backend[@]}" "$plugin" --input "$input" --output "$out" 2>"$dir/err.final" ||
     { tail -20 "$dir/err.final" >&2; fail "$name: the final run failed"; }
   # The oracle.
   local hidden

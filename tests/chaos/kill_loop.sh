@@ -15,10 +15,19 @@
 #     real `gc` every complete checkpoint still passes `jobhost check`.
 # A last run goes to the end of the input, then the oracle decides.
 #
+# CONFIGS=s3-outages (issue 31): WordCount at p=2 with checkpoints on a private Ceph RGW
+# (tests/s3/rgw.sh) behind tests/s3/fault_proxy.py, whose outages (503 for everything,
+# connection resets, slow answers, HEAD answered 503, lease-only 503) come and go at random
+# while the job runs; each run is killed at a random moment (often mid-outage) and the next
+# one restores with --job-id/--restore latest, waiting for the store when it is down. The
+# output goes to the exactly-once file sink: the committed lines must be exactly those of an
+# uninterrupted run (nothing lost, nothing twice). Exit 77 (skipped) without Ceph, unless
+# JOBHOST_REQUIRE_S3=1.
+#
 # Environment: JOBHOST (binary, default build/host/jobhost), JOBHOST_PLUGIN (default
 # build/plugins/libwordcount_jobs.so), SEED (default: random; printed, so a failure can be
-# repeated), CONFIGS (default "hashmap rocksdb-incremental"), KEEP=1 keeps the work
-# directory. Exit 0 if every check passed.
+# repeated), CONFIGS (default "hashmap rocksdb-incremental"; also "s3-outages"), KEEP=1
+# keeps the work directory. Exit 0 if every check passed.
 set -euo pipefail
 
 iterations=${1:-20}
@@ -57,7 +66,7 @@ loop() {
     [ -n "$prev" ] && args+=(-s "$prev")
     local before
     before=$(ls "$ck" 2>/dev/null | tr '\n' ' ' || true)  # one line: the case below matches " name "
-    setsid "$jobhost" "${args[@]}" "$plugin" "$@" --rate "$rate" --output "$dir/out.$i" 2>"$dir/err.$i" &
+    setsid "$jobhost" "${args[@]}" "$plugin" "$@" --rate "$rate" --output-file "$dir/out.$i" 2>"$dir/err.$i" &
     local pid=$! mine
     mine=$(job_dir_of_run "$ck" "$before" "$pid")  # this run's first complete checkpoint
     [ -n "$mine" ] || { cat "$dir/err.$i" >&2; fail "$name run $i wrote no checkpoint"; }
@@ -92,7 +101,7 @@ loop() {
   done
   # To the end, without throttling.
   "$jobhost" run -s "$prev" -c "$cls" -p 2 -D "state.checkpoints.dir=$ck" -D execution.checkpointing.interval=200ms \
-    "${flags[@]}" "$plugin" "$@" --output "$dir/out.final" 2>"$dir/err.final" ||
+    "${flags[@]}" "$plugin" "$@" --output-file "$dir/out.final" 2>"$dir/err.final" ||
     { tail -20 "$dir/err.final" >&2; fail "$name: the final run failed"; }
   echo "  $name: $kills kills, $checks checkpoint checks after gc, $((SECONDS - t0)) s"
 }
@@ -129,7 +138,90 @@ while [ "$(wc -l <"$words")" -lt "$lines" ]; do cat "$words" "$words" >"$words.t
 keys=16
 per_key=$(((iterations * 1500 + 20000) / keys))
 
+# The S3 configuration with random outages (see the top).
+s3_outages() {
+  local dir=$work/s3-outages out=$work/s3-outages/out rgwdir=$work/rgw t0=$SECONDS env rc=0
+  mkdir -p "$dir" "$out"
+  env=$(bash "$here/tests/s3/rgw.sh" start "$rgwdir" 2>"$dir/rgw.err") || rc=$?
+  if [ $rc -ne 0 ]; then
+    if [ $rc = 3 ] && [ "${JOBHOST_REQUIRE_S3:-0}" != 1 ]; then
+      echo "  s3-outages: skipped, no Ceph RGW here (apt-get install ceph-mon ceph-osd radosgw ceph-common)"
+      exit 77
+    fi
+    cat "$dir/rgw.err" >&2
+    fail "s3-outages: cannot start Ceph RGW"
+  fi
+  eval "$env"
+  stop_rgw() { bash "$here/tests/s3/rgw.sh" stop "$rgwdir" >/dev/null 2>&1 || true; }
+  local ctl=$dir/outage
+  echo up >"$ctl"
+  python3 "$here/tests/s3/fault_proxy.py" "$S3_ENDPOINT" none "$dir/proxy.port" "$ctl" >"$dir/proxy.log" 2>&1 &
+  local proxy=$!
+  for _ in $(seq 100); do [ -s "$dir/proxy.port" ] && break; sleep 0.05; done
+  [ -s "$dir/proxy.port" ] || { kill $proxy; stop_rgw; fail "s3-outages: the fault proxy did not start"; }
+  export AWS_ACCESS_KEY_ID=$S3_ACCESS_KEY AWS_SECRET_ACCESS_KEY=$S3_SECRET_KEY
+  local -a flags=(-p 2 -D "state.checkpoints.dir=s3://$S3_BUCKET/kill-loop-$seed" -D "s3.endpoint=http://127.0.0.1:$(cat "$dir/proxy.port")"
+                  -D s3.path.style.access=true -D execution.checkpointing.interval=200ms
+                  -D state.backend.type=rocksdb -D state.backend.incremental=true)
+  # Outages at random: a mode for 0.3-2.9 s, then up for 0.3-2.9 s, until stopped.
+  (
+    modes=(503 reset slow-1 503:/.lock 500-put head-no-length)
+    while :; do
+      echo "${modes[$((RANDOM % ${#modes[@]}))]}" >"$ctl.tmp" && mv "$ctl.tmp" "$ctl"
+      sleep "$((RANDOM % 3)).$((RANDOM % 7 + 3))"
+      echo up >"$ctl.tmp" && mv "$ctl.tmp" "$ctl"
+      sleep "$((RANDOM % 3)).$((RANDOM % 7 + 3))"
+    done
+  ) &
+  local chaos=$! kills=0 waited
+  for ((i = 1; i <= iterations; i++)); do
+    setsid "$jobhost" run --job-id kill-loop --restore latest -c WordCount "${flags[@]}" "$plugin" --input "$words" \
+      --rate "$rate" --output "$out" 2>"$dir/err.$i" &
+    local pid=$!
+    # Until this run completed a checkpoint (or 40 s: the store may be down all along).
+    for ((waited = 0; waited < 800; waited++)); do
+      grep -q "completed checkpoint" "$dir/err.$i" 2>/dev/null && break
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.05
+    done
+    kill -0 "$pid" 2>/dev/null || { kill $chaos $proxy; stop_rgw; tail -20 "$dir/err.$i" >&2; fail "s3-outages run $i ended by itself"; }
+    kill_tree "$pid"
+    kills=$((kills + 1))
+  done
+  kill $chaos 2>/dev/null || true
+  wait $chaos 2>/dev/null || true
+  # The last run starts in an outage, which ends after 3 s; it must wait, then finish.
+  echo 503 >"$ctl"
+  ( sleep 3; echo up >"$ctl" ) &
+  "$jobhost" run --job-id kill-loop --restore latest -c WordCount "${flags[@]}" "$plugin" --input "$words" \
+    --output "$out" 2>"$dir/err.final" ||
+    { kill $proxy; stop_rgw; tail -20 "$dir/err.final" >&2; fail "s3-outages: the final run failed"; }
+  kill $proxy 2>/dev/null || true
+  stop_rgw
+  local injected
+  injected=$(grep -c "^injected" "$dir/proxy.log" || true)
+  [ "$injected" -gt 0 ] || fail "s3-outages: no fault was injected"
+  # The oracle: the committed lines are exactly those of an uninterrupted run.
+  local hidden
+  hidden=$(find "$out" -name '.*' -type f | head -3)
+  [ -z "$hidden" ] || fail "s3-outages: hidden part files are left after a clean finish: $hidden"
+  tr -s '[:space:]' '\n' <"$words" | tr '[:upper:]' '[:lower:]' | grep -v '^$' |
+    awk '{ n[$0]++; print "(" $0 "," n[$0] ")" }' | sort >"$dir/expected.txt"
+  find "$out" -name 'part-*' -type f -exec cat {} + | sort >"$dir/committed.txt"
+  if ! cmp -s "$dir/expected.txt" "$dir/committed.txt"; then
+    echo "lines missing (<) or repeated/foreign (>), first ones:" >&2
+    diff "$dir/expected.txt" "$dir/committed.txt" | grep '^[<>]' | head >&2 || true
+    fail "s3-outages: the committed output is not exactly the uninterrupted run's"
+  fi
+  echo "  s3-outages: $kills kills during random outages ($injected faults injected), exact committed output, $((SECONDS - t0)) s"
+}
+
 for config in ${CONFIGS:-hashmap rocksdb-incremental}; do
+  if [ "$config" = s3-outages ]; then
+    echo "$config:"
+    s3_outages
+    continue
+  fi
   if [ $config = hashmap ]; then backend_flags=(-D state.backend.type=hashmap)
   else backend_flags=(-D state.backend.type=rocksdb -D state.backend.incremental=true); fi
   echo "$config:"

@@ -196,7 +196,7 @@ class Control : public Cli {
     std::vector<std::string> a = {"run", "-c", cls};
     for (auto& f : ckFlags(interval)) a.push_back(f);
     a.insert(a.end(), extra.begin(), extra.end());
-    a.insert(a.end(), {kPlugin, "--input", in.string(), "--output", out.string()});
+    a.insert(a.end(), {kPlugin, "--input", in.string(), "--output-file", out.string()});
     if (rate > 0) a.insert(a.end(), {"--rate", std::to_string(rate)});
     return a;
   }

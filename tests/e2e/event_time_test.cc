@@ -367,6 +367,27 @@ TEST_F(EventTime, EachCheckpointRecordsTheBarrierAlignmentOfItsTwoInputTasks) {
   EXPECT_TRUE(std::regex_search(h.out, std::regex("COMPLETED .* [0-9.]+ (us|ms) "))) << h.out;
 }
 
+// Issue 34: a timestamp is all digits, or the line is refused with its text. "1.7e+12"
+// used to read as 1 ms (its leading digits), silently putting the line in 1970's window.
+TEST_F(EventTime, ALineWhoseTimestampIsNotAllDigitsFailsTheJobNamingTheLine) {
+  for (const std::string bad : {"1.7e+12 word", "-5 word", "1767225600000ms word", "99999999999999999999 word"}) {
+    SCOPED_TRACE(bad);
+    writeFile(tmp / "bad.txt", "1767225600000 a\n" + bad + "\n1767225601000 b\n");
+    Result r = cli({"run", "-c", "WindowedWordCount", "-D", "restart-strategy.type=none", kPlugin, "--input",
+                    (tmp / "bad.txt").string()});
+    EXPECT_EQ(r.exitCode, 1) << r.err;
+    EXPECT_NE(r.err.find("input line '" + bad + "' does not start with a timestamp in epoch milliseconds (digits only"),
+              std::string::npos)
+        << r.err;
+    EXPECT_EQ(r.out.find("(1"), std::string::npos) << "no window may fire from a refused input:\n" << r.out;
+  }
+  // Leading spaces and a tab after the digits are fine.
+  writeFile(tmp / "good.txt", "  1767225600000\ta\n1767225601000 a\n");
+  Result ok = cli({"run", "-c", "WindowedWordCount", kPlugin, "--input", (tmp / "good.txt").string()});
+  EXPECT_EQ(ok.exitCode, 0) << ok.err;
+  EXPECT_EQ(ok.out, "(1767225610000,a,2)\n");
+}
+
 TEST_F(EventTime, AJobWithoutItsInputFileIsOneClearError) {
   Result r = cli({"run", "-c", "OrderPaymentJoin", kPlugin, "--orders", (tmp / "none.txt").string()});
   EXPECT_EQ(r.exitCode, 2) << r.err;

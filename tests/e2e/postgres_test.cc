@@ -6,6 +6,7 @@
 // others listed, not touched. Without PostgreSQL installed the tests skip, unless
 // JOBHOST_REQUIRE_POSTGRES=1 (.ci/run). The kill-at-random-moments oracle is
 // tests/chaos/exactly_once_postgres.sh.
+#include <cstdlib>
 #include <random>
 
 #include "cli_fixture.h"
@@ -185,7 +186,7 @@ TEST_F(Postgres, AMissingTableGivesOneClearError) {
   EXPECT_NE(k.err.find("ALTER TABLE word_counts ADD PRIMARY KEY (word)"), std::string::npos) << k.err;
 }
 
-TEST_F(Postgres, ADroppedConnectionIsATaskFailureThatTheRestartStrategyRetries) {
+TEST_F(Postgres, ADroppedConnectionIsWaitedOutAndTheJobRestoresItsLatestCheckpoint) {
   fs::path in = input(30);
   const auto expected = expectedCounts(readFile(in));
   // The sink's backends (two per subtask) killed by the server's administrator ...
@@ -198,8 +199,8 @@ TEST_F(Postgres, ADroppedConnectionIsATaskFailureThatTheRestartStrategyRetries) 
     Result r = p.wait();
     ASSERT_EQ(r.exitCode, 0) << r.err;
     EXPECT_NE(r.err.find("lost the connection to PostgreSQL"), std::string::npos) << r.err;
-    EXPECT_NE(r.err.find("attempt 1 failed: operator 'PostgreSQL Sink'"), std::string::npos) << r.err;
-    EXPECT_NE(r.err.find("restarting in"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("attempt 1 failed: Unavailable: operator 'PostgreSQL Sink'"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("the job waits for the database or broker"), std::string::npos) << r.err;
     EXPECT_EQ(table(), expected);
     EXPECT_EQ(prepared(), std::vector<std::string>{});
   }
@@ -219,6 +220,33 @@ TEST_F(Postgres, ADroppedConnectionIsATaskFailureThatTheRestartStrategyRetries) 
     EXPECT_EQ(table(), expected);
     EXPECT_EQ(prepared(), std::vector<std::string>{});
   }
+}
+
+// Issue 31, item 4: a server that is down for long (15 s here, JOBHOST_PG_OUTAGE_SECONDS=60
+// for the issue's minute) is waited out even with restart-strategy none: the sink's
+// DependencyUnavailable is not a failure of the job. The table is exact (nothing lost,
+// nothing twice) and no prepared transaction is left behind.
+TEST_F(Postgres, AServerDownForLongIsWaitedOutEvenWithoutARestartStrategy) {
+  const char* env = std::getenv("JOBHOST_PG_OUTAGE_SECONDS");
+  const int down = env ? std::max(1, std::atoi(env)) : 15;
+  fs::path in = input(30);
+  const auto expected = expectedCounts(readFile(in));
+  Process p(job(2, "rocksdb", in, {"--rate", "250"}, {"-D", "restart-strategy.type=none"}), tmp / "o.out",
+            tmp / "o.err");
+  ASSERT_TRUE(waitForRows(p)) << readFile(tmp / "o.err");
+  std::string why;
+  ASSERT_TRUE(server_->stop(&why)) << why;
+  std::this_thread::sleep_for(std::chrono::seconds(down));
+  const bool running = p.running();
+  ASSERT_TRUE(server_->startAgain(&why)) << why;
+  EXPECT_TRUE(running) << "the job ended while the server was down:\n" << readFile(tmp / "o.err");
+  Result r = p.wait();
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_NE(r.err.find("the job waits for the database or broker"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("the database or broker answers again"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("Recovery is suppressed"), std::string::npos) << r.err;
+  EXPECT_EQ(table(), expected);
+  EXPECT_EQ(prepared(), std::vector<std::string>{});
 }
 
 TEST_F(Postgres, PreparedTransactionsOfOthersAreListedNotTouched) {

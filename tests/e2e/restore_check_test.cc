@@ -84,7 +84,7 @@ TEST_F(RestoreCheck, AMissingSharedFileIsNamedWithTheCheckpointThatWroteIt) {
   fs::remove(ssts.front());
   Result r = cli({"check", "-s", chk.string(), "-c", "WordCountIncremental", kPlugin});
   EXPECT_EQ(r.exitCode, 3);
-  EXPECT_NE(r.err.find("missing file " + ssts.front().string()), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("file " + ssts.front().string() + ", which the snapshot's _metadata references, does not exist"), std::string::npos) << r.err;
 }
 
 TEST_F(RestoreCheck, AMissingSharedKeyGroupFileOfAHashmapIncrementalCheckpointIsNamedAndNothingIsTouched) {
@@ -118,7 +118,7 @@ TEST_F(RestoreCheck, AMissingSharedKeyGroupFileOfAHashmapIncrementalCheckpointIs
   auto sums = treeChecksums(chk.parent_path());
   Result r = cli({"run", "-s", chk.string(), "-c", "WordCount", kPlugin, "--input", kWords});
   EXPECT_EQ(r.exitCode, 3) << r.err;
-  EXPECT_NE(r.err.find("missing file " + files.front().string()), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("file " + files.front().string() + ", which the snapshot's _metadata references, does not exist"), std::string::npos) << r.err;
   if (chk.filename().string() != "chk-" + writtenBy)
     EXPECT_NE(r.err.find("(first written by checkpoint " + writtenBy + ")"), std::string::npos) << r.err;
   EXPECT_EQ(r.out, "") << "no record may be processed";

@@ -54,7 +54,7 @@ class Sinks : public Cli {
     std::vector<std::string> a = {"run", "-c", "WordCount", "-p", "2"};
     for (auto& f : ckFlags(interval)) a.push_back(f);
     a.push_back(kPlugin);
-    a.insert(a.end(), {"--input", in.string(), "--output", out.string() + "/"});
+    a.insert(a.end(), {"--input", in.string(), "--output", out.string()});  // no trailing '/': not needed
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
   }
@@ -82,11 +82,68 @@ TEST_F(Sinks, PartFilesAreHiddenUntilTheirCheckpointAndCommittedOnesNeverChange)
   Parts end = partsUnder(out);
   EXPECT_TRUE(end.hidden.empty()) << end.hidden.front();
   EXPECT_EQ(end.lines, runningCounts(readFile(in)));
-  EXPECT_EQ(r.out, "") << "with --output DIR/ nothing goes to stdout";
+  EXPECT_EQ(r.out, "") << "with --output DIR nothing goes to stdout";
   for (const auto& c : end.committed) {
     std::string name = c.filename().string();
     EXPECT_TRUE(name.rfind("part-0-", 0) == 0 || name.rfind("part-1-", 0) == 0) << name;
   }
+}
+
+// Issue 34: the guarantee depends on the flag, never on how the path is spelled. --output
+// is the exactly-once file sink whether the directory exists or not (a new path without a
+// trailing '/' used to become an at-least-once text file), --output-file the text file;
+// what the old rule accepted silently is one error naming the flag to use.
+TEST_F(Sinks, OutputIsAlwaysTheFileSinkAndOutputFileTheTextFileAndTheAmbiguousFormsAreRefused) {
+  fs::path in = input(2);
+  const std::multiset<std::string> expected = runningCounts(readFile(in));
+  auto run = [&](std::vector<std::string> jobArgs) {
+    std::vector<std::string> a = {"run", "-c", "WordCount"};
+    for (auto& f : ckFlags("200ms")) a.push_back(f);
+    a.insert(a.end(), {kPlugin, "--input", in.string()});
+    a.insert(a.end(), jobArgs.begin(), jobArgs.end());
+    return cli(a);
+  };
+  // A new path: a directory of committed part files, whatever it is called.
+  fs::path dir = tmp / "results.txt";
+  Result d = run({"--output", dir.string()});
+  ASSERT_EQ(d.exitCode, 0) << d.err;
+  ASSERT_TRUE(fs::is_directory(dir));
+  EXPECT_EQ(partsUnder(dir).lines, expected);
+  EXPECT_TRUE(partsUnder(dir).hidden.empty());
+  // --output-file: one text file, as print() prints it.
+  fs::path file = tmp / "counts.txt";
+  Result f = run({"--output-file", file.string()});
+  ASSERT_EQ(f.exitCode, 0) << f.err;
+  ASSERT_TRUE(fs::is_regular_file(file));
+  std::multiset<std::string> lines;
+  std::istringstream text(readFile(file));
+  for (std::string line; std::getline(text, line);) lines.insert(line);
+  EXPECT_EQ(lines, expected);
+  // The forms that used to decide silently: refused with exit 2, naming the other flag,
+  // and nothing written.
+  const auto before = readFile(file);
+  struct Bad {
+    std::vector<std::string> args;
+    std::string says;
+  } bad[] = {
+      {{"--output", file.string()}, "use --output-file " + file.string()},
+      {{"--output", "/dev/null"}, "use --output-file /dev/null"},
+      {{"--output-file", dir.string()}, "use --output " + dir.string()},
+      {{"--output", (tmp / "d2").string(), "--output-file", (tmp / "f2").string()}, "exclude each other"},
+      {{"--output-file", (tmp / "f3").string(), "--buckets", "event-hour"}, "--buckets configures the exactly-once"},
+  };
+  for (const auto& b : bad) {
+    SCOPED_TRACE(b.args[0] + " " + b.args[1]);
+    Result r = run(b.args);
+    EXPECT_EQ(r.exitCode, 2) << r.err;
+    EXPECT_NE(r.err.find(b.says), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one error line:\n" << r.err;
+  }
+  EXPECT_EQ(readFile(file), before);
+  EXPECT_FALSE(fs::exists(tmp / "d2"));
+  EXPECT_FALSE(fs::exists(tmp / "f2"));
+  EXPECT_FALSE(fs::exists(tmp / "f3"));
+  EXPECT_EQ(partsUnder(dir).lines, expected) << "a refused run must not touch the earlier output";
 }
 
 TEST_F(Sinks, ACancelledJobLeavesOnlyPreCommittedPartsWhichItsRestoreCommits) {
@@ -114,7 +171,7 @@ TEST_F(Sinks, BucketsByEventHourAndRollingBySizeShapeThePartFiles) {
   fs::path out = tmp / "windows";
   Result r = cli({"run", "-c", "WindowedWordCount", "-D", "execution.checkpointing.interval=200ms", "-D",
                   "state.checkpoints.dir=" + ckdir().string(), kPlugin, "--input",
-                  (fs::path(kWords).parent_path() / "events.txt").string(), "--output", out.string() + "/",
+                  (fs::path(kWords).parent_path() / "events.txt").string(), "--output", out.string(),
                   "--buckets", "event-hour"});
   ASSERT_EQ(r.exitCode, 0) << r.err;
   EXPECT_TRUE(fs::is_directory(out / "2026-01-01--00")) << "events.txt is in the first hour of 2026 (UTC)";
@@ -139,7 +196,7 @@ TEST_F(Sinks, TheDirectorySourceReadsEveryFileOnceAlsoThoseThatAppearWhileTheJob
   writeFile(in / "_tmp", "ignored too\n");
   std::vector<std::string> args = {"run", "-c", "WordCount"};
   for (auto& f : ckFlags("100ms")) args.push_back(f);
-  args.insert(args.end(), {kPlugin, "--input", in.string(), "--monitor", "50ms", "--output", out.string() + "/"});
+  args.insert(args.end(), {kPlugin, "--input", in.string(), "--monitor", "50ms", "--output", out.string()});
   std::string all = "to be or\n";
   {
     Process p(jobhost(args), tmp / "o1", tmp / "e1");

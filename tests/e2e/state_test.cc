@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "cli_fixture.h"
+#include "json_reader.h"
 
 using namespace e2e;
 
@@ -79,6 +80,24 @@ std::vector<std::vector<std::string>> parseCsv(const std::string& text) {
 long countOf(const std::string& value) {
   auto comma = value.rfind(',');
   return std::stol(value.substr(comma + 1, value.size() - comma - 2));
+}
+
+/// One JSON object per line (`--format json`); a line that is not JSON fails the test.
+std::vector<Json> jsonLines(const std::string& text) {
+  std::vector<Json> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    auto j = JsonReader(line).parse();
+    EXPECT_TRUE(j && j->type == Json::kObject) << "not a JSON object: " << line;
+    if (j) out.push_back(*j);
+  }
+  return out;
+}
+
+/// An integer as JSON writes it: a number whose literal is all digits.
+bool isIntegerNumber(const Json& j) {
+  return j.type == Json::kNumber && !j.s.empty() &&
+         std::all_of(j.s.begin(), j.s.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
 }
 
 int maxCheckpointId(const fs::path& jobDir) {
@@ -167,6 +186,29 @@ class State : public Cli {
     }
     return counts;
   }
+
+  /// word -> count from `state dump --operator counts --format json`: each line
+  /// {"key":"<word>","value":["<word>",<count>]}, the count a JSON number.
+  std::map<std::string, long> jsonDumpedCounts(const fs::path& snapshot) {
+    Result r = state({"dump", snapshot.string(), "--operator", "counts", "--format", "json"});
+    EXPECT_EQ(r.exitCode, 0) << r.err;
+    std::map<std::string, long> counts;
+    for (const Json& row : jsonLines(r.out)) {
+      EXPECT_EQ(row.o.size(), 2u) << r.out;
+      const Json& key = row["key"];
+      const Json& value = row["value"];
+      EXPECT_EQ(key.type, Json::kString);
+      if (value.type != Json::kArray || value.a.size() != 2) {
+        ADD_FAILURE() << "the value of " << key.s << " is not a [word, count] array";
+        continue;
+      }
+      EXPECT_EQ(value.a[0].type, Json::kString);
+      EXPECT_EQ(value.a[0].s, key.s);
+      EXPECT_TRUE(isIntegerNumber(value.a[1])) << key.s << ": " << value.a[1].s;
+      counts[key.s] = static_cast<long>(value.a[1].n);
+    }
+    return counts;
+  }
 };
 
 TEST_F(State, TheDumpOfACheckpointAfterTheWholeInputEqualsTheTrueWordCountsOnEveryBackend) {
@@ -189,6 +231,7 @@ TEST_F(State, TheDumpOfACheckpointAfterTheWholeInputEqualsTheTrueWordCountsOnEve
     if (chk.empty()) continue;
     auto sums = treeChecksums(chk.parent_path());
     EXPECT_EQ(dumpedCounts(chk), expected);
+    EXPECT_EQ(jsonDumpedCounts(chk), expected) << "the JSON form: typed values (issue 34)";
     // ls: one state "reduce" with one entry per distinct word.
     Result ls = state({"ls", chk.string()});
     EXPECT_EQ(ls.exitCode, 0) << ls.err;
@@ -255,6 +298,44 @@ TEST_F(State, TheDiffOfTwoConsecutiveCheckpointsListsExactlyTheWordsWhoseCountCh
   }
   EXPECT_EQ(changed, expectedChanged);
   EXPECT_EQ(added, expectedNew);
+  // The JSON form: typed values, null for the side without the entry and for the user key
+  // of a state that is not a MapState.
+  Result json = state({"diff", a.string(), b.string(), "--format", "json"});
+  EXPECT_EQ(json.exitCode, 1) << json.err;
+  std::set<std::string> jsonChanged, jsonAdded;
+  for (const Json& row : jsonLines(json.out)) {
+    const std::string& w = row["key"].s;
+    EXPECT_EQ(row["operator"].s, "counts");
+    EXPECT_EQ(row["userKey"].type, Json::kNull);
+    ASSERT_EQ(row["b"].type, Json::kArray) << w;
+    ASSERT_EQ(row["b"].a.size(), 2u);
+    EXPECT_TRUE(isIntegerNumber(row["b"].a[1])) << row["b"].a[1].s;
+    EXPECT_EQ(row["b"].a[1].n, after[w]);
+    if (row["change"].s == "changed") {
+      jsonChanged.insert(w);
+      ASSERT_EQ(row["a"].type, Json::kArray) << w;
+      EXPECT_EQ(row["a"].a.at(1).n, before[w]);
+    } else {
+      EXPECT_EQ(row["change"].s, "only in B");
+      EXPECT_EQ(row["a"].type, Json::kNull) << w;
+      jsonAdded.insert(w);
+    }
+  }
+  EXPECT_EQ(jsonChanged, expectedChanged);
+  EXPECT_EQ(jsonAdded, expectedNew);
+  // The README's example: jq reads the count as a number (when jq is installed; the
+  // JSON checks above need no jq).
+  if (std::system("command -v jq >/dev/null 2>&1") == 0) {
+    const std::string w = after.begin()->first;
+    Result jq = run({"/bin/sh", "-c",
+                     "\"$0\" state dump \"$1\" --operator counts --key \"$2\" --format json | jq '.value[1] + 1'",
+                     kJobhost, b.string(), w},
+                    tmp.path);
+    EXPECT_EQ(jq.exitCode, 0) << jq.err;
+    EXPECT_EQ(jq.out, std::to_string(after[w] + 1) + "\n") << "jq '.value[1] + 1' on " << w;
+  } else {
+    std::cout << "note: jq is not installed; the README's jq example was not run (the JSON was checked without it)\n";
+  }
   // The table form ends with the summary; a snapshot against itself is equal.
   Result table = state({"diff", a.string(), b.string()});
   EXPECT_EQ(table.exitCode, 1);
@@ -317,6 +398,24 @@ TEST_F(State, MapStateDumpsAsKeyUserKeyValueAndAgreesWithTheDistinctCount) {
   auto drows = parseCsv(distinct.out);
   for (size_t i = 1; i < drows.size(); ++i) counted[drows[i][0]] = std::stol(drows[i][1]);
   EXPECT_EQ(perLetter, counted);
+  // JSON: both states at once; the user key a string, the values numbers.
+  Result json = state({"dump", chk.string(), "--operator", "distinct", "--format", "json"});
+  ASSERT_EQ(json.exitCode, 0) << json.err;
+  std::map<std::string, long> jsonPerLetter, jsonCounted;
+  for (const Json& row : jsonLines(json.out)) {
+    if (row["state"].s == "words") {
+      EXPECT_EQ(row["userKey"].type, Json::kString);
+      EXPECT_TRUE(isIntegerNumber(row["value"])) << row["value"].s;
+      ++jsonPerLetter[row["key"].s];
+    } else {
+      EXPECT_EQ(row["state"].s, "distinct");
+      EXPECT_EQ(row["userKey"].type, Json::kNull) << "a ValueState has no user key";
+      EXPECT_TRUE(isIntegerNumber(row["value"])) << row["value"].s;
+      jsonCounted[row["key"].s] = static_cast<long>(row["value"].n);
+    }
+  }
+  EXPECT_EQ(jsonPerLetter, perLetter);
+  EXPECT_EQ(jsonCounted, counted);
   // Without --state: both states, with a STATE column.
   Result both = state({"dump", chk.string(), "--operator", "distinct", "--limit", "5"});
   EXPECT_EQ(both.exitCode, 0) << both.err;
@@ -364,6 +463,20 @@ TEST_F(State, ListStateAndAUserSerializerAreHexWithoutThePluginAndDecodedWithIt)
     EXPECT_TRUE(std::is_sorted(lists[rows[i][0]].begin(), lists[rows[i][0]].end())) << list;
   }
 
+  // JSON: a ListState's value is an array of numbers.
+  Result jsonPositions =
+      state({"dump", chk.string(), "--operator", "positions", "--state", "positions", "--format", "json"});
+  ASSERT_EQ(jsonPositions.exitCode, 0) << jsonPositions.err;
+  std::map<std::string, std::vector<long>> jsonLists;
+  for (const Json& row : jsonLines(jsonPositions.out)) {
+    ASSERT_EQ(row["value"].type, Json::kArray) << row["key"].s;
+    for (const Json& item : row["value"].a) {
+      EXPECT_TRUE(isIntegerNumber(item)) << item.s;
+      jsonLists[row["key"].s].push_back(static_cast<long>(item.n));
+    }
+  }
+  EXPECT_EQ(jsonLists, lists);
+
   Result hex = state({"dump", chk.string(), "--operator", "positions", "--state", "stat", "--limit", "1"});
   ASSERT_EQ(hex.exitCode, 0) << hex.err;
   EXPECT_NE(hex.out.find("0x"), std::string::npos) << hex.out;
@@ -372,6 +485,28 @@ TEST_F(State, ListStateAndAUserSerializerAreHexWithoutThePluginAndDecodedWithIt)
   Result ls = state({"ls", chk.string(), "--operator", "positions"});
   EXPECT_NE(ls.out.find("test.WordStat v2"), std::string::npos) << ls.out;
   EXPECT_NE(ls.out.find("ListState"), std::string::npos) << ls.out;
+
+  // Without the plugin a user type's JSON is {"hex": ..., "serializer": ...}.
+  Result hexJson = state({"dump", chk.string(), "--operator", "positions", "--state", "stat", "--format", "json"});
+  ASSERT_EQ(hexJson.exitCode, 0) << hexJson.err;
+  auto hexRows = jsonLines(hexJson.out);
+  ASSERT_EQ(hexRows.size(), lists.size());
+  for (const Json& row : hexRows) {
+    EXPECT_EQ(row["value"]["serializer"].s, "test.WordStat v2");
+    EXPECT_FALSE(row["value"]["hex"].s.empty());
+    EXPECT_EQ(row["value"]["hex"].s.find_first_not_of("0123456789abcdef"), std::string::npos) << row["value"]["hex"].s;
+  }
+  // With it, its text form, as a string.
+  Result textJson = state({"dump", chk.string(), "--operator", "positions", "--state", "stat", "--format", "json",
+                           "--plugin", kStatePlugin, "-c", "WordPositions", "--", "--input", in.string()});
+  ASSERT_EQ(textJson.exitCode, 0) << textJson.err;
+  for (const Json& row : jsonLines(textJson.out)) {
+    const auto& list = lists[row["key"].s];
+    ASSERT_FALSE(list.empty()) << row["key"].s;
+    EXPECT_EQ(row["value"].type, Json::kString);
+    EXPECT_EQ(row["value"].s, "WordStat{count=" + std::to_string(list.size()) + ", firstLine=" +
+                                  std::to_string(list.front()) + "}");
+  }
 
   Result decoded = state({"dump", chk.string(), "--operator", "positions", "--state", "stat", "--format", "csv",
                           "--plugin", kStatePlugin, "-c", "WordPositions", "--", "--input", in.string()});

@@ -111,7 +111,7 @@ class Ui : public Cli {
     for (auto& f : ckFlags("100ms")) a.push_back(f);
     a.insert(a.end(), extra.begin(), extra.end());
     a.insert(a.end(), {"-D", "state.savepoints.dir=" + (tmp / "sp").string(), "-D", "state.checkpoints.num-retained=" + std::to_string(retained),
-                       kPlugin, "--input", input(1000).string(), "--rate", "100", "--output", (tmp / "job-out.txt").string()});
+                       kPlugin, "--input", input(1000).string(), "--rate", "100", "--output-file", (tmp / "job-out.txt").string()});
     return launch(a, "job");
   }
 

@@ -179,13 +179,13 @@ step "the installed default configuration loads"
 # documented key must parse with the value shown.
 echo "alpha beta" >"$work/tiny.txt"
 logged "$work/config-default.log" "$jobhost" run --config "$prefix/etc/jobhost/config.yaml" \
-  -c HeapWordCount "$plugin" --input "$work/tiny.txt" --output "$work/config-default.out"
+  -c HeapWordCount "$plugin" --input "$work/tiny.txt" --output-file "$work/config-default.out"
 sed -E 's/^# ([a-z][a-z0-9-]*(\.[a-z0-9-]+)+: )/\1/' "$prefix/etc/jobhost/config.yaml" >"$work/config-all.yaml"
 [[ $(grep -cE '^[a-z]' "$work/config-all.yaml") -ge 20 ]] || fail "uncommenting the settings of config.yaml found too few"
 
 logged "$work/config-all.log" "$jobhost" run --config "$work/config-all.yaml" \
   -D state.checkpoints.dir="$work/ckpt-config" -D state.local.dir="$work/local" \
-  -c HeapWordCount "$plugin" --input "$work/tiny.txt" --output "$work/config-all.out"
+  -c HeapWordCount "$plugin" --input "$work/tiny.txt" --output-file "$work/config-all.out"
 if grep -qi "warn" "$work/config-default.log" "$work/config-all.log"; then
   cat "$work/config-default.log" "$work/config-all.log" >&2
   fail "jobhost warned about the shipped configuration file"
@@ -212,7 +212,7 @@ for cls in HeapWordCount RocksWordCount; do
   ckpt=$work/ckpt-$cls
   logged "$work/$cls-run1.log" "$jobhost" run -c "$cls" \
     -D execution.checkpointing.interval=100ms -D state.checkpoints.dir="$ckpt" \
-    "$plugin" --input "$input" --rate 120 --output "$work/$cls-out1.txt"
+    "$plugin" --input "$input" --rate 120 --output-file "$work/$cls-out1.txt"
   [[ "$(last_counts "$work/$cls-out1.txt")" == "$(word_counts "$input")" ]] ||
     fail "$cls: the first run's final counts differ from the input's word counts (see $work/$cls-out1.txt)"
   job_dirs=("$ckpt"/*)
@@ -230,7 +230,7 @@ for cls in HeapWordCount RocksWordCount; do
   logged "$work/$cls-check.log" "$jobhost" check -s "$job_dir" -c "$cls" "$plugin" --input "$input"
   logged "$work/$cls-run2.log" "$jobhost" run -s "$job_dir" -c "$cls" \
     -D state.checkpoints.dir="$work/ckpt2-$cls" \
-    "$plugin" --input "$input" --output "$work/$cls-out2.txt"
+    "$plugin" --input "$input" --output-file "$work/$cls-out2.txt"
   # Counts continue: each word's last count covers the whole file, although the restored
   # run read only what follows the checkpointed position (fewer records than words).
   expected=$(word_counts "$input")

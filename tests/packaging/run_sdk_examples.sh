@@ -63,6 +63,14 @@ run Sessions --input "$work/clicks.txt"
 expect Sessions "alice session 1000..50000: 2 clicks" "bob session 2000..32000: 1 clicks" \
   "bob session 40000..70000: 1 clicks" "alice session 100000..130000: 1 clicks"
 [[ $(wc -l <"$work/Sessions.out") -eq 4 ]] || fail "Sessions printed more than the four sessions"
+# A timestamp that is not all digits fails the job naming the line (not read as 1 ms).
+printf 'alice 1000\nbob 1.7e+12\n' >"$work/bad-clicks.txt"
+if "$jobhost" run -c Sessions -D restart-strategy.type=none "$plugin" --input "$work/bad-clicks.txt" \
+    >"$work/bad.out" 2>"$work/bad.log"; then
+  fail "Sessions accepted the timestamp 1.7e+12"
+fi
+grep -qF "input line 'bob 1.7e+12' is not '<user> <epoch millis, digits only>'" "$work/bad.log" ||
+  { cat "$work/bad.log" >&2; fail "Sessions did not name the refused line"; }
 run InactiveUsers --input "$work/clicks.txt"
 expect InactiveUsers "bob inactive since 40000" "alice inactive since 100000"
 [[ $(wc -l <"$work/InactiveUsers.out") -eq 2 ]] || fail "InactiveUsers reported a user whose timer was deleted"

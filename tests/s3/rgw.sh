@@ -10,7 +10,8 @@
 # logs, sockets, pids) under DIR. Needs Debian's ceph-mon, ceph-osd, radosgw and
 # ceph-common; exit code 3 if they are missing (tests skip on it), 1 on any other failure
 # (the daemons' logs in DIR/log are named). The start-up time goes to stderr.
-# Settings and pitfalls: /work/shared/reference/ceph-rgw-postgres-containers.md.
+# Settings and pitfalls: ../shared/reference/ceph-rgw-postgres-containers.md (next to the
+# repository checkout).
 set -euo pipefail
 
 usage() { echo "usage: $0 start|stop DIR" >&2; exit 2; }

@@ -761,6 +761,63 @@ TEST(SerializerTextTest, EveryBuiltInDecodesByIdAsThePrintSinkPrintsIt) {
   same(std::vector<std::map<int64_t, std::optional<std::string>>>{{{1, "one"}, {2, std::nullopt}}});
 }
 
+template <class T>
+std::string jsonById(const SerializerTextRegistry& reg, const T& v) {
+  std::string bytes;
+  serializeInto(bytes, v);
+  return reg.toJson(Serializer<T>::id(), Serializer<T>::version(), bytes).value_or("<not decoded>");
+}
+
+// Issue 34: `jobhost state dump --format json` printed every value as its text ("(a,3)"),
+// so `jq '.value[1]'` could not read a count.
+TEST(SerializerTextTest, EveryBuiltInDecodesToTypedJson) {
+  SerializerTextRegistry reg;
+  auto json = [&](const auto& v) { return jsonById(reg, v); };
+  EXPECT_EQ(json(int8_t{-8}), "-8");
+  EXPECT_EQ(json(uint16_t{65535}), "65535");
+  EXPECT_EQ(json(std::numeric_limits<int64_t>::min()), "-9223372036854775808");
+  EXPECT_EQ(json(std::numeric_limits<uint64_t>::max()), "18446744073709551615");  // exact, not a double
+  EXPECT_EQ(json(true), "true");
+  EXPECT_EQ(json('x'), R"("x")");
+  EXPECT_EQ(json(1.5f), "1.5");
+  EXPECT_EQ(json(0.1), "0.1");  // the shortest form that reads back the same double
+  EXPECT_EQ(json(1.0), "1");
+  EXPECT_EQ(json(-2.5e300), "-2.5e+300");
+  EXPECT_EQ(json(std::numeric_limits<double>::quiet_NaN()), R"("NaN")");
+  EXPECT_EQ(json(-std::numeric_limits<float>::infinity()), R"("-Infinity")");
+  EXPECT_EQ(json(std::string("say \"hi\"\n\t\\ \x01")), R"("say \"hi\"\n\t\\ \u0001")");
+  EXPECT_EQ(json(std::string("caf\xc3\xa9 \xff \xe2\x82")), "\"caf\xc3\xa9 \xef\xbf\xbd \xef\xbf\xbd\xef\xbf\xbd\"")
+      << "valid UTF-8 kept, each byte of an invalid sequence U+FFFD";
+  EXPECT_EQ(json(std::vector<int32_t>{1, 2, 3}), "[1,2,3]");
+  EXPECT_EQ(json(std::vector<std::string>{}), "[]");
+  EXPECT_EQ(json(std::pair<std::string, int64_t>{"a", 3}), R"(["a",3])");
+  EXPECT_EQ(json(std::tuple<int32_t, bool, std::string>{7, false, "t"}), R"([7,false,"t"])");
+  EXPECT_EQ(json(std::map<std::string, std::vector<double>>{{"a", {1.0, 2.5}}, {"b", {}}}), R"({"a":[1,2.5],"b":[]})");
+  EXPECT_EQ(json(std::map<int64_t, std::optional<std::string>>{{-1, "minus"}, {2, std::nullopt}}),
+            R"({"-1":"minus","2":null})");
+  EXPECT_EQ(json(std::map<std::pair<std::string, int32_t>, bool>{{{"a", 1}, true}}), R"({"[\"a\",1]":true})");
+  EXPECT_EQ(json(std::map<char, int32_t>{{'k', 1}}), R"({"k":1})");
+  EXPECT_EQ(json(std::optional<int64_t>{}), "null");
+  EXPECT_EQ(json(std::optional<std::pair<int32_t, std::string>>{{1, "x"}}), R"([1,"x"])");
+  EXPECT_EQ(json(std::vector<std::map<int64_t, std::optional<std::string>>>{{{1, "one"}}, {}}), R"([{"1":"one"},{}])");
+}
+
+TEST(SerializerTextTest, AUserTypeIsItsTextFormInJsonAndNotGuessedWithoutIt) {
+  using V = std::pair<std::string, std::vector<Celsius>>;
+  V v{"room", {{20.5}, {-3}}};
+  SerializerTextRegistry without;
+  EXPECT_EQ(jsonById(without, v), "<not decoded>");
+  std::vector<SerializerTextForm> forms;
+  textFormsOf<V>(forms);
+  SerializerTextRegistry with;
+  with.addAll(forms);
+  EXPECT_EQ(jsonById(with, v), R"(["room",["20.5C","-3C"]])");
+  std::string bytes;
+  serializeInto(bytes, std::pair<std::string, int64_t>{"a", 1});
+  EXPECT_FALSE(with.toJson("pair<string,i64>", 1002, bytes).has_value());
+  EXPECT_THROW(with.toJson("pair<string,i64>", 1001, bytes + "x"), SerializationError);
+}
+
 TEST(SerializerTextTest, AUserTypeDecodesOnlyThroughItsRegisteredTextForm) {
   using V = std::pair<std::string, std::vector<Celsius>>;
   V v{"room", {{20.5}, {-3}}};

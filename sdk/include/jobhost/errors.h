@@ -37,16 +37,31 @@ class JOBHOST_API StateError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// A service the job depends on (a database, a broker, a remote store) does not answer
+/// right now: a refused, reset or timed-out connection, a server shutting down or starting
+/// up. Not a failure of the job: the host waits with backoff (0.5 s doubling to 30 s,
+/// logged) and restarts the attempt from the latest checkpoint, without counting it
+/// against the restart strategy, for as long as the outage lasts. Throw it only for
+/// errors that trying again later can cure; a wrong password or a missing table is a
+/// std::runtime_error (the restart strategy decides).
+class JOBHOST_API DependencyUnavailable : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 /// An exception from user code, annotated by the SDK with the operator it came from.
 /// The host logs the operator, the subtask and the message.
 class JOBHOST_API UserCodeError : public std::runtime_error {
  public:
-  UserCodeError(std::string operatorName, const std::string& message)
-      : std::runtime_error(message), operator_(std::move(operatorName)) {}
+  UserCodeError(std::string operatorName, const std::string& message, bool dependencyUnavailable = false)
+      : std::runtime_error(message), operator_(std::move(operatorName)), unavailable_(dependencyUnavailable) {}
   const std::string& operatorName() const { return operator_; }
+  /// It was a DependencyUnavailable: waited out, not counted.
+  bool dependencyUnavailable() const { return unavailable_; }
 
  private:
   std::string operator_;
+  bool unavailable_ = false;
 };
 
 /// Describes the exception being handled; call it only inside a catch block. A
@@ -85,6 +100,8 @@ decltype(auto) callUser(const std::string& op, F&& f) {
     return f();
   } catch (const UserCodeError&) {
     throw;
+  } catch (const DependencyUnavailable& e) {
+    throw UserCodeError(op, e.what(), true);
   } catch (...) {
     throw UserCodeError(op, describeCurrentException());
   }

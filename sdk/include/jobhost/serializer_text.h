@@ -6,7 +6,8 @@
 // decodes the bytes recursively with the built-in encodings: integers, floating point,
 // bool, char, string, vector, pair, tuple, map, optional. The text is what the print sink
 // shows for the same value (format.h): strings as they are, `(a,b)`, `[a, b]`,
-// `{k=v, k=v}`, the value or `null`.
+// `{k=v, k=v}`, the value or `null`. toJson decodes the same bytes into typed JSON for
+// tools (`jobhost state dump --format json | jq '.value[1]'`): numbers, arrays, objects.
 //
 // A user's serializer (any id that is not a built-in) is decoded only through a
 // SerializerTextForm registered for its id and version. The SDK fills those in at plan
@@ -20,6 +21,8 @@
 
 #include "jobhost/version.h"  // first: stops a pre-C++20 build with one clear line
 
+#include <charconv>
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -29,6 +32,7 @@
 #include <string_view>
 #include <vector>
 
+#include "jobhost/detail/json_string.h"
 #include "jobhost/format.h"
 #include "jobhost/operator.h"
 #include "jobhost/serializer.h"
@@ -119,6 +123,24 @@ class SerializerTextRegistry {
     ByteReader r(bytes);
     std::string out;
     append(t, r, out);
+    if (!r.atEnd()) throw SerializationError("trailing bytes after a " + std::string(id));
+    return out;
+  }
+
+  /// The same value as typed JSON (RFC 8259), for tools: integers and floating point are
+  /// numbers (exact: integers are printed in full, floating point in the shortest form
+  /// that reads back the same; NaN and the infinities, which JSON lacks, are the strings
+  /// "NaN", "Infinity" and "-Infinity"); bool is true/false; char and string are strings
+  /// (see appendJsonString); vector is an array; pair and tuple are arrays; map is an
+  /// object whose names are the keys (a string key as it is, any other key as its JSON
+  /// text: "3", "[\"a\",1]"); optional is null or the value; a user type is the string of its
+  /// registered text form. nullopt and exceptions as for toText.
+  std::optional<std::string> toJson(std::string_view id, uint32_t version, std::string_view bytes) const {
+    Type t;
+    if (!parse(id, &t) || !resolvable(t) || versionOf(t) != version) return std::nullopt;
+    ByteReader r(bytes);
+    std::string out;
+    appendJson(t, r, out);
     if (!r.atEnd()) throw SerializationError("trailing bytes after a " + std::string(id));
     return out;
   }
@@ -285,6 +307,97 @@ class SerializerTextRegistry {
       append(t.args[0], r, out);
       out += '=';
       append(t.args[1], r, out);
+    }
+    out += '}';
+  }
+
+  template <class I>
+  static void appendJsonInt(ByteReader& r, std::string& out) {
+    out += std::to_string(r.readFixed<I>());
+  }
+  template <class F>
+  static void appendJsonFloat(F v, std::string& out) {
+    if (std::isnan(v)) {
+      out += "\"NaN\"";
+    } else if (std::isinf(v)) {
+      out += v > 0 ? "\"Infinity\"" : "\"-Infinity\"";
+    } else {
+      char buf[64];
+      auto res = std::to_chars(buf, buf + sizeof buf, v);  // shortest round-trip form
+      out.append(buf, res.ptr);
+    }
+  }
+
+  void appendJson(const Type& t, ByteReader& r, std::string& out) const {
+    if (!builtin(t)) {
+      std::string text;
+      userForm(t)->append(r, text);
+      appendJsonString(out, text);
+      return;
+    }
+    const std::string& n = t.name;
+    if (n == "i8") return appendJsonInt<int8_t>(r, out);
+    if (n == "i16") return appendJsonInt<int16_t>(r, out);
+    if (n == "i32") return appendJsonInt<int32_t>(r, out);
+    if (n == "i64") return appendJsonInt<int64_t>(r, out);
+    if (n == "u8") return appendJsonInt<uint8_t>(r, out);
+    if (n == "u16") return appendJsonInt<uint16_t>(r, out);
+    if (n == "u32") return appendJsonInt<uint32_t>(r, out);
+    if (n == "u64") return appendJsonInt<uint64_t>(r, out);
+    if (n == "bool") {
+      out += r.readU8() != 0 ? "true" : "false";
+      return;
+    }
+    if (n == "char") {
+      const char c = static_cast<char>(r.readU8());
+      appendJsonString(out, std::string_view(&c, 1));
+      return;
+    }
+    if (n == "f32") return appendJsonFloat(Serializer<float>::read(r), out);
+    if (n == "f64") return appendJsonFloat(Serializer<double>::read(r), out);
+    if (n == "string") {
+      appendJsonString(out, r.readBytes());
+      return;
+    }
+    if (n == "optional") {
+      if (r.readU8() == 0) out += "null";
+      else appendJson(t.args[0], r, out);
+      return;
+    }
+    if (n == "pair" || n == "tuple") {
+      out += '[';
+      for (size_t i = 0; i < t.args.size(); ++i) {
+        if (i) out += ',';
+        appendJson(t.args[i], r, out);
+      }
+      out += ']';
+      return;
+    }
+    uint64_t count = r.readVarint();
+    if (count > r.remaining() && count > (uint64_t{1} << 20))
+      throw SerializationError("implausible element count " + std::to_string(count));
+    if (n == "vector") {
+      out += '[';
+      for (uint64_t i = 0; i < count; ++i) {
+        if (i) out += ',';
+        appendJson(t.args[0], r, out);
+      }
+      out += ']';
+      return;
+    }
+    out += '{';  // map: a name is the key's string, or the JSON text of any other key
+    for (uint64_t i = 0; i < count; ++i) {
+      if (i) out += ',';
+      if (t.args[0].name == "string") {
+        appendJsonString(out, r.readBytes());
+      } else {
+        std::string key;
+        appendJson(t.args[0], r, key);
+        if (key.size() >= 2 && key.front() == '"' && key.back() == '"') out += key;  // char, user type
+        else appendJsonString(out, key);
+      }
+      out += ':';
+      appendJson(t.args[1], r, out);
     }
     out += '}';
   }

@@ -1,7 +1,8 @@
 // An out-of-tree plugin, built by the packaging test against the installed package: two
 // word counts with the count per word in keyed state, one per backend.
 //
-// Job arguments: --input FILE (required), --output FILE (default: stdout), --rate N
+// Job arguments: --input FILE (required), --output-file FILE (a text file, at-least-once;
+// default: stdout), --rate N
 // (lines per second; 0 = as fast as possible).
 #include <jobhost/jobhost.h>
 
@@ -42,7 +43,7 @@ void buildWordCount(jobhost::StreamEnvironment& env) {
   });
   auto counts = words.keyBy([](const std::string& w) { return w; }).process<CountWords>();
   counts.uid("counts");
-  if (auto path = args.get("--output")) counts.writeAsText(*path);
+  if (auto path = args.get("--output-file")) counts.writeAsText(*path);
   else counts.print();
 }
 

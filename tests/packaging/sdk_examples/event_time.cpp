@@ -1,8 +1,10 @@
 // example: sdk_examples/event_time.cpp
 #include <jobhost/jobhost.h>
 
+#include <charconv>
 #include <chrono>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <utility>
 
@@ -10,14 +12,19 @@ using namespace std::chrono_literals;
 using Click = std::pair<std::string, int64_t>;  // (user, epoch millis)
 
 // Lines "<user> <epoch millis>" with event time from the second field, at most 1 s out of
-// order.
+// order. A timestamp is all digits: "u1 1.7e+12" fails the job naming the line (reading
+// the leading digits would put it at 1 ms).
 jobhost::DataStream<Click> clicks(jobhost::StreamEnvironment& env) {
   auto lines = env.readTextFile(env.args().get("--input").value());
   lines.uid("clicks");
   auto parsed = lines.map([](const std::string& l) {
     std::istringstream in(l);
     Click c;
-    in >> c.first >> c.second;
+    std::string millis, rest;
+    in >> c.first >> millis >> rest;
+    if (millis.empty() || !rest.empty() || millis.find_first_not_of("0123456789") != std::string::npos ||
+        std::from_chars(millis.data(), millis.data() + millis.size(), c.second).ec != std::errc())
+      throw std::runtime_error("input line '" + l + "' is not '<user> <epoch millis, digits only>'");
     return c;
   });
   auto timed = parsed.assignTimestampsAndWatermarks(

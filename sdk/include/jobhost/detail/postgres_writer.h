@@ -384,11 +384,22 @@ class PostgresWriter {
     const char* values[] = {"10", app.c_str(), conninfo_.c_str(), nullptr};
     Conn c(PQconnectdbParams(keys, values, /*expand_dbname=*/1), detail::PgConnDeleter());
     if (!c) throw std::runtime_error(where_ + ": libpq could not allocate a connection");
-    if (PQstatus(c.get()) != CONNECTION_OK)
+    if (PQstatus(c.get()) != CONNECTION_OK) {
+      const std::string why = trimmed(PQerrorMessage(c.get()));
+      // The server answered and refused (a wrong password, a missing database): a
+      // configuration error, for the restart strategy. No answer (refused, no socket, a
+      // time-out) or a server starting up or shutting down: waited out.
+      const bool answered = why.find("FATAL:") != std::string::npos &&
+                            why.find("starting up") == std::string::npos &&
+                            why.find("shutting down") == std::string::npos &&
+                            why.find("recovery mode") == std::string::npos;
+      if (!answered)
+        throw DependencyUnavailable(where_ + ": cannot connect to PostgreSQL (" +
+                                    detail::describeConninfo(conninfo_) + "): " + why +
+                                    ". The job waits for the server and restores the latest checkpoint when it answers.");
       throw std::runtime_error(where_ + ": cannot connect to PostgreSQL (" + detail::describeConninfo(conninfo_) +
-                               "): " + trimmed(PQerrorMessage(c.get())) +
-                               ". Check the connection string and that the server is running; the restart "
-                               "strategy retries.");
+                               "): " + why + ". Check the connection string; the restart strategy retries.");
+    }
     return c;
   }
 
@@ -424,10 +435,10 @@ class PostgresWriter {
     if (hint) msg += " (hint: " + trimmed(hint) + ")";
     const std::string st = sqlstate(r);
     if (connectionLost(c, r))
-      throw std::runtime_error(where_ + ": lost the connection to PostgreSQL (" + detail::describeConninfo(conninfo_) +
+      throw DependencyUnavailable(where_ + ": lost the connection to PostgreSQL (" + detail::describeConninfo(conninfo_) +
                                ") while " + what + ": " + msg +
-                               ". A task failure: the restart strategy restores the latest checkpoint and reconnects; "
-                               "the recovery commits what that checkpoint pre-committed and rolls back the rest.");
+                                  ". The job waits for the server, then restores the latest checkpoint and reconnects; "
+                                  "the recovery commits what that checkpoint pre-committed and rolls back the rest.");
     if (st == "55P03")
       throw std::runtime_error(where_ + ": waited more than " + std::to_string(lockTimeout_.count()) +
                                " ms for a row lock while " + what + " on " + server(c) + ": " + msg +
@@ -436,6 +447,13 @@ class PostgresWriter {
                                ". Roll back one that no running job will commit with ROLLBACK PREPARED '<gid>'.");
     throw std::runtime_error(where_ + ": " + what + " failed on " + server(c) + ": " + msg +
                              (st.empty() ? std::string() : " (SQLSTATE " + st + ")"));
+  }
+  /// Throws the failure of sending on `c` (libpq's message): DependencyUnavailable when
+  /// the connection is gone.
+  [[noreturn]] void failSend(PGconn* c, const std::string& what) const {
+    const std::string msg = where_ + ": " + what + " failed: " + trimmed(PQerrorMessage(c));
+    if (PQstatus(c) == CONNECTION_BAD) throw DependencyUnavailable(msg + " (the connection to PostgreSQL is lost)");
+    throw std::runtime_error(msg);
   }
   detail::PgResult exec(PGconn* c, const std::string& sql, const std::string& what) {
     detail::PgResult r(PQexec(c, sql.c_str()));
@@ -637,7 +655,7 @@ class PostgresWriter {
     std::string data;
     auto send = [&] {
       if (!data.empty() && PQputCopyData(c, data.data(), static_cast<int>(data.size())) != 1)
-        throw std::runtime_error(where_ + ": " + what + " failed: " + trimmed(PQerrorMessage(c)));
+        failSend(c, what);
       data.clear();
     };
     for (const auto& row : rows) {
@@ -657,8 +675,7 @@ class PostgresWriter {
       if (data.size() >= (1u << 20)) send();
     }
     send();
-    if (PQputCopyEnd(c, nullptr) != 1)
-      throw std::runtime_error(where_ + ": " + what + " failed: " + trimmed(PQerrorMessage(c)));
+    if (PQputCopyEnd(c, nullptr) != 1) failSend(c, what);
     if (async) {
       inFlight_ = what;
       return;

@@ -653,7 +653,10 @@ struct JobExecution::Impl {
     Slot& s = t.slots[static_cast<size_t>(i)];
     if (w <= s.watermark) return;
     s.watermark = w;
-    if (s.timers) s.timers->advanceWatermark(w, *s.op);
+    if (s.timers) {
+      s.timers->advanceWatermark(w, *s.op);
+      s.timers->persistIfLarge();
+    }
     s.op->onWatermark(w);
     if (s.writer) s.writer->broadcastWatermark(w);
     if (s.node->watermarkAssigner && !s.sender) return;  // it emits its own (emitWatermarkFn)
@@ -751,7 +754,16 @@ struct JobExecution::Impl {
       snapSlot[&s] = snap->operators.size();
       snap->operators.emplace_back(n->uid, std::move(ss));
     }
-    for (size_t b = 0; b < t.backends.size(); ++b) {
+    // The timers' backend copy holds exactly the timers registered now (timer_service.h).
+    for (int i : t.timerSlots) {
+      try {
+        t.slots[static_cast<size_t>(i)].timers->persist();
+      } catch (const std::exception& e) {
+        failure = Status::IOError(std::string("cannot write the timers of ") + t.slots[static_cast<size_t>(i)].node->name +
+                                  " " + t.label + " to its state backend: " + e.what());
+      }
+    }
+    for (size_t b = 0; b < t.backends.size() && failure.ok(); ++b) {
       const Slot& s = t.slots[static_cast<size_t>(t.backendSlot[b])];
       const PlanNode* n = s.node;
       snap->states[n->uid] = t.backends[b]->states();
@@ -891,6 +903,7 @@ struct JobExecution::Impl {
       receiver->receive(rec);
     }
     t.metrics.recordsIn.add(received);
+    for (int i : t.timerSlots) t.slots[static_cast<size_t>(i)].timers->persistIfLarge();
   }
 
   void runInput(Task& t) {

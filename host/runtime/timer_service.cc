@@ -29,29 +29,22 @@ void TaskTimerService::requireKey(const char* what) const {
                      "register and delete timers in processElement or onTimer, not in open() or close()");
 }
 
-void TaskTimerService::add(Queue& q, std::string_view ns, int64_t time) {
+void TaskTimerService::registerEventTimeTimer(std::string_view ns, int64_t time) {
   requireKey("a timer registered");
-  TimerRef ref{time, record_.keyGroup, record_.key, ns};
-  auto it = q.timers.lower_bound(ref);
-  if (it != q.timers.end() && !Order()(ref, *it)) return;  // registered already
-  q.timers.emplace_hint(it, Timer{time, record_.keyGroup, record_.key, std::string(ns)});
-  detail::encodeTimer(scratch_, time, ns);
-  backend_.mapPut(q.state, scratch_, {});
+  event_.timers.add({time, record_.keyGroup, record_.key, ns});
 }
-
-void TaskTimerService::remove(Queue& q, std::string_view ns, int64_t time) {
+void TaskTimerService::deleteEventTimeTimer(std::string_view ns, int64_t time) {
   requireKey("a timer deleted");
-  auto it = q.timers.find(TimerRef{time, record_.keyGroup, record_.key, ns});
-  if (it == q.timers.end()) return;
-  q.timers.erase(it);
-  detail::encodeTimer(scratch_, time, ns);
-  backend_.mapRemove(q.state, scratch_);
+  event_.timers.remove({time, record_.keyGroup, record_.key, ns});
 }
-
-void TaskTimerService::registerEventTimeTimer(std::string_view ns, int64_t time) { add(event_, ns, time); }
-void TaskTimerService::deleteEventTimeTimer(std::string_view ns, int64_t time) { remove(event_, ns, time); }
-void TaskTimerService::registerProcessingTimeTimer(std::string_view ns, int64_t time) { add(processing_, ns, time); }
-void TaskTimerService::deleteProcessingTimeTimer(std::string_view ns, int64_t time) { remove(processing_, ns, time); }
+void TaskTimerService::registerProcessingTimeTimer(std::string_view ns, int64_t time) {
+  requireKey("a timer registered");
+  processing_.timers.add({time, record_.keyGroup, record_.key, ns});
+}
+void TaskTimerService::deleteProcessingTimeTimer(std::string_view ns, int64_t time) {
+  requireKey("a timer deleted");
+  processing_.timers.remove({time, record_.keyGroup, record_.key, ns});
+}
 
 void TaskTimerService::load() {
   for (Queue* q : {&event_, &processing_}) {
@@ -62,40 +55,53 @@ void TaskTimerService::load() {
       if (!detail::decodeTimer(userKey, &time, &ns))
         throw StateError("a timer of key group " + std::to_string(kg) + " in the restored state is malformed (" +
                          std::to_string(userKey.size()) + " bytes)");
-      q->timers.insert(Timer{time, kg, std::string(key), std::string(ns)});
+      q->timers.addPersisted({time, kg, key, ns});
     });
   }
 }
 
-TaskTimerService::Timer TaskTimerService::pop(Queue& q) {
-  Timer t = std::move(q.timers.extract(q.timers.begin()).value());
-  record_.keyGroup = t.keyGroup;
-  record_.key = t.key;
-  for (auto* b : taskBackends_) b->setCurrentKey(t.keyGroup, t.key);
-  detail::encodeTimer(scratch_, t.time, t.ns);
-  backend_.mapRemove(q.state, scratch_);
+void TaskTimerService::persist() {
+  if (event_.timers.pendingChanges() + processing_.timers.pendingChanges() == 0) return;
+  for (Queue* q : {&event_, &processing_}) {
+    q->timers.persist([&](bool put, const TimerQueue::Timer& t) {
+      backend_.setCurrentKey(t.keyGroup, t.key);
+      detail::encodeTimer(scratch_, t.time, t.ns);
+      if (put) backend_.mapPut(q->state, scratch_, {});
+      else backend_.mapRemove(q->state, scratch_);
+    });
+  }
+  if (record_.keyGroup >= 0) backend_.setCurrentKey(record_.keyGroup, record_.key);
+}
+
+std::optional<TimerQueue::Timer> TaskTimerService::pop(Queue& q, int64_t bound) {
+  std::optional<TimerQueue::Timer> t = q.timers.pop(bound);
+  if (!t) return t;
+  record_.keyGroup = t->keyGroup;
+  record_.key.assign(t->key);
+  for (auto* b : taskBackends_) b->setCurrentKey(t->keyGroup, t->key);
   return t;
 }
 
 void TaskTimerService::advanceWatermark(int64_t watermark, Operator& op) {
-  while (!event_.timers.empty() && event_.timers.begin()->time <= watermark) {
-    Timer t = pop(event_);
-    record_.timestamp = t.time;
-    op.onEventTime(t.time, t.ns);
+  while (auto t = pop(event_, watermark)) {
+    record_.timestamp = t->time;
+    op.onEventTime(t->time, t->ns);
   }
 }
 
 void TaskTimerService::fireProcessingTimers(int64_t nowMs, Operator& op) {
-  for (size_t budget = processing_.timers.size();
-       budget > 0 && !processing_.timers.empty() && processing_.timers.begin()->time <= nowMs; --budget) {
-    Timer t = pop(processing_);
+  // Only the timers registered before this call: one registered while firing (a timer
+  // that re-arms itself for "now") waits for the next call.
+  for (size_t budget = processing_.timers.size(); budget > 0; --budget) {
+    auto t = pop(processing_, nowMs);
+    if (!t) break;
     record_.timestamp = kNoTimestamp;
-    op.onProcessingTime(t.time, t.ns);
+    op.onProcessingTime(t->time, t->ns);
   }
 }
 
 int64_t TaskTimerService::nextProcessingTime() const {
-  return processing_.timers.empty() ? kMaxWatermark : processing_.timers.begin()->time;
+  return processing_.timers.size() == 0 ? kMaxWatermark : processing_.timers.nextTime();
 }
 
 }  // namespace jobhost::host

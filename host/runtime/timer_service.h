@@ -6,24 +6,27 @@
 // detail::encodeTimer), in its state backend, per key group — in every snapshot format of
 // both backends (a savepoint in the canonical format included), restored into either
 // backend and redistributed by key group on rescaling, listed by `inspect` and `state`.
-// The backend is the durable copy; the ordered in-memory queues here are an index of it,
-// rebuilt from the backend after a restore (load()). This is Flink's HEAP timer service
-// with its timers written into the keyed state instead of a separate snapshot section:
-// one write per register/delete/fire (a RocksDB write on that backend), no second snapshot
-// format, and the queue (one entry per timer) in memory for either backend.
+// The in-memory queues (timer_queue.h) are the truth while the task runs and the backend
+// is their durable copy, brought up to date lazily: at every checkpoint before the
+// backends snapshot (persist()), and between input buffers once many changes wait
+// (persistIfLarge()); after a restore the queues are rebuilt from it (load()). This is
+// Flink's HEAP timer service with its timers written into the keyed state instead of a
+// separate snapshot section: no second snapshot format, the queue (one entry per timer)
+// in memory for either backend, and a timer that fires before the next checkpoint costs
+// no backend write at all.
 //
 // Thread-safety: used on the owning task's thread only (timers fire between records).
 #pragma once
 
 #include <chrono>
 #include <cstdint>
-#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "jobhost/operator.h"
 #include "jobhost/state/keyed_backend.h"
+#include "runtime/timer_queue.h"
 
 namespace jobhost::host {
 
@@ -66,40 +69,25 @@ class TaskTimerService : public InternalTimerService {
   size_t eventTimers() const { return event_.timers.size(); }
   size_t processingTimers() const { return processing_.timers.size(); }
 
+  /// Writes every change of the timers since the last persist() to the backend (Put of a
+  /// new timer, Delete of a fired or deleted one), so that a snapshot of the backend holds
+  /// exactly the timers registered now. The task calls it before its backends snapshot.
+  /// Sets the backend's current key to each timer's and back to the task's afterwards.
+  void persist();
+  /// persist() if more than TimerQueue::kPersistThreshold changes wait; the task calls it
+  /// between input buffers, where no operator holds a view into the backend.
+  void persistIfLarge() {
+    if (event_.timers.pendingChanges() + processing_.timers.pendingChanges() > TimerQueue::kPersistThreshold)
+      persist();
+  }
+
  private:
-  struct Timer {
-    int64_t time;
-    int keyGroup;
-    std::string key;
-    std::string ns;
-  };
-  /// A timer to look up without copying its key and namespace.
-  struct TimerRef {
-    int64_t time;
-    int keyGroup;
-    std::string_view key;
-    std::string_view ns;
-  };
-  /// Time order, then key group, key, namespace (as Flink's); transparent, so a window
-  /// re-registering its timer for every element costs one lookup and no allocation.
-  struct Order {
-    using is_transparent = void;
-    template <class A, class B>
-    bool operator()(const A& a, const B& b) const {
-      if (a.time != b.time) return a.time < b.time;
-      if (a.keyGroup != b.keyGroup) return a.keyGroup < b.keyGroup;
-      if (int c = std::string_view(a.key).compare(b.key); c != 0) return c < 0;
-      return std::string_view(a.ns) < std::string_view(b.ns);
-    }
-  };
   struct Queue {
     int state;
-    std::set<Timer, Order> timers;
+    TimerQueue timers;
   };
-  void add(Queue& q, std::string_view ns, int64_t time);
-  void remove(Queue& q, std::string_view ns, int64_t time);
-  /// Pops the first timer of `q`, makes its key current and removes it from the backend.
-  Timer pop(Queue& q);
+  /// Pops the first timer of `q` due at `bound`, if any, and makes its key current.
+  std::optional<TimerQueue::Timer> pop(Queue& q, int64_t bound);
   void requireKey(const char* what) const;
 
   state::KeyedStateBackend& backend_;

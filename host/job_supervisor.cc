@@ -142,7 +142,11 @@ JobSupervisor::JobSupervisor(const RunOptions& options, JobSetup& setup, std::un
       jobId_(options.jobId.value_or(newJobId())),
       ready_(DetachHandshake::fromEnvironment()) {}
 
-JobSupervisor::~JobSupervisor() = default;
+JobSupervisor::~JobSupervisor() {
+  // The lease's renewing thread calls onLease() (mu_, info_, the worker channel): stop it
+  // before the members it touches are destroyed (mu_ is declared after jobLock_).
+  jobLock_.reset();
+}
 
 int JobSupervisor::prepare() {
   bool checkpointing = setup_.interval.count() > 0;

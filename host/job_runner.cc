@@ -60,7 +60,7 @@ class StartupWait {
  public:
   explicit StartupWait(bool enabled) : enabled_(enabled) {}
   bool retry(const state::Status& s, const std::string& what) {
-    if (!enabled_ || !isWaitedOut(s)) return false;
+    if (!enabled_ || !isStoreUnavailability(s)) return false;
     if (!sleepUnlessInterrupted(outage_.failed(s, what))) {
       interrupted_ = true;
       return false;
@@ -139,7 +139,7 @@ int decideStableJobRestore(const RunOptions& o, const JobSetup& setup, std::opti
     LockHolder probe{static_cast<int>(::getpid()), *o.jobId, setup.className, "start of a run"};
     auto lock = JobDirectoryLock::acquire(jobDir.string(), probe);
     if (!lock.ok() && wait.retry(lock.status(), "locking " + jobDir.string())) return kTryAgain;
-    if (!lock.ok() && isWaitedOut(lock.status())) {
+    if (!lock.ok() && isStoreUnavailability(lock.status())) {
       std::cerr << "error: cannot lock " << jobDir.string() << ": " << lock.status().message() << "\n";
       return wait.interrupted() ? kExitInterrupted : kExitUnavailable;
     }
@@ -191,7 +191,7 @@ int decideStableJobRestore(const RunOptions& o, const JobSetup& setup, std::opti
     newest = jobDir / state::checkpointDirName(ids.back());
     auto snap = openSnapshot(newest.string());
     if (!snap.ok() && wait.retry(snap.status(), "reading " + newest.string())) return kTryAgain;
-    if (!snap.ok() && attempt < 5 && !isWaitedOut(snap.status())) {  // gone (NotFound), or not a snapshot any more on S3
+    if (!snap.ok() && attempt < 5 && !isStoreUnavailability(snap.status())) {  // gone (NotFound), or not a snapshot any more on S3
       std::this_thread::sleep_for(std::chrono::milliseconds(100 * attempt));
       continue;
     }

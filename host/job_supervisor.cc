@@ -746,7 +746,7 @@ int JobSupervisor::run() {
           // A database or broker the job writes to or reads from does not answer: wait,
           // then restore the latest checkpoint (the sinks' recovery commits or rolls back
           // what was pending). Not counted by the restart strategy.
-          const auto pause = dependencyOutage_.failed(state::Status::Unavailable(where + message),
+          const auto pause = dependencyOutage_.failed(waitedOutStatus(where + message),
                                                       "attempt " + std::to_string(attempt));
           {
             std::unique_lock lock(mu_);
@@ -767,7 +767,7 @@ int JobSupervisor::run() {
         if (ended->storeUnavailable) {
           // It could not restore because the store does not answer (or the disk is full):
           // wait for it; the restart strategy does not count this.
-          if (!waitForStore(state::Status::Unavailable(message), "the restore of attempt " + std::to_string(attempt))) {
+          if (!waitForStore(waitedOutStatus(message), "the restore of attempt " + std::to_string(attempt))) {
             setState(JobState::kCanceled);
             cancelled = true;
             exitCode = interruptedBySignal() ? kExitInterrupted : kExitOk;

@@ -81,10 +81,13 @@ CheckpointCoordinator::CheckpointCoordinator(CoordinatorOptions options, state::
       template_(std::move(templ)),
       nextId_(std::max(firstCheckpointId, registry_.highestCheckpointIdSeen() + 1)) {
   std::lock_guard lock(mu_);
-  for (uint64_t id : registry_.checkpointIds()) retained_.push_back(id);
+  for (uint64_t id : registry_.checkpointIds()) {
+    retained_.push_back(id);
+    retainedMetadata_[id] = *registry_.checkpoint(id);
+  }
+  cleaner_ = std::thread([this] { cleanerLoop(); });
   subsumeLocked();
-  for (uint64_t id : retained_)
-    recordLocked(recordFromMetadata(*registry_.checkpoint(id), storage_->describe(chkDir(id))));
+  for (uint64_t id : retained_) recordLocked(recordFromMetadata(retainedMetadata_.at(id), storage_->describe(chkDir(id))));
 }
 
 CheckpointCoordinator::~CheckpointCoordinator() { stop(); }
@@ -114,6 +117,41 @@ void CheckpointCoordinator::stop() {
     done_.notify_all();  // the loop may wait for a pending checkpoint (finalCheckpointWanted)
   }
   if (thread_.joinable()) thread_.join();
+  bool outage;
+  {
+    std::lock_guard lock(mu_);
+    outage = health_.unavailableSinceMs != 0;
+  }
+  {
+    std::lock_guard lock(cleanMu_);
+    if (outage && !cleanups_.empty()) {
+      spdlog::info("{} deletions left undone: the checkpoint store {} is unavailable (jobhost gc removes them later)",
+                   cleanups_.size(), options_.storageRootDescription);
+      cleanups_.clear();
+    }
+    cleanStop_ = true;
+    cleanCv_.notify_all();
+  }
+  if (cleaner_.joinable()) cleaner_.join();
+}
+
+void CheckpointCoordinator::enqueueCleanup(std::function<void()> work) {
+  std::lock_guard lock(cleanMu_);
+  cleanups_.push_back(std::move(work));
+  cleanCv_.notify_all();
+}
+
+void CheckpointCoordinator::cleanerLoop() {
+  std::unique_lock lock(cleanMu_);
+  for (;;) {
+    cleanCv_.wait(lock, [&] { return cleanStop_ || !cleanups_.empty(); });
+    if (cleanups_.empty()) return;  // stopped, nothing left
+    auto work = std::move(cleanups_.front());
+    cleanups_.pop_front();
+    lock.unlock();
+    work();
+    lock.lock();
+  }
 }
 
 void CheckpointCoordinator::finalCheckpointWanted() {
@@ -156,7 +194,7 @@ void CheckpointCoordinator::loop() {
     if (!pending_ && fencedLocked()) {
       // Not holding the job directory's lease: another instance may take it over. Nothing
       // is written until a renewal succeeds (and none may, if it was taken over).
-      storeUnavailableLocked("not publishing: " + fenceWhy_);
+      storeUnavailableLocked(fencedMessageLocked());
       continue;
     }
     lock.unlock();
@@ -257,6 +295,9 @@ void CheckpointCoordinator::setPublishDeadline(int64_t untilNanos, std::string w
 
 bool CheckpointCoordinator::fencedLocked() const { return monotonicNanos() >= publishUntilNanos_; }
 
+// One wording for both places that decline while fenced (before a trigger and at publish).
+std::string CheckpointCoordinator::fencedMessageLocked() const { return "not publishing: " + fenceWhy_; }
+
 CheckpointCoordinator::StoreHealth CheckpointCoordinator::storeHealth() const {
   std::lock_guard lock(mu_);
   return health_;
@@ -299,8 +340,10 @@ void CheckpointCoordinator::cleanUpAbortedLocked(uint64_t id, const std::vector<
   }
   if (auto sp = abortedSavepoints_.find(id); sp != abortedSavepoints_.end()) {
     // A savepoint directory is new and ours alone until its _metadata exists.
-    Status s = sp->second.first->removeAll(sp->second.second);
-    if (!s.ok()) spdlog::warn("could not clean up {}: {}", sp->second.first->describe(sp->second.second), s.toString());
+    enqueueCleanup([storage = sp->second.first, dir = sp->second.second] {
+      Status s = storage->removeAll(dir);
+      if (!s.ok()) spdlog::warn("could not clean up {}: {}", storage->describe(dir), s.toString());
+    });
     return;
   }
   if (!aborted_.count(id)) return;
@@ -309,10 +352,12 @@ void CheckpointCoordinator::cleanUpAbortedLocked(uint64_t id, const std::vector<
     for (const auto& [uid, sub] : part.operators)
       for (const auto& f : state::fileUses(sub.keyed))
         if (f.shared && f.createdByCheckpoint == id) uploaded.push_back(f.file);
-  std::vector<state::RemovedFile> removed;
-  Status s = registry_.discardIncomplete(chkDir(id), uploaded, &removed);
-  if (!s.ok()) spdlog::warn("could not clean up after aborted checkpoint {}: {}", id, s.toString());
-  for (const auto& r : removed) spdlog::debug("removed {} ({})", storage_->describe(r.path), r.reason);
+  enqueueCleanup([this, id, uploaded = std::move(uploaded)] {
+    std::vector<state::RemovedFile> removed;
+    Status s = registry_.discardIncomplete(chkDir(id), uploaded, &removed);
+    if (!s.ok()) spdlog::warn("could not clean up after aborted checkpoint {}: {}", id, s.toString());
+    for (const auto& r : removed) spdlog::debug("removed {} ({})", storage_->describe(r.path), r.reason);
+  });
 }
 
 void CheckpointCoordinator::abortLocked(uint64_t id, CheckpointFailureReason why, const std::string& reason) {
@@ -408,10 +453,14 @@ void CheckpointCoordinator::finalizeLocked(Pending p) {
     // The lease's half-life passed while it was taken: never publish it (another instance
     // may hold the lease by now); its files stay until publishing may go on.
     pending_ = std::move(p);
-    abortLocked(pending_->id, CheckpointFailureReason::kStoreUnavailable, "not published: " + fenceWhy_);
+    abortLocked(pending_->id, CheckpointFailureReason::kStoreUnavailable, fencedMessageLocked());
     return;
   }
-  if (Status s = registry_.publish(dir, m); !s.ok()) {
+  Status published;
+  {
+    published = registry_.publish(dir, m);
+  }
+  if (Status s = published; !s.ok()) {
     pending_ = std::move(p);  // abortLocked expects the pending checkpoint
     abortLocked(pending_->id, failureReasonFor(CheckpointFailureReason::kFinalizeFailed, s),
                 "cannot write its metadata: " + s.toString());
@@ -423,6 +472,7 @@ void CheckpointCoordinator::finalizeLocked(Pending p) {
   spdlog::info("completed checkpoint {} ({} new, {} total, {} ms): {}", p.id, formatBytes(m.stats.newBytes),
                formatBytes(m.stats.totalBytes), m.stats.asyncMicros / 1000, storage_->describe(dir));
   retained_.push_back(p.id);
+  retainedMetadata_[p.id] = m;
   recordLocked(recordFromMetadata(m, storage_->describe(dir)));
   if (execution_) execution_->notifyCheckpointComplete(p.id);
   subsumeLocked();
@@ -433,14 +483,17 @@ void CheckpointCoordinator::subsumeLocked() {
   while (static_cast<int>(retained_.size()) > std::max(1, options_.numRetained)) {
     uint64_t old = retained_.front();
     retained_.pop_front();
-    const state::CheckpointMetadata* m = registry_.checkpoint(old);
-    int64_t triggerTime = m ? m->timestampMs : 0;
-    std::vector<state::RemovedFile> removed;
-    Status s = registry_.discard(chkDir(old), &removed);
-    if (!s.ok()) spdlog::warn("could not fully remove subsumed checkpoint {}: {} (jobhost gc removes the rest)", old,
-                              s.toString());
-    for (const auto& r : removed) spdlog::debug("removed {} ({})", storage_->describe(r.path), r.reason);
-    spdlog::debug("subsumed checkpoint {}", old);
+    auto meta = retainedMetadata_.find(old);
+    int64_t triggerTime = meta != retainedMetadata_.end() ? meta->second.timestampMs : 0;
+    if (meta != retainedMetadata_.end()) retainedMetadata_.erase(meta);
+    enqueueCleanup([this, old] {
+        std::vector<state::RemovedFile> removed;
+      Status s = registry_.discard(chkDir(old), &removed);
+      if (!s.ok()) spdlog::warn("could not fully remove subsumed checkpoint {}: {} (jobhost gc removes the rest)", old,
+                                s.toString());
+      for (const auto& r : removed) spdlog::debug("removed {} ({})", storage_->describe(r.path), r.reason);
+      spdlog::debug("subsumed checkpoint {}", old);
+    });
     const auto& records = history_.records();
     for (auto it = records.rbegin(); it != records.rend(); ++it)
       if (it->id == old && it->triggerTimeMs == triggerTime) {
@@ -541,7 +594,7 @@ state::Result<std::string> CheckpointCoordinator::triggerSavepoint(const std::st
 std::optional<state::CheckpointMetadata> CheckpointCoordinator::latestCompleted() const {
   std::lock_guard lock(mu_);
   if (retained_.empty()) return std::nullopt;
-  return *registry_.checkpoint(retained_.back());
+  return retainedMetadata_.at(retained_.back());
 }
 
 std::vector<uint64_t> CheckpointCoordinator::retainedIds() const {

@@ -26,6 +26,14 @@
 // store coming back; the outage ends when one completes. Clean-ups of what declined
 // checkpoints wrote wait until then (they would only meet the outage too).
 //
+// Deletions (subsumed checkpoints, what aborted ones wrote) run on a cleaner thread of
+// their own, in order, as Flink's CheckpointsCleaner does: a store that stops answering in
+// the middle of one (each request retried for ~10 s) holds up neither the trigger loop nor
+// acknowledgements, declines, status or metrics. stop() lets the cleaner finish what is
+// queued while the store answers, and drops it during an outage (`jobhost gc` and the next
+// attempt's clean-up remove what is left; a subsumed checkpoint left complete is retained
+// one more time, never lost).
+//
 // Thread-safety: thread-safe; acknowledgements arrive on the uploader thread.
 #pragma once
 
@@ -150,8 +158,12 @@ class CheckpointCoordinator : public CheckpointListener {
   /// Aborts checkpoint `id`; a failure `why` that counts against the tolerance
   /// (checkpoint_failure.h) beyond tolerable-failed-checkpoints in a row fails the attempt.
   void abortLocked(uint64_t id, CheckpointFailureReason why, const std::string& reason);
-  /// Discards the oldest retained checkpoints beyond num-retained (through the registry).
+  /// Discards the oldest retained checkpoints beyond num-retained (through the registry,
+  /// on the cleaner thread).
   void subsumeLocked();
+  /// Queues a deletion for the cleaner thread (callable under mu_).
+  void enqueueCleanup(std::function<void()> work);
+  void cleanerLoop();
   /// What an aborted checkpoint wrote (called at the abort and again for every late
   /// part): its chk-<n>, and the shared files `parts` uploaded that nothing references; for
   /// an aborted savepoint its directory. No-op for ids that were not aborted.
@@ -168,7 +180,9 @@ class CheckpointCoordinator : public CheckpointListener {
 
   CoordinatorOptions options_;
   std::shared_ptr<state::CheckpointStorage> storage_;
-  state::SnapshotRegistry registry_;  // guarded by mu_
+  /// Thread-safe for publish (under mu_) and the cleaner's deletions (without mu_); the
+  /// registry holds no lock across a storage request (snapshot_registry.h).
+  state::SnapshotRegistry registry_;
   state::CheckpointMetadata template_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -177,6 +191,7 @@ class CheckpointCoordinator : public CheckpointListener {
   std::optional<Pending> pending_;               // guarded by mu_
   uint64_t nextId_;                              // guarded by mu_
   std::deque<uint64_t> retained_;                // guarded by mu_; ids, oldest first
+  std::map<uint64_t, state::CheckpointMetadata> retainedMetadata_;  // guarded by mu_; of retained_
   std::set<uint64_t> aborted_;                   // guarded by mu_; may still report late
   /// Aborted savepoints' storage and directory, for late reports; guarded by mu_.
   std::map<uint64_t, std::pair<std::shared_ptr<state::CheckpointStorage>, std::string>> abortedSavepoints_;
@@ -185,6 +200,7 @@ class CheckpointCoordinator : public CheckpointListener {
   int64_t publishUntilNanos_ = INT64_MAX;        // guarded by mu_ (setPublishDeadline)
   std::string fenceWhy_;                         // guarded by mu_
   bool fencedLocked() const;
+  std::string fencedMessageLocked() const;
   /// Clean-ups deferred while the store is unavailable: aborted id -> the parts that
   /// reported (cleanUpAbortedLocked); guarded by mu_.
   std::map<uint64_t, std::vector<TaskSnapshot>> deferredCleanups_;
@@ -195,6 +211,11 @@ class CheckpointCoordinator : public CheckpointListener {
   CheckpointHistory history_;                    // guarded by mu_
   std::function<void(const CheckpointRecord&)> onHistory_;  // guarded by mu_
   std::thread thread_;
+  std::mutex cleanMu_;
+  std::condition_variable cleanCv_;
+  std::deque<std::function<void()>> cleanups_;  // guarded by cleanMu_
+  bool cleanStop_ = false;                      // guarded by cleanMu_
+  std::thread cleaner_;
 };
 
 /// Resolves a `-s` argument: a chk-<n> or savepoint directory, its `_metadata` file, or a

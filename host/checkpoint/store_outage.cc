@@ -23,12 +23,13 @@ StoreOutage::StoreOutage(std::chrono::milliseconds initial, std::chrono::millise
 std::chrono::milliseconds StoreOutage::failed(const state::Status& s, const std::string& what) {
   if (sinceMs_ == 0) {
     sinceMs_ = nowMs();
-    spdlog::warn("{} failed: {}; the job waits for {} and tries again (unavailable since {}, not counted by the "
-                 "restart strategy)",
-                 what, s.toString(), subject_, formatLocalTime(sinceMs_));
+    waitingFor_ = s.isNoSpace() ? "free space on the local disk" : subject_;
+    spdlog::warn("{} failed: {}; the job waits for {} and tries again ({} since {}, not counted by the restart "
+                 "strategy)",
+                 what, s.toString(), waitingFor_, s.isNoSpace() ? "full" : "unavailable", formatLocalTime(sinceMs_));
   } else {
-    spdlog::info("{} failed again ({}; unavailable since {}, {} tries): {}", what,
-                 s.isNoSpace() ? std::string("no space") : subject_, formatLocalTime(sinceMs_), failures_ + 1, s.toString());
+    spdlog::info("{} failed again (waiting for {} since {}, {} tries): {}", what, waitingFor_,
+                 formatLocalTime(sinceMs_), failures_ + 1, s.toString());
   }
   ++failures_;
   auto pause = next_;
@@ -39,7 +40,8 @@ std::chrono::milliseconds StoreOutage::failed(const state::Status& s, const std:
 
 void StoreOutage::recovered() {
   if (sinceMs_ == 0) return;
-  spdlog::info("{} answers again after {} ({} failed tries)", subject_,
+  spdlog::info("{} after {} ({} failed tries)",
+               waitingFor_ == subject_ ? subject_ + " answers again" : "there is " + waitingFor_ + " again",
                formatDuration(std::chrono::milliseconds(nowMs() - sinceMs_)), failures_);
   sinceMs_ = 0;
   failures_ = 0;

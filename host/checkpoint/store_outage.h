@@ -22,11 +22,13 @@
 
 namespace jobhost::host {
 
-/// Whether an error of the checkpoint store (or of the local disk under it) is waited
-/// out instead of failing: Unavailable (no complete answer) and NoSpace (a full disk).
-/// Everything else is for the restart strategy or final. (runtime/checkpoint_failure.h
-/// decides it: isStoreUnavailability.)
-inline bool isWaitedOut(const state::Status& s) { return isStoreUnavailability(s); }
+/// The status to wait out for an error that reached the supervisor as text (a worker's
+/// report): NoSpace if it says the disk is full (strerror(ENOSPC), as RocksDB and the
+/// storages word it), Unavailable otherwise; so the log says what the job waits for.
+inline state::Status waitedOutStatus(const std::string& message) {
+  if (message.find("No space left on device") != std::string::npos) return state::Status::NoSpace(message);
+  return state::Status::Unavailable(message);
+}
 
 class StoreOutage {
  public:
@@ -34,7 +36,9 @@ class StoreOutage {
   StoreOutage(std::chrono::milliseconds initial = std::chrono::milliseconds(500),
               std::chrono::milliseconds max = std::chrono::seconds(30), std::string subject = "the checkpoint store");
 
-  /// Records that `what` (e.g. "restore of chk-7") failed with `s` (isWaitedOut(s)); returns
+  /// Records that `what` (e.g. "restore of chk-7") failed with `s` (isStoreUnavailability(s):
+  /// Unavailable, or NoSpace: then the log says it waits for free space on the local disk
+  /// instead of naming the subject); returns
   /// the pause before the next try. Logs a warning when an outage starts, then one line
   /// per try at debug level.
   std::chrono::milliseconds failed(const state::Status& s, const std::string& what);
@@ -50,6 +54,7 @@ class StoreOutage {
  private:
   const std::chrono::milliseconds initial_, max_;
   const std::string subject_;
+  std::string waitingFor_;  // of the current outage: subject_, or free space on the disk
   std::chrono::milliseconds next_;
   int64_t sinceMs_ = 0;
   uint64_t failures_ = 0;

@@ -917,10 +917,16 @@ class RocksDbBackend final : public KeyedStateBackend {
   }
 
   void check(const rocksdb::Status& s, int state, const char* op) {
-    if (!s.ok()) {
-      throw std::runtime_error(std::string("rocksdb state backend: ") + op + " on state '" +
-                               states_[state].name + "' failed: " + s.ToString());
-    }
+    if (s.ok()) return;
+    std::string what = std::string("rocksdb state backend: ") + op + " on state '" + states_[state].name +
+                       "' failed: " + s.ToString();
+    // A full local disk (RocksDB stops writing after a flush or compaction met ENOSPC, and
+    // every write then returns that error) is not the job's fault: the host waits for
+    // space and restarts the attempt from the latest checkpoint, not counted by the
+    // restart strategy (issue 31). The DB is not resumed in place: the restore rebuilds it.
+    if (s.IsNoSpace() || what.find("No space left on device") != std::string::npos)
+      throw DependencyUnavailable("the local disk of the RocksDB state is full (" + inst_->localDir + "): " + what);
+    throw std::runtime_error(what);
   }
 
   // --- DB lifecycle -------------------------------------------------------------------

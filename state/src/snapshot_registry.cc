@@ -116,7 +116,11 @@ std::vector<std::string> SnapshotRegistry::referencesOf(const std::string& path)
 }
 
 Status SnapshotRegistry::publish(const std::string& dir, const CheckpointMetadata& metadata) {
-  if (snapshots_.count(dir)) return Status::InvalidArgument("snapshot " + storage_->describe(dir) + " already exists");
+  {
+    std::lock_guard lock(*mu_);
+    if (snapshots_.count(dir) || discarding_.count(dir))
+      return Status::InvalidArgument("snapshot " + storage_->describe(dir) + " already exists");
+  }
   auto bytes = serializeMetadata(metadata, dir);
   if (!bytes.ok()) return bytes.status();
   if (Status s = storage_->put(metadataPath(dir), *bytes); !s.ok()) {
@@ -126,13 +130,19 @@ Status SnapshotRegistry::publish(const std::string& dir, const CheckpointMetadat
     if (!s.isInvalidArgument() && storage_->exists(metadataPath(dir))) (void)storage_->remove(metadataPath(dir));
     return s;
   }
+  std::lock_guard lock(*mu_);
   add(dir, metadata);
   return Status::OK();
 }
 
+bool SnapshotRegistry::isReferenced(const std::string& path) const {
+  std::lock_guard lock(*mu_);
+  return referencedBy_.count(path) > 0;
+}
+
 Status SnapshotRegistry::removeIfUnreferenced(const FileRef& f, const std::string& reason,
                                               std::vector<RemovedFile>* removed) {
-  if (referencedBy_.count(f.path)) return Status::OK();
+  if (isReferenced(f.path)) return Status::OK();
   Status s = storage_->remove(f.path);
   if (s.isNotFound()) return Status::OK();
   if (!s.ok()) return s;
@@ -141,26 +151,42 @@ Status SnapshotRegistry::removeIfUnreferenced(const FileRef& f, const std::strin
 }
 
 Status SnapshotRegistry::discard(const std::string& dir, std::vector<RemovedFile>* removed) {
-  auto it = snapshots_.find(dir);
-  if (it == snapshots_.end()) return Status::NotFound("no complete snapshot " + storage_->describe(dir));
+  {
+    std::lock_guard lock(*mu_);
+    if (!snapshots_.count(dir) || discarding_.count(dir))
+      return Status::NotFound("no complete snapshot " + storage_->describe(dir));
+    discarding_.insert(dir);  // registered (its files referenced) until its _metadata is gone
+  }
   // 1. _metadata: from here on the snapshot does not exist.
   std::string meta = metadataPath(dir);
   auto metaSize = storage_->fileSize(meta);
-  if (Status s = storage_->remove(meta); !s.ok() && !s.isNotFound()) return s;
+  if (Status s = storage_->remove(meta); !s.ok() && !s.isNotFound()) {
+    std::lock_guard lock(*mu_);
+    discarding_.erase(dir);
+    return s;
+  }
   if (removed) removed->push_back({meta, metaSize.ok() ? *metaSize : 0, "metadata of " + dir});
-  CheckpointMetadata m = std::move(it->second);
-  snapshots_.erase(it);
-  for (const auto& f : m.referencedFiles()) {
-    auto r = referencedBy_.find(f.path);
-    if (r == referencedBy_.end()) continue;
-    r->second.erase(dir);
-    if (r->second.empty()) referencedBy_.erase(r);
+  CheckpointMetadata m;
+  bool knowsAll;
+  {
+    std::lock_guard lock(*mu_);
+    discarding_.erase(dir);
+    auto it = snapshots_.find(dir);
+    m = std::move(it->second);
+    snapshots_.erase(it);
+    for (const auto& f : m.referencedFiles()) {
+      auto r = referencedBy_.find(f.path);
+      if (r == referencedBy_.end()) continue;
+      r->second.erase(dir);
+      if (r->second.empty()) referencedBy_.erase(r);
+    }
+    knowsAll = knowsAllReferences();
   }
   // 2. Files it referenced that nothing else does. Outside its own directory only if every
   // other snapshot's references are known (no unreadable `_metadata`).
   Status first;
   for (const auto& f : m.referencedFiles()) {
-    if (!knowsAllReferences() && f.path.rfind(dir + "/", 0) != 0) continue;
+    if (!knowsAll && f.path.rfind(dir + "/", 0) != 0) continue;
     keepFirst(&first, removeIfUnreferenced(f, "only " + dir + " used it", removed));
   }
   // 3. Whatever else is under its directory (files a crash left, temporary files), unless
@@ -170,7 +196,7 @@ Status SnapshotRegistry::discard(const std::string& dir, std::vector<RemovedFile
   keepFirst(&first, storage_->listTemporary(dir + "/", &temporary));
   bool anyStillReferenced = false;
   for (const auto& f : rest) {
-    if (referencedBy_.count(f.path)) {
+    if (isReferenced(f.path)) {
       anyStillReferenced = true;
       continue;
     }
@@ -187,14 +213,19 @@ Status SnapshotRegistry::discard(const std::string& dir, std::vector<RemovedFile
 
 Status SnapshotRegistry::discardIncomplete(const std::string& dir, const std::vector<FileRef>& uploadedElsewhere,
                                            std::vector<RemovedFile>* removed) {
-  if (snapshots_.count(dir) || storage_->exists(metadataPath(dir)))
+  bool registered;
+  {
+    std::lock_guard lock(*mu_);
+    registered = snapshots_.count(dir) > 0;
+  }
+  if (registered || storage_->exists(metadataPath(dir)))
     return Status::InvalidArgument("refusing to discard " + storage_->describe(dir) + " as unfinished: it is complete");
   Status first;
   std::vector<FileEntry> files, temporary;
   keepFirst(&first, storage_->list(dir + "/", &files));
   keepFirst(&first, storage_->listTemporary(dir + "/", &temporary));
   bool anyReferenced = false;
-  for (const auto& f : files) anyReferenced |= referencedBy_.count(f.path) > 0;
+  for (const auto& f : files) anyReferenced |= isReferenced(f.path);
   if (anyReferenced) {
     // Cannot happen with the layout the product writes; be safe rather than fast.
     for (const auto& f : files) keepFirst(&first, removeIfUnreferenced({f.path, f.size}, "never completed", removed));
@@ -283,7 +314,7 @@ Status SnapshotRegistry::collect(const std::vector<RemovedFile>& garbage, std::v
   Status first;
   std::set<std::string> incompleteDirs;
   for (const auto& g : garbage) {
-    if (referencedBy_.count(g.path)) continue;  // registered meanwhile: never delete it
+    if (isReferenced(g.path)) continue;  // registered meanwhile: never delete it
     std::string top = topComponent(g.path);
     Status s = g.temporary ? storage_->removeTemporary(g.path) : storage_->remove(g.path);
     if (s.ok() && removed) removed->push_back(g);

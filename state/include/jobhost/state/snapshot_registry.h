@@ -23,13 +23,19 @@
 // it. A `_metadata` that cannot be read makes every unreferenced shared file "kept": the
 // registry cannot know what that snapshot references.
 //
-// Thread-safety: not thread-safe; the owner serialises calls (the coordinator holds its
-// lock). The storage must be safe to use from the calling thread.
+// Thread-safety: publish(), discard() and discardIncomplete() may run at the same time on
+// different threads (the checkpoint coordinator publishes on the uploader thread while its
+// cleaner deletes): the registry locks its bookkeeping but never holds that lock across a
+// storage request, so a deletion whose requests the store keeps failing holds up no
+// publish. A file is removed only if, checked just before its request, no registered
+// snapshot references it. Everything else (load, the accessors, findGarbage, collect) is
+// for an owner with no writer running. The storage must be safe to use from any thread.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -115,10 +121,16 @@ class SnapshotRegistry {
   bool knowsAllReferences() const { return !partial_ && unreadable_.empty(); }
   /// True if a registered snapshot references a file under `dir`.
   bool referencesUnder(const std::string& dir) const;
-  /// Removes `path` unless a registered snapshot references it; NotFound is fine.
+  /// Removes `path` unless a registered snapshot references it; NotFound is fine. Called
+  /// without the lock (it takes it for the check).
   Status removeIfUnreferenced(const FileRef& f, const std::string& reason, std::vector<RemovedFile>* removed);
+  bool isReferenced(const std::string& path) const;
 
   std::shared_ptr<CheckpointStorage> storage_;
+  /// Guards the maps below in publish/discard/discardIncomplete; never held across a
+  /// storage request. (A pointer: the registry is moved around.)
+  std::unique_ptr<std::mutex> mu_ = std::make_unique<std::mutex>();
+  std::set<std::string> discarding_;  // directories a discard() is removing
   std::map<std::string, CheckpointMetadata> snapshots_;
   std::map<std::string, std::string> unreadable_;
   std::map<std::string, std::set<std::string>> referencedBy_;  // file path -> snapshot dirs

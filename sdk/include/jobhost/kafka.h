@@ -49,7 +49,9 @@
 // partition and combined (the smallest over the partitions that are neither idle nor
 // finished, as Flink's per-split watermarks): a partition without records for the
 // strategy's idleness is left out until it has records again; a subtask with no partition
-// to read is idle. Without withIdleness, one empty partition holds the watermark back
+// to read is idle. When every partition is idle, the subtask first emits the highest of
+// their watermarks (as an input whose channels all went idle), then marks itself idle.
+// Without withIdleness, one empty partition holds the watermark back
 // (as in Flink). Each partition's highest timestamp is in the checkpoint.
 //
 // Bad input: a record the deserializer rejects (it throws) fails the task, naming the

@@ -455,8 +455,12 @@ TEST_F(S3Job, SlowDownAnswersAreRetriedAndAFailedUploadDeclinesOnlyItsCheckpoint
 // (HEAD included) with 503 SlowDown for 12 s: the job keeps processing, declines the
 // checkpoints meanwhile without counting them, says since when, completes checkpoints
 // again once the store is back, and ends with exact counts (exit 0).
+//
+// JOBHOST_S3_OUTAGE_SECONDS sets another length (issue 31's "a 60 s outage": run by hand
+// with 60; the input grows with it).
 TEST_F(S3Job, ATwelveSecondOutageOfTheStoreIsWaitedOutAndCheckpointsResume) {
-  fs::path in = input(1800);  // ~25 s at the rate below
+  const int outageSeconds = std::getenv("JOBHOST_S3_OUTAGE_SECONDS") ? std::atoi(std::getenv("JOBHOST_S3_OUTAGE_SECONDS")) : 12;
+  fs::path in = input(1800 * (outageSeconds + 13) / 25);  // ~25 s at the rate below for 12 s
   FaultProxy proxy(tmp.path, "none", tmp / "outage");
   ASSERT_FALSE(proxy.endpoint().empty()) << "the proxy did not start";
   std::vector<std::string> args = {"run", "-c", "WordCount", "-p", "2"};
@@ -474,7 +478,7 @@ TEST_F(S3Job, ATwelveSecondOutageOfTheStoreIsWaitedOutAndCheckpointsResume) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   ASSERT_TRUE(p.running()) << e2e::readFile(err);
   proxy.setOutage("503");
-  std::this_thread::sleep_for(std::chrono::seconds(12));
+  std::this_thread::sleep_for(std::chrono::seconds(outageSeconds));
   EXPECT_TRUE(p.running()) << "the job ended during the outage:\n" << e2e::readFile(err);
   const std::string during = e2e::readFile(err);
   proxy.setOutage("up");
@@ -643,6 +647,58 @@ TEST_F(S3Job, TwoInstancesOfOneJobIdNeverBothPublishWhileTheLeaseCannotBeRenewed
   EXPECT_NE(ra.err.find("acquired it again"), std::string::npos) << ra.err;
   EXPECT_NE(ra.err.find("restarting from the newest checkpoint"), std::string::npos) << ra.err;
   EXPECT_EQ(e2e::finalCounts(ra.out + b.out), e2e::expectedCounts(e2e::readFile(in)));
+}
+
+// Issue 31, item 3, the other ending: instance B still holds the lease when A's store
+// answers again. A learns at its next renewal that the lease is B's and stops with exit 1
+// ("lost the lease … to …"), publishing nothing more; B restored A's newest checkpoint
+// and ends with exact counts.
+TEST_F(S3Job, AnInstanceWhoseLeaseWasTakenOverStopsWithExit1AndPublishesNothingMore) {
+  ::setenv("JOBHOST_LEASE_SECONDS", "6", 1);  // inherited by both instances
+  fs::path in = input(1500);
+  FaultProxy proxy(tmp.path, "none", tmp / "outage");
+  ASSERT_FALSE(proxy.endpoint().empty()) << "the proxy did not start";
+  auto args = [&](const std::string& endpoint, const std::string& rate) {
+    std::vector<std::string> a = {"run", "--job-id", "taken", "--restore", "latest", "-c", "WordCount", "-p", "1"};
+    for (auto& f : s3Flags()) a.push_back(f);
+    for (auto& x : a)
+      if (x.rfind("s3.endpoint=", 0) == 0) x = "s3.endpoint=" + endpoint;
+    a.insert(a.end(), {"-D", "execution.checkpointing.interval=300ms", kPlugin, "--input", in.string(), "--rate", rate});
+    return a;
+  };
+  const fs::path errA = tmp / "a.err", errB = tmp / "b.err";
+  e2e::Process a(jobhost(args(proxy.endpoint(), "1000")), tmp / "a.out", errA);
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < until && a.running() &&
+         e2e::readFile(errA).find("completed checkpoint 2 ") == std::string::npos)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(a.running()) << e2e::readFile(errA);
+  proxy.setOutage("503:/.lock");
+  std::this_thread::sleep_for(std::chrono::seconds(8));  // A's lease (6 s) has expired by now
+  ASSERT_TRUE(a.running()) << e2e::readFile(errA);
+  e2e::Process b(jobhost(args(s3test::rgw().endpoint, "2000")), tmp / "b.out", errB);
+  until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < until && b.running() &&
+         e2e::readFile(errB).find("completed checkpoint") == std::string::npos)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(b.running()) << e2e::readFile(errB);
+  proxy.setOutage("up");
+  e2e::Result ra = a.wait(std::chrono::seconds(60));
+  e2e::Result rb = b.wait(std::chrono::seconds(120));
+  ::unsetenv("JOBHOST_LEASE_SECONDS");
+  EXPECT_EQ(ra.exitCode, 1) << ra.err;
+  EXPECT_NE(ra.err.find("lost the lease"), std::string::npos) << ra.err;
+  EXPECT_EQ(ra.err.find("acquired it again"), std::string::npos) << ra.err;
+  ASSERT_EQ(rb.exitCode, 0) << rb.err;
+  EXPECT_NE(rb.err.find("--restore latest: restoring"), std::string::npos) << rb.err;
+  // A published nothing after it lost the lease: every checkpoint of A's log is older than
+  // B's start (B numbers its checkpoints on from A's).
+  const std::vector<std::string> bTimes = linesAt(rb.err, "completed checkpoint");
+  ASSERT_FALSE(bTimes.empty()) << rb.err;
+  for (const std::string& t : linesAt(ra.err, "completed checkpoint"))
+    EXPECT_LT(t, bTimes.front()) << "A published a checkpoint at " << t << " after B's first (" << bTimes.front()
+                                 << ")";
+  EXPECT_EQ(e2e::finalCounts(ra.out + rb.out), e2e::expectedCounts(e2e::readFile(in)));
 }
 
 TEST_F(S3Job, StopWithASavepointOntoS3AndRestoreFromItKeepsExactCounts) {

@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -318,15 +319,32 @@ void JobSupervisor::sendLeaseLocked() {
   });
 }
 
-bool JobSupervisor::waitForStore(const state::Status& s, const std::string& what) {
-  const bool starts = !restoreOutage_.active();
-  const auto pause = restoreOutage_.failed(s, what);
+namespace {
+/// Whether the filesystem of `dir` is full: less than 4 MiB or 0.1 % of it free for us.
+bool localDiskFull(const std::string& dir) {
+  struct statvfs st {};
+  if (::statvfs(dir.c_str(), &st) != 0) return false;
+  const uint64_t free = static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
+  const uint64_t size = static_cast<uint64_t>(st.f_blocks) * st.f_frsize;
+  return free < std::max<uint64_t>(4u << 20, size / 1000);
+}
+}  // namespace
+
+bool JobSupervisor::waitOut(Outage outage, const state::Status& s, const std::string& what) {
+  StoreOutage& backoff = outage == Outage::kCheckpointStore ? restoreOutage_ : dependencyOutage_;
+  const bool starts = !backoff.active();
+  const auto pause = backoff.failed(s, what);
   std::unique_lock lock(mu_);
-  if (starts) ++restoreOutagesSeen_;
-  ++info_.restoreRetries;
-  info_.storeUnavailableSinceMs = restoreOutage_.sinceMs();
-  info_.checkpointStoreError = s.toString();
-  info_.checkpointStoreOutages = endedOutages_ + restoreOutagesSeen_;
+  if (outage == Outage::kCheckpointStore) {
+    if (starts) ++restoreOutagesSeen_;
+    ++info_.restoreRetries;
+    info_.storeUnavailableSinceMs = backoff.sinceMs();
+    info_.checkpointStoreError = s.toString();
+    info_.checkpointStoreOutages = endedOutages_ + restoreOutagesSeen_;
+  } else {
+    info_.lastFailure = s.message();
+    info_.lastFailureMs = nowMs();
+  }
   if (!cancelRequested_) info_.state = JobState::kRestarting;
   changed_.notify_all();
   changed_.wait_for(lock, pause, [&] { return cancelRequested_; });
@@ -626,8 +644,8 @@ int JobSupervisor::run() {
     state::Status workDir = workDir_ ? workDir_->beginAttempt(attempt).status() : state::Status::OK();
     if (!restore.ok() && isStoreUnavailability(restore.status())) {
       // The store does not answer: wait for it; the restart strategy does not count this.
-      if (!waitForStore(restore.status(), "reading the checkpoints of job " + jobId_ + " before attempt " +
-                                              std::to_string(attempt))) {
+      if (!waitOut(Outage::kCheckpointStore, restore.status(),
+                   "reading the checkpoints of job " + jobId_ + " before attempt " + std::to_string(attempt))) {
         setState(JobState::kCanceled);
         cancelled = true;
         exitCode = interruptedBySignal() ? kExitInterrupted : kExitOk;
@@ -687,6 +705,8 @@ int JobSupervisor::run() {
       }
       close(w.channel);
       close(w.crash);
+      // Before its files go: whether the disk under the state was full when it ended.
+      const bool diskWasFull = workDir_ && localDiskFull(workDir_->path());
       // A worker that died (kill -9, OOM) could not remove its working directory.
       std::error_code rmError;
       fs::remove_all(attemptLocalDir(setup_, jobId_, attempt), rmError);
@@ -746,28 +766,18 @@ int JobSupervisor::run() {
           // A database or broker the job writes to or reads from does not answer: wait,
           // then restore the latest checkpoint (the sinks' recovery commits or rolls back
           // what was pending). Not counted by the restart strategy.
-          const auto pause = dependencyOutage_.failed(waitedOutStatus(where + message),
-                                                      "attempt " + std::to_string(attempt));
-          {
-            std::unique_lock lock(mu_);
-            info_.lastFailure = where + message;
-            info_.lastFailureMs = nowMs();
-            if (!cancelRequested_) info_.state = JobState::kRestarting;
-            changed_.notify_all();
-            changed_.wait_for(lock, pause, [&] { return cancelRequested_; });
-            if (cancelRequested_) {
-              info_.state = JobState::kCanceled;
-              cancelled = true;
-              exitCode = interruptedBySignal() ? kExitInterrupted : kExitOk;
-            }
+          if (!waitOut(Outage::kDependency, waitedOutStatus(where + message), "attempt " + std::to_string(attempt))) {
+            setState(JobState::kCanceled);
+            cancelled = true;
+            exitCode = interruptedBySignal() ? kExitInterrupted : kExitOk;
+            break;
           }
-          if (cancelled) break;
           continue;
         }
         if (ended->storeUnavailable) {
           // It could not restore because the store does not answer (or the disk is full):
           // wait for it; the restart strategy does not count this.
-          if (!waitForStore(waitedOutStatus(message), "the restore of attempt " + std::to_string(attempt))) {
+          if (!waitOut(Outage::kCheckpointStore, waitedOutStatus(message), "the restore of attempt " + std::to_string(attempt))) {
             setState(JobState::kCanceled);
             cancelled = true;
             exitCode = interruptedBySignal() ? kExitInterrupted : kExitOk;
@@ -799,6 +809,23 @@ int JobSupervisor::run() {
           cancelled = true;
           exitCode = interruptedBySignal() ? kExitInterrupted : kExitOk;
           break;
+        }
+        // RocksDB 7.8 (Debian 12) can abort instead of returning an error when a write
+        // meets a full disk (an assertion in WritableFileWriter after a failed append): a
+        // worker that aborted (or met SIGBUS) while the disk under its state was full met
+        // the full disk, and that is waited out as the backend's DependencyUnavailable is
+        // (issue 31). A kill -9 or the OOM killer stays a failure for the restart strategy.
+        if (diskWasFull && WIFSIGNALED(status) && (WTERMSIG(status) == SIGABRT || WTERMSIG(status) == SIGBUS)) {
+          if (!waitOut(Outage::kDependency,
+                       state::Status::NoSpace(where + message + ", with the local disk of its state (" +
+                                              workDir_->path() + ") full: No space left on device"),
+                       "attempt " + std::to_string(attempt))) {
+            setState(JobState::kCanceled);
+            cancelled = true;
+            exitCode = interruptedBySignal() ? kExitInterrupted : kExitOk;
+            break;
+          }
+          continue;
         }
       }
     }

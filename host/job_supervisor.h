@@ -103,9 +103,15 @@ class JobSupervisor {
   /// The checkpoint figures of info_ from history_ (after every change of it).
   void updateCheckpointStatsLocked();
   void failInProgressLocked(const std::string& reason);
-  /// The store did not answer while an attempt was to restore (`s`): waits with backoff
-  /// (not counted by the restart strategy). False if the job was cancelled meanwhile.
-  bool waitForStore(const state::Status& s, const std::string& what);
+  /// What an attempt met and waits out (not counted by the restart strategy).
+  enum class Outage {
+    kCheckpointStore,  // a restore could not read the store (or the disk under it was full)
+    kDependency,       // user code threw DependencyUnavailable: a database, broker or full disk
+  };
+  /// Waits with that outage's backoff after `what` failed with `s`, in RESTARTING; the
+  /// status shows it (the store's outage as "unavailable since", a dependency's as the
+  /// last failure). False if the job was cancelled meanwhile.
+  bool waitOut(Outage outage, const state::Status& s, const std::string& what);
   /// The job directory's lease changed (JobDirectoryLock::onLeaseChange, its thread).
   void onLease(const JobDirectoryLock::LeaseState& l);
   void sendLeaseLocked();

@@ -26,8 +26,9 @@ namespace jobhost::host {
 /// report): NoSpace if it says the disk is full (strerror(ENOSPC), as RocksDB and the
 /// storages word it), Unavailable otherwise; so the log says what the job waits for.
 inline state::Status waitedOutStatus(const std::string& message) {
-  if (message.find("No space left on device") != std::string::npos) return state::Status::NoSpace(message);
-  return state::Status::Unavailable(message);
+  if (message.find("No space left on device") == std::string::npos) return state::Status::Unavailable(message);
+  const std::string code = state::Status::NoSpace("").toString();  // the text's own "No space: "
+  return state::Status::NoSpace(message.rfind(code, 0) == 0 ? message.substr(code.size()) : message);
 }
 
 class StoreOutage {

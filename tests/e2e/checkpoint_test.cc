@@ -565,16 +565,20 @@ TEST_F(Checkpoints, AFullLocalDiskWhileTheJobRunsIsWaitedOutNotCounted) {
   DiskFiller filler(small.dir, 0);
   filler.waitFull();
   until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (readFile(err).find("the local disk of the RocksDB state is full") == std::string::npos && p.running() &&
+  while (readFile(err).find("the job waits for free space on the local disk") == std::string::npos && p.running() &&
          std::chrono::steady_clock::now() < until)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   const std::string during = readFile(err);
   filler.stop();
   Result r = p.wait(std::chrono::seconds(300));
   ASSERT_EQ(r.exitCode, 0) << "a full local disk while running is waited out:\n" << r.err;
-  EXPECT_NE(during.find("the local disk of the RocksDB state is full (" + small.dir.string()), std::string::npos)
-      << during;
-  EXPECT_NE(r.err.find("the job waits for free space on the local disk"), std::string::npos) << r.err;
+  // The attempt ends with the backend's error naming the directory; or — RocksDB 7.8 can
+  // abort on a failed write instead of returning it — the worker dies while the disk is
+  // full, which the supervisor reports with the directory too.
+  const bool backendSaidIt = during.find("the local disk of the RocksDB state is full (" + small.dir.string()) != std::string::npos;
+  const bool supervisorSawIt = during.find("with the local disk of its state (" + small.dir.string()) != std::string::npos;
+  EXPECT_TRUE(backendSaidIt || supervisorSawIt) << during;
+  EXPECT_NE(during.find("the job waits for free space on the local disk"), std::string::npos) << during;
   EXPECT_NE(r.err.find("there is free space on the local disk again"), std::string::npos) << r.err;
   EXPECT_EQ(finalCounts(r.out), expectedCounts(text));
 }

@@ -19,6 +19,7 @@
 
 #include "jobhost/state/checkpoint_storage.h"
 #include "jobhost/state/s3_storage.h"
+#include "s3/fault_proxy.h"
 #include "s3/rgw_environment.h"
 
 namespace js = jobhost::state;
@@ -344,28 +345,19 @@ TEST_F(S3StorageTest, ConnectionFailuresAreRetriedAndNamed) {
 TEST_F(S3StorageTest, AnIncompleteOrFailedAnswerIsUnavailableNeverCorruptionOrNotFound) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("jobhost-proxy-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
-  const std::string port = (dir / "port").string(), control = (dir / "control").string();
-  pid_t proxy = ::fork();
-  if (proxy == 0) {
-    ::execl("/usr/bin/python3", "python3", JOBHOST_FAULT_PROXY, rgw().endpoint.c_str(), "none", port.c_str(),
-            control.c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  for (int i = 0; i < 500 && !std::filesystem::exists(port); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  std::string p;
-  std::getline(std::ifstream(port), p);
-  ASSERT_FALSE(p.empty()) << "the proxy did not start";
+  struct RemoveDir {
+    std::filesystem::path dir;
+    ~RemoveDir() { std::filesystem::remove_all(dir); }
+  } removeDir{dir};
+  s3test::FaultProxy proxy(dir, "none", dir / "control");  // stopped (SIGKILL) when it goes
+  ASSERT_FALSE(proxy.endpoint().empty()) << "the proxy did not start";
   js::S3Options o = options();
-  o.endpoint = "http://127.0.0.1:" + p;
+  o.endpoint = proxy.endpoint();
   o.maxAttempts = 2;
   auto s = open(o);
   const std::string body(4096, 'x');
   ASSERT_OK(s->put("u/file", body));
-  auto mode = [&](const std::string& m) {
-    { std::ofstream(control + ".tmp") << m << "\n"; }
-    std::filesystem::rename(control + ".tmp", control);
-  };
+  auto mode = [&](const std::string& m) { proxy.setOutage(m); };
   struct Case {
     std::string mode;
     bool size, get, read;  // which operations it hits
@@ -403,9 +395,6 @@ TEST_F(S3StorageTest, AnIncompleteOrFailedAnswerIsUnavailableNeverCorruptionOrNo
   ASSERT_OK(size);
   EXPECT_EQ(*size, body.size());
   ASSERT_OK(s->probe());
-  ::kill(proxy, SIGKILL);
-  ::waitpid(proxy, nullptr, 0);
-  std::filesystem::remove_all(dir);
 }
 
 TEST_F(S3StorageTest, WrongSecretIsPermissionDeniedAndTheSecretIsNotInTheMessage) {

@@ -320,13 +320,13 @@ void JobSupervisor::sendLeaseLocked() {
 }
 
 namespace {
-/// Whether the filesystem of `dir` is full: less than 4 MiB or 0.1 % of it free for us.
+/// Whether the filesystem of `dir` is full: less than 16 MiB free for us (what RocksDB's
+/// failed write left behind is still there when this is asked).
 bool localDiskFull(const std::string& dir) {
   struct statvfs st {};
   if (::statvfs(dir.c_str(), &st) != 0) return false;
   const uint64_t free = static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
-  const uint64_t size = static_cast<uint64_t>(st.f_blocks) * st.f_frsize;
-  return free < std::max<uint64_t>(4u << 20, size / 1000);
+  return free < (16u << 20);
 }
 }  // namespace
 
@@ -391,6 +391,7 @@ void JobSupervisor::onCheckpointRecord(const CheckpointRecord& r) {
     recordCheckpointLocked(r);
   }
   highestTriggeredId_ = std::max(highestTriggeredId_, r.id);
+  if (r.status == CheckpointRecord::Status::kCompleted && !r.savepoint) dependencyOutage_.recovered();
   if (r.status == CheckpointRecord::Status::kCompleted && !r.savepoint && claimLock_ && !claimDisposed_)
     disposeClaimedSnapshot();
 }
@@ -492,7 +493,9 @@ std::optional<JobSupervisor::WorkerEnd> JobSupervisor::readWorker(int fd) {
             std::lock_guard lock(mu_);
             info_.runningSinceMs = nowMs();
             if (attemptRestores_) info_.lastRestoreMs = info_.runningSinceMs;  // restored by now
-            dependencyOutage_.recovered();
+            // A dependency's outage ends with a checkpoint of the new attempt (below), not
+            // when it runs: a job whose own state fills the disk would otherwise go round
+            // restore, fill, fail, 0.5 s, forever, never backing off.
             if (restoreOutage_.active()) {
               restoreOutage_.recovered();
               info_.storeUnavailableSinceMs = 0;
@@ -687,9 +690,11 @@ int JobSupervisor::run() {
         while ((n = ::read(w.crash, buf, sizeof buf)) > 0) crashReport.append(buf, static_cast<size_t>(n));
       }
       bool requested, stopped;
+      int64_t ranSinceMs;  // 0: it never ran
       {
         std::lock_guard lock(mu_);
         workerChannel_ = -1;
+        ranSinceMs = info_.runningSinceMs;
         info_.runningSinceMs = 0;
         failInProgressLocked("the job attempt ended before it completed");
         changed_.notify_all();
@@ -766,6 +771,8 @@ int JobSupervisor::run() {
           // A database or broker the job writes to or reads from does not answer: wait,
           // then restore the latest checkpoint (the sinks' recovery commits or rolls back
           // what was pending). Not counted by the restart strategy.
+          // (Without checkpoints: an attempt that ran for a minute ended the outage too.)
+          if (ranSinceMs != 0 && nowMs() - ranSinceMs > 60'000) dependencyOutage_.recovered();
           if (!waitOut(Outage::kDependency, waitedOutStatus(where + message), "attempt " + std::to_string(attempt))) {
             setState(JobState::kCanceled);
             cancelled = true;

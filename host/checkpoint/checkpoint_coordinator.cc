@@ -124,6 +124,7 @@ void CheckpointCoordinator::stop() {
   }
   {
     std::lock_guard lock(cleanMu_);
+    outage = outage || cleanerMetOutage_;  // also when only a deletion met it
     if (outage && !cleanups_.empty()) {
       spdlog::info("{} deletions left undone: the checkpoint store {} is unavailable (jobhost gc removes them later)",
                    cleanups_.size(), options_.storageRootDescription);
@@ -135,7 +136,7 @@ void CheckpointCoordinator::stop() {
   if (cleaner_.joinable()) cleaner_.join();
 }
 
-void CheckpointCoordinator::enqueueCleanup(std::function<void()> work) {
+void CheckpointCoordinator::enqueueCleanup(std::function<Status()> work) {
   std::lock_guard lock(cleanMu_);
   cleanups_.push_back(std::move(work));
   cleanCv_.notify_all();
@@ -149,8 +150,18 @@ void CheckpointCoordinator::cleanerLoop() {
     auto work = std::move(cleanups_.front());
     cleanups_.pop_front();
     lock.unlock();
-    work();
+    bool fenced;
+    {
+      std::lock_guard coordinator(mu_);
+      fenced = fencedLocked();
+    }
+    // Queued while this process held the lease, run maybe much later: if it holds it no
+    // longer, another instance may own the directory by now (jobhost gc collects it).
+    Status s = fenced ? Status::OK() : work();
+    if (fenced) spdlog::info("a deletion was skipped: {}", fencedMessage());
     lock.lock();
+    if (!s.ok()) cleanerMetOutage_ = isStoreUnavailability(s);
+    else if (!fenced) cleanerMetOutage_ = false;
   }
 }
 
@@ -298,6 +309,11 @@ bool CheckpointCoordinator::fencedLocked() const { return monotonicNanos() >= pu
 // One wording for both places that decline while fenced (before a trigger and at publish).
 std::string CheckpointCoordinator::fencedMessageLocked() const { return "not publishing: " + fenceWhy_; }
 
+std::string CheckpointCoordinator::fencedMessage() const {
+  std::lock_guard lock(mu_);
+  return fencedMessageLocked();
+}
+
 CheckpointCoordinator::StoreHealth CheckpointCoordinator::storeHealth() const {
   std::lock_guard lock(mu_);
   return health_;
@@ -343,6 +359,7 @@ void CheckpointCoordinator::cleanUpAbortedLocked(uint64_t id, const std::vector<
     enqueueCleanup([storage = sp->second.first, dir = sp->second.second] {
       Status s = storage->removeAll(dir);
       if (!s.ok()) spdlog::warn("could not clean up {}: {}", storage->describe(dir), s.toString());
+      return s;
     });
     return;
   }
@@ -357,6 +374,7 @@ void CheckpointCoordinator::cleanUpAbortedLocked(uint64_t id, const std::vector<
     Status s = registry_.discardIncomplete(chkDir(id), uploaded, &removed);
     if (!s.ok()) spdlog::warn("could not clean up after aborted checkpoint {}: {}", id, s.toString());
     for (const auto& r : removed) spdlog::debug("removed {} ({})", storage_->describe(r.path), r.reason);
+    return s;
   });
 }
 
@@ -487,12 +505,13 @@ void CheckpointCoordinator::subsumeLocked() {
     int64_t triggerTime = meta != retainedMetadata_.end() ? meta->second.timestampMs : 0;
     if (meta != retainedMetadata_.end()) retainedMetadata_.erase(meta);
     enqueueCleanup([this, old] {
-        std::vector<state::RemovedFile> removed;
+      std::vector<state::RemovedFile> removed;
       Status s = registry_.discard(chkDir(old), &removed);
       if (!s.ok()) spdlog::warn("could not fully remove subsumed checkpoint {}: {} (jobhost gc removes the rest)", old,
                                 s.toString());
       for (const auto& r : removed) spdlog::debug("removed {} ({})", storage_->describe(r.path), r.reason);
       spdlog::debug("subsumed checkpoint {}", old);
+      return s;
     });
     const auto& records = history_.records();
     for (auto it = records.rbegin(); it != records.rend(); ++it)

@@ -29,8 +29,10 @@
 // Deletions (subsumed checkpoints, what aborted ones wrote) run on a cleaner thread of
 // their own, in order, as Flink's CheckpointsCleaner does: a store that stops answering in
 // the middle of one (each request retried for ~10 s) holds up neither the trigger loop nor
-// acknowledgements, declines, status or metrics. stop() lets the cleaner finish what is
-// queued while the store answers, and drops it during an outage (`jobhost gc` and the next
+// acknowledgements, declines, status or metrics. A deletion whose turn comes while this
+// process is fenced (setPublishDeadline) is skipped: another instance may own the directory
+// by then. stop() lets the cleaner finish what is queued while the store answers, and drops
+// it during an outage (also one only a deletion met) (`jobhost gc` and the next
 // attempt's clean-up remove what is left; a subsumed checkpoint left complete is retained
 // one more time, never lost).
 //
@@ -162,7 +164,7 @@ class CheckpointCoordinator : public CheckpointListener {
   /// on the cleaner thread).
   void subsumeLocked();
   /// Queues a deletion for the cleaner thread (callable under mu_).
-  void enqueueCleanup(std::function<void()> work);
+  void enqueueCleanup(std::function<state::Status()> work);
   void cleanerLoop();
   /// What an aborted checkpoint wrote (called at the abort and again for every late
   /// part): its chk-<n>, and the shared files `parts` uploaded that nothing references; for
@@ -201,6 +203,7 @@ class CheckpointCoordinator : public CheckpointListener {
   std::string fenceWhy_;                         // guarded by mu_
   bool fencedLocked() const;
   std::string fencedMessageLocked() const;
+  std::string fencedMessage() const;
   /// Clean-ups deferred while the store is unavailable: aborted id -> the parts that
   /// reported (cleanUpAbortedLocked); guarded by mu_.
   std::map<uint64_t, std::vector<TaskSnapshot>> deferredCleanups_;
@@ -213,7 +216,8 @@ class CheckpointCoordinator : public CheckpointListener {
   std::thread thread_;
   std::mutex cleanMu_;
   std::condition_variable cleanCv_;
-  std::deque<std::function<void()>> cleanups_;  // guarded by cleanMu_
+  std::deque<std::function<state::Status()>> cleanups_;  // guarded by cleanMu_
+  bool cleanerMetOutage_ = false;  // guarded by cleanMu_: the last deletion met an unavailable store
   bool cleanStop_ = false;                      // guarded by cleanMu_
   std::thread cleaner_;
 };

@@ -49,8 +49,9 @@
 // partition and combined (the smallest over the partitions that are neither idle nor
 // finished, as Flink's per-split watermarks): a partition without records for the
 // strategy's idleness is left out until it has records again; a subtask with no partition
-// to read is idle. When every partition is idle, the subtask first emits the highest of
-// their watermarks (as an input whose channels all went idle), then marks itself idle.
+// to read is idle. When the last active partitions go idle together, the subtask first
+// emits the lowest of their watermarks (what it would have emitted had the partitions
+// without a timestamp gone idle a moment earlier), then marks itself idle.
 // Without withIdleness, one empty partition holds the watermark back
 // (as in Flink). Each partition's highest timestamp is in the checkpoint.
 //
@@ -787,35 +788,34 @@ class KafkaSourceOp : public SourceOperator {
     const auto now = std::chrono::steady_clock::now();
     const int64_t idleness = strategy_->idlenessMs();
     bool anyActive = false, holdBack = false;
-    int64_t combined = kMaxWatermark, highestIdle = kMinWatermark;
+    int64_t combined = kMaxWatermark, justIdle = kMaxWatermark;
     for (auto& s : reader_.splits()) {
       if (s.carried || s.finished()) continue;
+      const int64_t own = s.maxTimestamp == kNoTimestamp
+                              ? kMinWatermark
+                              : saturatingAdd(s.maxTimestamp, -strategy_->outOfOrdernessMs() - 1);
       if (s.records > 0) {
         s.records = 0;
         s.lastActivity = now;
         s.idle = false;
       } else if (idleness > 0 && !s.idle && now - s.lastActivity >= std::chrono::milliseconds(idleness)) {
         s.idle = true;
+        if (s.maxTimestamp != kNoTimestamp) justIdle = std::min(justIdle, own);
       }
-      const int64_t own = s.maxTimestamp == kNoTimestamp
-                              ? kMinWatermark
-                              : saturatingAdd(s.maxTimestamp, -strategy_->outOfOrdernessMs() - 1);
-      if (s.idle) {
-        highestIdle = std::max(highestIdle, own);
-        continue;
-      }
+      if (s.idle) continue;
       anyActive = true;
       if (s.maxTimestamp == kNoTimestamp) holdBack = true;  // nothing read yet: no watermark for it
       else combined = std::min(combined, own);
     }
     if (!anyActive) {
       // Every partition idle, or none to read: downstream does not wait for this subtask.
-      // First the watermark its partitions earned, as the input valve does when all of its
-      // channels go idle (the highest): partitions that go idle in the same period would
-      // otherwise take it with them. (Partition 0 had records up to 25000 while an empty
-      // partition 1 held the watermark back; both reached the idleness timeout in one
-      // period and no window ever fired: issue 32's flake on a busy machine.)
-      if (highestIdle != kMinWatermark) emit(highestIdle);
+      // First what the partitions that went idle in this very call had earned (the lowest
+      // of them): as if the ones without a timestamp, which held it back, had gone idle a
+      // moment earlier. Otherwise it goes idle with them. (Issue 32: partition 0 had records
+      // up to 25000 while an empty partition 1 held the watermark back; both reached the
+      // idleness timeout in one call and no window ever fired.) Partitions idle since
+      // earlier calls count no more: their watermark was part of what was emitted then.
+      if (justIdle != kMaxWatermark) emit(justIdle);
       if (!idle_) ctx_->markIdle();
       idle_ = true;
       return;

@@ -22,6 +22,8 @@
 #include "jobhost/state/s3_storage.h"
 #include "jobhost/state/snapshot_registry.h"
 #include "control/control_server.h"
+#include "exit_codes.h"
+#include "job_id.h"
 #include "job_setup.h"
 #include "job_supervisor.h"
 #include "runtime/restart_strategy.h"
@@ -32,19 +34,6 @@
 namespace jobhost::host {
 
 namespace fs = std::filesystem;
-
-std::string jobIdProblem(const std::string& id) {
-  if (id.empty() || id.size() > 64) return "it must have 1 to 64 characters";
-  if (id.front() == '-') return "it must not start with '-'";
-  for (char c : id)
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_')
-      return std::string("it may hold letters, digits, '-' and '_' only, not '") + c + "'";
-  return {};
-}
-
-int exitCodeForSnapshotError(const state::Status& s) {
-  return s.isUnavailable() ? kExitUnavailable : kExitIncompatible;
-}
 
 namespace {
 

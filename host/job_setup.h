@@ -14,8 +14,8 @@
 #include "jobhost/job.h"
 #include "jobhost/operator.h"
 #include "jobhost/state/keyed_backend.h"
-#include "job_runner.h"
 #include "plugin/plugin_loader.h"
+#include "run_options.h"
 #include "runtime/job_execution.h"
 
 namespace jobhost::host {

@@ -20,6 +20,7 @@
 #include <random>
 
 #include "checkpoint/checkpoint_record_capnp.h"
+#include "exit_codes.h"
 #include "jobhost/state/checkpoint_layout.h"
 #include "jobhost/state/snapshot_registry.h"
 #include "runtime/checkpoint_failure.h"

@@ -39,10 +39,10 @@
 #include "checkpoint/store_outage.h"
 #include "cli/detach.h"
 #include "control/job_control.h"
-#include "job_runner.h"
 #include "job_setup.h"
 #include "job_work_directory.h"
 #include "metrics/task_rates.h"
+#include "run_options.h"
 #include "runtime/restart_strategy.h"
 
 namespace jobhost::host {

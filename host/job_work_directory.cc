@@ -11,7 +11,7 @@
 #include <filesystem>
 
 #include "control/control_server.h"
-#include "job_runner.h"
+#include "job_id.h"
 #include "jobhost/state/checkpoint_layout.h"
 #include "private_directory.h"
 

@@ -19,6 +19,7 @@
 
 #include "checkpoint/checkpoint_coordinator.h"
 #include "checkpoint/checkpoint_record_capnp.h"
+#include "exit_codes.h"
 #include "job_setup.h"
 #include "log_format.h"
 #include "runtime/checkpoint_failure.h"

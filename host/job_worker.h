@@ -15,7 +15,7 @@
 #include <optional>
 #include <string>
 
-#include "job_runner.h"
+#include "run_options.h"
 
 namespace jobhost::host {
 

@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "config/units.h"
+#include "exit_codes.h"
 #include "job_runner.h"
 #include "job_worker.h"
 #include "log_format.h"

@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "control/job_control.h"
-#include "job_runner.h"
+#include "exit_codes.h"
 
 namespace jobhost::host {
 

@@ -19,7 +19,7 @@
 #include "cli/table.h"
 #include "control/control_client.h"
 #include "control/control_server.h"
-#include "job_runner.h"
+#include "exit_codes.h"
 #include "plugin/elf_metadata.h"
 #include "plugin/plugin_loader.h"
 

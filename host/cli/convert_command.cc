@@ -10,7 +10,7 @@
 #include "jobhost/state/s3_storage.h"
 #include "checkpoint/checkpoint_coordinator.h"
 #include "cli/commands.h"
-#include "job_runner.h"
+#include "exit_codes.h"
 #include "jobhost/state/key_group_format.h"
 #include "jobhost/state/snapshot_entries.h"
 

@@ -32,7 +32,7 @@
 #include "cli/commands.h"
 #include "control/control_client.h"
 #include "control/control_server.h"
-#include "job_runner.h"
+#include "exit_codes.h"
 
 extern char** environ;
 

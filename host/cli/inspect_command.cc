@@ -14,7 +14,7 @@
 #include "cli/source_positions.h"
 #include "cli/table.h"
 #include "config/units.h"
-#include "job_runner.h"
+#include "exit_codes.h"
 #include "jobhost/kafka_splits.h"
 #include "jobhost/state/checkpoint_layout.h"
 

@@ -25,7 +25,8 @@
 #include "cli/source_positions.h"
 #include "cli/table.h"
 #include "config/units.h"
-#include "job_runner.h"
+#include "exit_codes.h"
+#include "run_options.h"
 #include "job_setup.h"
 #include "runtime/job_execution.h"
 

@@ -9,7 +9,8 @@
 #include "cli/table.h"
 #include "config/configuration.h"
 #include "control/control_server.h"
-#include "job_runner.h"
+#include "config/configuration_layers.h"
+#include "exit_codes.h"
 #include "ui/dashboard.h"
 #include "ui/dashboard_record.h"
 

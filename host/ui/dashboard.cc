@@ -23,7 +23,7 @@
 #include "control/control_server.h"
 #include "jobhost/state/checkpoint_layout.h"
 #include "jobhost/state/s3_storage.h"
-#include "job_runner.h"
+#include "job_id.h"
 #include "ui/ui_api.capnp.h"
 #include "ui/ui_assets.h"
 

@@ -21,7 +21,7 @@
 #include <thread>
 
 #include "control/control_server.h"
-#include "job_runner.h"
+#include "exit_codes.h"
 #include "ui/dashboard.h"
 #include "ui/dashboard_access.h"
 #include "ui/dashboard_record.h"

@@ -23,7 +23,7 @@
 #include "jobhost/serializer.h"
 #include "jobhost/state/checkpoint_storage.h"
 #include "jobhost/state/s3_storage.h"
-#include "job_runner.h"
+#include "config/configuration_layers.h"
 #include "jobhost/state/state_handle.h"
 #include "runtime/channel.h"
 #include "runtime/job_execution.h"

@@ -28,7 +28,6 @@
 #include "job_supervisor.h"
 #include "runtime/restart_strategy.h"
 #include "signal_handling.h"
-#include "supervisor_control.h"
 #include "ui/health_server.h"
 
 namespace jobhost::host {
@@ -287,11 +286,10 @@ int runJob(const RunOptions& o) {
 
   JobSupervisor supervisor(o, setup, std::move(restart), std::move(initial));
   if (int rc = supervisor.prepare(); rc != 0) return rc;
-  SupervisorControl control(supervisor, setup);
-  setSignalTarget(&control, setup.stopWithSavepointOnSigterm);
+  setSignalTarget(&supervisor, setup.stopWithSavepointOnSigterm);
   std::unique_ptr<ControlServer> server;
   {
-    auto started = ControlServer::start(control, supervisor.jobId());
+    auto started = ControlServer::start(supervisor, supervisor.jobId());
     if (started.ok()) server = std::move(*started);
     else spdlog::warn("control endpoint unavailable ({}); list/savepoint/cancel cannot reach this job",
                       started.status().message());
@@ -302,7 +300,7 @@ int runJob(const RunOptions& o) {
     ho.address = o.healthAddress;
     ho.port = *o.healthPort;
     ho.maxCheckpointAge = setup.readinessMaxCheckpointAge;
-    auto started = HealthServer::start(control, ho);
+    auto started = HealthServer::start(supervisor, ho);
     if (!started.ok()) {
       setSignalTarget(nullptr);
       std::cerr << "error: " << started.status().message() << "\n";

@@ -217,13 +217,35 @@ JobStatusInfo JobSupervisor::status() {
   return info_;
 }
 
-std::vector<CheckpointRecord> JobSupervisor::history() {
+std::vector<CheckpointRecord> JobSupervisor::checkpointHistory() {
   std::lock_guard lock(mu_);
   return {history_.records().begin(), history_.records().end()};
 }
 
+std::map<std::string, std::string> JobSupervisor::configuration() { return setup_.config.effective(); }
+
 state::Result<std::string> JobSupervisor::savepoint(const std::optional<std::string>& targetDir,
-                                                    state::SnapshotFormat format, bool stop, bool drain) {
+                                                    state::SnapshotFormat format) {
+  return takeSavepoint(targetDir, format, /*stop=*/false);
+}
+
+state::Result<std::string> JobSupervisor::cancel(bool withSavepoint, const std::optional<std::string>& targetDir) {
+  std::string path;
+  if (withSavepoint) {
+    auto sp = takeSavepoint(targetDir, state::SnapshotFormat::kCanonical, /*stop=*/false);
+    if (!sp.ok()) return sp.status();
+    path = *sp;
+  }
+  requestCancel();
+  return path;
+}
+
+state::Result<std::string> JobSupervisor::stop(const std::optional<std::string>& targetDir, bool drain) {
+  return takeSavepoint(targetDir, state::SnapshotFormat::kCanonical, /*stop=*/true, drain);
+}
+
+state::Result<std::string> JobSupervisor::takeSavepoint(const std::optional<std::string>& targetDir,
+                                                        state::SnapshotFormat format, bool stop, bool drain) {
   std::string dir = targetDir.value_or(setup_.savepointDir);
   if (dir.empty())
     return state::Status::InvalidArgument(

@@ -17,8 +17,13 @@
 //  - DELETE_ON_CANCELLATION: a cancelled job's checkpoints are discarded through the
 //    registry (`_metadata` first), then the directory.
 //
-// Thread-safety: run() is called once, on the main thread. status(), history(),
-// savepoint(), requestCancel() are thread-safe (the control endpoint calls them).
+// The control endpoint (control/control_server.h: `jobhost list`, savepoint, cancel, stop
+// and the dashboard reach the job through it) and the signal handler talk to the
+// supervisor through JobControl (control/job_control.h), which it implements: they know
+// that interface only, never this class.
+//
+// Thread-safety: run() is called once, on the main thread. The JobControl methods are
+// thread-safe (the control endpoint and the signal handler call them on their threads).
 #pragma once
 
 #include <condition_variable>
@@ -47,7 +52,7 @@
 
 namespace jobhost::host {
 
-class JobSupervisor {
+class JobSupervisor : public JobControl {
  public:
   /// `initial`: the -s snapshot, resolved and preflighted by the caller (or nullopt).
   JobSupervisor(const RunOptions& options, JobSetup& setup, std::unique_ptr<RestartStrategy> restart,
@@ -61,17 +66,28 @@ class JobSupervisor {
   int run();
 
   const std::string& jobId() const { return jobId_; }
-  JobStatusInfo status();
-  std::vector<CheckpointRecord> history();
+
+  // JobControl
+  JobStatusInfo status() override;
+  std::vector<CheckpointRecord> checkpointHistory() override;
+  /// Built before the control endpoint starts; read-only since.
+  std::map<std::string, std::string> configuration() override;
+  state::Result<std::string> savepoint(const std::optional<std::string>& targetDir,
+                                       state::SnapshotFormat format) override;
+  /// With a savepoint: the job is cancelled only once it succeeded.
+  state::Result<std::string> cancel(bool withSavepoint, const std::optional<std::string>& targetDir) override;
+  /// Stop-with-savepoint: the sources emit nothing after the savepoint's barrier and the
+  /// job ends once the savepoint is complete (if it fails, the job keeps running).
+  state::Result<std::string> stop(const std::optional<std::string>& targetDir, bool drain) override;
+
+ private:
   /// A savepoint of the running attempt into `targetDir` (default state.savepoints.dir).
   /// `stop`: stop-with-savepoint — the job ends once it is complete, with nothing emitted
   /// after it; `drain` (with stop): the sources send the maximum watermark first.
-  state::Result<std::string> savepoint(const std::optional<std::string>& targetDir, state::SnapshotFormat format,
-                                       bool stop, bool drain = false);
+  state::Result<std::string> takeSavepoint(const std::optional<std::string>& targetDir, state::SnapshotFormat format,
+                                           bool stop, bool drain = false);
   /// Cancels the job (the running attempt, or the next restart).
   void requestCancel();
-
- private:
   /// What an attempt restores, decided before it starts.
   struct RestoreDecision {
     std::optional<std::string> directory;

@@ -1,6 +1,8 @@
-// host/control/job_control.h — what a running job offers its control endpoint:
-// status, checkpoint history, configuration, savepoints, cancel and stop. Implemented by the job runner; called by the
-// control server (Cap'n Proto RPC over a Unix socket) from its own thread.
+// host/control/job_control.h — what a running job offers its control endpoint: status,
+// checkpoint history, configuration, savepoints, cancel and stop. Implemented by the
+// job's supervisor (job_supervisor.h); called by the control server (Cap'n Proto RPC
+// over a Unix socket) and the signal handler from their own threads, which know this
+// interface only.
 //
 // Thread-safety: every method is thread-safe and may block (savepoints take as long as
 // the snapshot takes).

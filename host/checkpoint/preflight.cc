@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <set>
 
-#include "checkpoint/state_assignment.h"
 #include "jobhost/state/snapshot_file.h"
+#include "runtime/state_assignment.h"
 
 namespace jobhost::host {
 

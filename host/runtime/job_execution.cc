@@ -13,7 +13,7 @@
 #include <optional>
 #include <set>
 
-#include "checkpoint/state_assignment.h"
+#include "runtime/state_assignment.h"
 #include "jobhost/serializer.h"
 #include "jobhost/time.h"
 #include "runtime/barrier_aligner.h"

@@ -195,7 +195,7 @@ class JobExecution {
   JobExecution& operator=(const JobExecution&) = delete;
 
   /// Creates operators and backends and restores state (if `source` is given) as
-  /// assignState() (checkpoint/state_assignment.h) maps it. Errors: Incompatible (the
+  /// assignState() (runtime/state_assignment.h) maps it. Errors: Incompatible (the
   /// snapshot does not fit the plan) and Corruption (it is damaged: a referenced file is
   /// missing, a file is garbled) are final, no restart can fix them; NoSpace,
   /// PermissionDenied, IOError (local or storage I/O, the message names the file and the

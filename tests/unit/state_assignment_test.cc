@@ -1,7 +1,7 @@
-// Unit tests of host/checkpoint/state_assignment: which state of a snapshot is restored
+// Unit tests of host/runtime/state_assignment: which state of a snapshot is restored
 // where, skipped, kept or refused — the one decision both the preflight and
 // JobExecution::prepare() follow.
-#include "checkpoint/state_assignment.h"
+#include "runtime/state_assignment.h"
 
 #include <gtest/gtest.h>
 

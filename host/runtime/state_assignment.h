@@ -1,4 +1,4 @@
-// host/checkpoint/state_assignment.h — which state of a snapshot goes where on restore.
+// host/runtime/state_assignment.h — which state of a snapshot goes where on restore.
 //
 // The one owner of the restore mapping (as Flink's StateAssignmentOperation). Given a
 // snapshot's metadata and the stateful operators of the plan that will run, it decides

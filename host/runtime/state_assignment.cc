@@ -1,4 +1,4 @@
-#include "checkpoint/state_assignment.h"
+#include "runtime/state_assignment.h"
 
 #include <algorithm>
 #include <map>

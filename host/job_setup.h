@@ -16,7 +16,7 @@
 #include "jobhost/state/keyed_backend.h"
 #include "plugin/plugin_loader.h"
 #include "run_options.h"
-#include "runtime/job_execution.h"
+#include "runtime/stage_graph.h"
 
 namespace jobhost::host {
 

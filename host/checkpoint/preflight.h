@@ -15,7 +15,7 @@
 
 #include "jobhost/state/checkpoint_metadata.h"
 #include "jobhost/state/checkpoint_storage.h"
-#include "runtime/job_execution.h"
+#include "runtime/stage_graph.h"
 
 namespace jobhost::host {
 

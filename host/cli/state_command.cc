@@ -28,7 +28,7 @@
 #include "exit_codes.h"
 #include "run_options.h"
 #include "job_setup.h"
-#include "runtime/job_execution.h"
+#include "runtime/key_group_assignment.h"
 
 namespace jobhost::host {
 

@@ -17,6 +17,7 @@
 #include "jobhost/serializer.h"
 #include "jobhost/time.h"
 #include "runtime/barrier_aligner.h"
+#include "runtime/key_group_assignment.h"
 #include "runtime/channel.h"
 #include "runtime/line_sinks.h"
 #include "runtime/timer_service.h"
@@ -27,31 +28,6 @@ namespace jobhost::host {
 namespace fs = std::filesystem;
 using state::Status;
 
-int keyGroupFor(std::string_view key, int maxParallelism) {
-  uint64_t h = 1469598103934665603ULL;  // FNV-1a, then a murmur3 finaliser
-  constexpr uint64_t kPrime = 1099511628211ULL;
-  const auto* p = reinterpret_cast<const unsigned char*>(key.data());
-  size_t n = key.size();
-  for (; n >= 8; n -= 8, p += 8) {  // the same steps, eight bytes per iteration (keys are often 8)
-    h = (h ^ p[0]) * kPrime;
-    h = (h ^ p[1]) * kPrime;
-    h = (h ^ p[2]) * kPrime;
-    h = (h ^ p[3]) * kPrime;
-    h = (h ^ p[4]) * kPrime;
-    h = (h ^ p[5]) * kPrime;
-    h = (h ^ p[6]) * kPrime;
-    h = (h ^ p[7]) * kPrime;
-  }
-  for (; n > 0; --n, ++p) h = (h ^ *p) * kPrime;
-  h ^= h >> 33;
-  h *= 0xff51afd7ed558ccdULL;
-  h ^= h >> 33;
-  h *= 0xc4ceb9fe1a85ec53ULL;
-  h ^= h >> 33;
-  const auto m = static_cast<uint64_t>(maxParallelism);
-  return static_cast<int>((m & (m - 1)) == 0 ? h & (m - 1) : h % m);  // the same; no division for a power of two
-}
-
 namespace {
 
 constexpr size_t kBufferBytes = 32 * 1024;
@@ -59,160 +35,6 @@ constexpr size_t kChannelCapacity = 16;
 constexpr auto kFlushInterval = std::chrono::milliseconds(20);
 /// The key group field of a record sent through an unkeyed exchange.
 constexpr uint16_t kNoKeyGroup = 0xffff;
-
-std::vector<int> inputsOf(const PlanNode& n) {
-  if (!n.inputs.empty()) return n.inputs;
-  if (n.input >= 0) return {n.input};
-  return {};
-}
-std::string inputTagOf(const PlanNode& n, size_t i) { return i < n.inputTags.size() ? n.inputTags[i] : std::string(); }
-bool isTwoInput(const PlanNode& n) { return n.kind != NodeKind::kExchange && inputsOf(n).size() == 2; }
-
-/// Who reads an output of a node: `consumer`'s input `position`, output `tag`.
-struct Use {
-  int consumer;
-  std::string tag;
-  size_t position;
-};
-
-/// An input of a stage: input `position` of exchange `exchange`, whose every producing
-/// subtask (of `producerStage`) has its own channel in [firstChannel, firstChannel + count).
-struct ChannelGroup {
-  int exchange;
-  size_t position;
-  int producerStage;
-  int firstChannel;
-  int count;
-};
-
-/// Input `position` of exchange `exchange`, fed by `producer` (a node of this stage).
-struct StageOutput {
-  int exchange;
-  size_t position;
-  int producer;
-};
-
-struct Stage {
-  std::vector<int> nodes;  // ascending id, so producers before consumers; heads included
-  std::vector<int> heads;  // the source, or the exchanges whose receivers start the stage
-  std::vector<StageOutput> outputs;
-  std::vector<ChannelGroup> channels;  // stages with input exchanges
-  int parallelism = 1;
-  int channelCount() const {
-    int n = 0;
-    for (const auto& g : channels) n += g.count;
-    return n;
-  }
-};
-
-/// `text` with bytes that are not printable ASCII shown as \xNN (for messages).
-std::string printable(std::string_view text) {
-  std::string out;
-  for (unsigned char c : text) {
-    if (c >= 0x20 && c < 0x7f) {
-      out.push_back(static_cast<char>(c));
-    } else {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      out += buf;
-    }
-  }
-  return out;
-}
-
-/// Throws JobArgumentError naming the operator if its uid is not valid.
-void checkUid(const PlanNode& n) {
-  std::string why = validateOperatorUid(n.uid);
-  if (why.empty()) return;
-  std::string what = n.uidExplicit ? "uid '" + printable(n.uid) + "' of operator '" + printable(n.name) + "'"
-                                   : "the default uid '" + printable(n.uid) + "' of operator '" + printable(n.name) +
-                                         "' (made from its name)";
-  throw JobArgumentError(what + " is not valid: " + why +
-                         ". A uid names files and directories of the job's state: use 1 to 128 letters, digits, '.', "
-                         "'_' or '-', not starting with '.' (e.g. .uid(\"counts\"))" +
-                         (n.uidExplicit ? "" : "; give the operator one with .uid(...)"));
-}
-
-/// Who reads each node's outputs; throws JobArgumentError for a plan that cannot run.
-std::vector<std::vector<Use>> usesOf(const Plan& plan) {
-  std::vector<std::vector<Use>> uses(plan.nodes.size());
-  for (const auto& n : plan.nodes) {
-    auto ins = inputsOf(n);
-    for (size_t i = 0; i < ins.size(); ++i) {
-      if (ins[i] < 0 || ins[i] >= n.id)
-        throw JobArgumentError("operator '" + n.name + "' reads an operator that is not defined before it");
-      uses[static_cast<size_t>(ins[i])].push_back({n.id, inputTagOf(n, i), i});
-    }
-    if (n.kind == NodeKind::kSource && !ins.empty())
-      throw JobArgumentError("source '" + n.name + "' cannot have an input");
-    if (n.kind != NodeKind::kSource && ins.empty()) throw JobArgumentError("operator '" + n.name + "' has no input");
-    if (isTwoInput(n))
-      for (int in : ins)
-        if (plan.nodes[static_cast<size_t>(in)].kind != NodeKind::kExchange)
-          throw JobArgumentError("the inputs of the two-input operator '" + n.name + "' must come through exchanges");
-  }
-  for (const auto& n : plan.nodes) {
-    if (n.kind == NodeKind::kSink) continue;
-    const auto& u = uses[static_cast<size_t>(n.id)];
-    if (u.empty() && n.kind == NodeKind::kExchange) {
-      std::string from = n.input >= 0 ? plan.nodes[static_cast<size_t>(n.input)].name : "?";
-      throw JobArgumentError("the " + n.name + " after '" + from +
-                             "' leads nowhere: follow it with an operator (sum, reduce, window(...)..., process); "
-                             "after connect() or intervalJoin(...).between(...), call process()");
-    }
-    if (u.empty())
-      throw JobArgumentError("the stream produced by '" + n.name +
-                             "' is never consumed: end it with print(), writeAsText() or addSink()");
-    if (std::none_of(u.begin(), u.end(), [](const Use& x) { return x.tag.empty(); }))
-      throw JobArgumentError("the main output of '" + n.name +
-                             "' is never consumed, only its side outputs: end it with print(), writeAsText() or "
-                             "addSink() (a sink that does nothing: addSink([](const auto&) {}))");
-  }
-  return uses;
-}
-
-std::vector<Stage> buildStages(const Plan& plan, int parallelism) {
-  for (const auto& n : plan.nodes) checkUid(n);
-  auto uses = usesOf(plan);
-  std::vector<Stage> stages;
-  std::vector<int> stageOf(plan.nodes.size(), -1);
-  auto newStage = [&](int p) {
-    stages.emplace_back();
-    stages.back().parallelism = p;
-    return static_cast<int>(stages.size() - 1);
-  };
-  for (const auto& n : plan.nodes) {
-    int s = -1;
-    if (n.kind == NodeKind::kSource) {
-      s = newStage(n.parallelSource ? parallelism : 1);
-      stages[static_cast<size_t>(s)].heads.push_back(n.id);
-    } else if (n.kind == NodeKind::kExchange) {
-      // The receiving side starts a stage; both inputs of a two-input operator start the same.
-      const PlanNode& c = plan.nodes[static_cast<size_t>(uses[static_cast<size_t>(n.id)].front().consumer)];
-      if (isTwoInput(c))
-        for (int other : inputsOf(c))
-          if (other != n.id && stageOf[static_cast<size_t>(other)] >= 0) s = stageOf[static_cast<size_t>(other)];
-      if (s < 0) s = newStage(parallelism);
-      stages[static_cast<size_t>(s)].heads.push_back(n.id);
-    } else {
-      s = stageOf[static_cast<size_t>(inputsOf(n).front())];
-    }
-    stageOf[static_cast<size_t>(n.id)] = s;
-    stages[static_cast<size_t>(s)].nodes.push_back(n.id);
-  }
-  if (stages.empty()) throw JobArgumentError("the job defines no source: build() must create at least one stream");
-  for (const auto& n : plan.nodes) {
-    if (n.kind != NodeKind::kExchange) continue;
-    auto ins = inputsOf(n);
-    Stage& consumer = stages[static_cast<size_t>(stageOf[static_cast<size_t>(n.id)])];
-    for (size_t j = 0; j < ins.size(); ++j) {
-      int ps = stageOf[static_cast<size_t>(ins[j])];
-      stages[static_cast<size_t>(ps)].outputs.push_back({n.id, j, ins[j]});
-      consumer.channels.push_back({n.id, j, ps, consumer.channelCount(), stages[static_cast<size_t>(ps)].parallelism});
-    }
-  }
-  return stages;
-}
 
 /// Sends the records of one producing subtask into one input of the next stage, with
 /// their key groups and timestamps, and the barriers, watermarks and status in between.
@@ -458,8 +280,8 @@ struct JobExecution::Impl {
   Plan plan;
   ExecutionConfig config;
   CheckpointListener* listener;
-  std::vector<Stage> stages;
-  std::vector<std::vector<Use>> uses;
+  StageGraph graph;
+  const std::vector<Stage>& stages;
   std::vector<OperatorInfo> operatorInfos;
   std::vector<std::unique_ptr<Task>> tasks;
   std::atomic<bool> cancelled{false};
@@ -484,7 +306,9 @@ struct JobExecution::Impl {
   std::atomic<int> endedSources{0};   // sources whose input ended (waiting for the final checkpoint)
   std::set<uint64_t> afterAllEnded;   // guarded by targetsMu: checkpoints triggered once every source ended
 
-  Impl(Plan p, ExecutionConfig c, CheckpointListener* l) : plan(std::move(p)), config(std::move(c)), listener(l) {}
+  Impl(Plan p, ExecutionConfig c, CheckpointListener* l)
+      : plan(std::move(p)), config(std::move(c)), listener(l), graph(plan, config.parallelism),
+        stages(graph.stages()), operatorInfos(graph.operators()) {}
 
   bool hasFailed() {
     std::lock_guard lock(resultMu);
@@ -985,50 +809,8 @@ bool activeOperatorOfThisThread(const char** operatorName, const char** subtask)
   return *operatorName != nullptr;
 }
 
-std::string validateOperatorUid(std::string_view uid) {
-  constexpr size_t kMaxUidLength = 128;
-  if (uid.empty()) return "it is empty";
-  if (uid.size() > kMaxUidLength)
-    return "it has " + std::to_string(uid.size()) + " characters, more than " + std::to_string(kMaxUidLength);
-  if (uid.front() == '.') return "it starts with '.'";
-  for (size_t i = 0; i < uid.size(); ++i) {
-    unsigned char c = static_cast<unsigned char>(uid[i]);
-    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-')
-      continue;
-    std::string shown = c == '\'' ? "a quote" : "'" + printable(uid.substr(i, 1)) + "'";
-    return "it contains " + shown + " at position " + std::to_string(i + 1);
-  }
-  return {};
-}
-
-std::vector<OperatorInfo> describeOperators(const Plan& plan, int parallelism) {
-  std::vector<OperatorInfo> out;
-  auto stages = buildStages(plan, parallelism);
-  for (const auto& s : stages)
-    for (int id : s.nodes) {
-      const PlanNode& n = plan.nodes[static_cast<size_t>(id)];
-      const bool source = n.kind == NodeKind::kSource;
-      if (!source && !n.keyed && !n.operatorState) continue;
-      OperatorInfo info;
-      info.uid = n.uid;
-      info.name = n.name;
-      info.keyed = n.keyed;
-      info.source = source;
-      info.operatorState = n.operatorState;
-      info.parallelism = s.parallelism;
-      info.states = n.states;
-      info.subscription = n.subscription;
-      out.push_back(std::move(info));
-    }
-  return out;
-}
-
 JobExecution::JobExecution(Plan plan, ExecutionConfig config, CheckpointListener* listener)
-    : impl_(std::make_unique<Impl>(std::move(plan), std::move(config), listener)) {
-  impl_->stages = buildStages(impl_->plan, impl_->config.parallelism);
-  impl_->uses = usesOf(impl_->plan);
-  impl_->operatorInfos = describeOperators(impl_->plan, impl_->config.parallelism);
-}
+    : impl_(std::make_unique<Impl>(std::move(plan), std::move(config), listener)) {}
 
 JobExecution::~JobExecution() {
   cancel();
@@ -1144,7 +926,7 @@ Status JobExecution::prepare(const RestoreSource* source) {
       return c.kind == NodeKind::kExchange ? senderSlot.at({u.consumer, u.position}) : slotOfNode.at(u.consumer);
     };
     for (int id : st.nodes)
-      for (const Use& u : x.uses[static_cast<size_t>(id)]) {
+      for (const Use& u : x.graph.usesOf(id)) {
         int from = slotOfNode.at(id), to = targetOf(u);
         t.slots[static_cast<size_t>(from)].children.push_back(to);
         t.slots[static_cast<size_t>(to)].parents.push_back(from);
@@ -1159,7 +941,7 @@ Status JobExecution::prepare(const RestoreSource* source) {
     // all of them; nullptr if nothing reads it.
     auto outputOf = [&](Slot& s, const std::string& tag) -> void* {
       std::vector<void*> readers;
-      for (const Use& u : x.uses[static_cast<size_t>(s.node->id)])
+      for (const Use& u : x.graph.usesOf(s.node->id))
         if (u.tag == tag) readers.push_back(inputOf(u));
       if (readers.size() <= 1) return readers.empty() ? nullptr : readers.front();
       auto f = s.node->fanOut.find(tag);
@@ -1179,7 +961,7 @@ Status JobExecution::prepare(const RestoreSource* source) {
           continue;
         }
         s.op = s.node->create(outputOf(s, ""));
-        for (const Use& u : x.uses[static_cast<size_t>(s.node->id)])
+        for (const Use& u : x.graph.usesOf(s.node->id))
           if (!u.tag.empty() && !sideOutputsOf[i].count(u.tag)) sideOutputsOf[i][u.tag] = outputOf(s, u.tag);
       }
     } catch (...) {

@@ -61,103 +61,12 @@
 
 #include "jobhost/operator.h"
 #include "jobhost/state/checkpoint_metadata.h"
-#include "jobhost/state/keyed_backend.h"
-#include "runtime/checkpoint_failure.h"
+#include "runtime/checkpoint_listener.h"
+#include "runtime/execution_config.h"
+#include "runtime/stage_graph.h"
 #include "runtime/task_metrics.h"
 
 namespace jobhost::host {
-
-struct ExecutionConfig {
-  int parallelism = 1;
-  int maxParallelism = 128;
-  state::BackendType backend = state::BackendType::kHashMap;
-  bool incremental = false;
-  state::RocksDbOptions rocksdb;  // state.backend.rocksdb.* (rocksdb only)
-  std::string localStateDir;  // rocksdb working directories go below it
-  /// pipeline.auto-watermark-interval: how often watermark assigners emit. 0: never
-  /// periodically (only the end of input's kMaxWatermark).
-  int64_t autoWatermarkIntervalMs = 200;
-  /// Checkpoints are taken (a coordinator triggers them). With a transactional sink in the
-  /// plan, sources that end then wait for a final checkpoint (see the file comment).
-  bool checkpointing = false;
-  /// execution.checkpointing.interval (OperatorContext::checkpointIntervalMs); 0: none.
-  int64_t checkpointIntervalMs = 0;
-};
-
-/// A stateful or source operator of the plan, as recorded in metadata.
-struct OperatorInfo {
-  std::string uid;
-  std::string name;
-  bool keyed = false;
-  bool source = false;
-  int parallelism = 1;
-  std::vector<StateDescriptorInfo> states;
-  /// Non-keyed operator state besides a source position (a watermark assigner's).
-  bool operatorState = false;
-  /// A source's subscription (PlanNode::subscription), for the restore check.
-  std::string subscription;
-};
-
-/// One task's part of a checkpoint.
-struct TaskSnapshot {
-  int taskIndex = 0;
-  std::vector<std::pair<std::string, state::SubtaskSnapshot>> operators;  // uid -> snapshot
-  /// operator uid -> the backend's registered states (KeyedStateBackend::states()),
-  /// collected in the synchronous part; one entry per keyed operator of the task. It may
-  /// hold states the plan no longer declares (restored and still snapshotted).
-  std::map<std::string, std::vector<StateDescriptorInfo>> states;
-  uint64_t syncMicros = 0;
-  /// Barrier alignment: from the first barrier of this checkpoint on any input channel
-  /// to the last (0 for a source or a task with one input channel).
-  uint64_t alignmentMicros = 0;
-};
-
-/// Receives the tasks' checkpoint reports. Called on the execution's uploader thread,
-/// one call at a time, never with a JobExecution lock held (the listener may call back
-/// into the JobExecution, e.g. notifyCheckpointAborted from decline()).
-///
-/// Contract, per task and checkpoint id triggered by triggerCheckpoint():
-///  - A task reports at most once: acknowledge() with its snapshot, or decline().
-///  - Unless the checkpoint is aborted (notifyCheckpointAborted) or the execution ends
-///    first, every task reports.
-///  - After an abort: a task whose asynchronous part had already started reports exactly
-///    once, when that part has stopped writing (it sees the abort and stops early with
-///    decline(), or had finished and acknowledges). A task that had not started it
-///    writes nothing for that checkpoint and need not report. So once every task that
-///    started has reported, no file of the aborted checkpoint is being written.
-///  - A source whose input ends while a trigger waits for it still emits that barrier
-///    after its last record; one triggered after it finished declines with kTaskFinished.
-class CheckpointListener {
- public:
-  virtual ~CheckpointListener() = default;
-  virtual void acknowledge(uint64_t checkpointId, TaskSnapshot snapshot) = 0;
-  /// The task does not take part in the checkpoint: `reason` says why (and whether that
-  /// counts as a failure, checkpoint_failure.h), `detail` what happened.
-  virtual void decline(uint64_t checkpointId, CheckpointFailureReason reason, const state::Status& detail) = 0;
-  /// Every source's input ended and the job waits for its final checkpoint (a
-  /// transactional sink): trigger one soon rather than at the next interval. May be
-  /// called from a task thread; must not block on the execution.
-  virtual void finalCheckpointWanted() {}
-};
-
-/// Where a checkpoint's files go.
-struct CheckpointTarget {
-  uint64_t checkpointId = 0;
-  state::SnapshotFormat format = state::SnapshotFormat::kNative;
-  /// Shared: tasks keep it alive until their asynchronous parts are done, even if the
-  /// checkpoint is aborted (and its requester gone) meanwhile.
-  std::shared_ptr<state::CheckpointStorage> storage;
-  std::string exclusiveDir;
-  std::string sharedDir;
-  /// Atomic stop (stop-with-savepoint): a source task that emits this barrier then emits
-  /// nothing more and stays suspended until the checkpoint is aborted (the sources then
-  /// resume) or the execution is cancelled. Cancel once the checkpoint is complete, and
-  /// no record after it is ever emitted.
-  bool stopSources = false;
-  /// stop --drain: each source task first delivers kMaxWatermark to its operators and
-  /// outputs (every event-time timer and window fires), then the barrier.
-  bool drain = false;
-};
 
 /// What to restore from: metadata with paths relative to `storage`.
 struct RestoreSource {
@@ -176,16 +85,6 @@ struct ExecutionResult {
   /// not answer; waited out and restarted without counting.
   bool dependencyUnavailable = false;
 };
-
-/// Splits a plan into stages; throws JobArgumentError for shapes it cannot run and for
-/// an operator uid that is not valid (see validateOperatorUid).
-std::vector<OperatorInfo> describeOperators(const Plan& plan, int parallelism);
-
-/// Empty if `uid` may name an operator, else why not. A uid names files and directories
-/// (the rocksdb working directory, snapshot file names), so it must be one plain path
-/// component: 1 to 128 characters out of letters, digits, '.', '_', '-', not starting
-/// with '.'.
-std::string validateOperatorUid(std::string_view uid);
 
 class JobExecution {
  public:
@@ -239,8 +138,5 @@ class JobExecution {
 /// For a fatal-signal handler on a task thread: the operator whose user code was running
 /// and the subtask label, or false. Async-signal-safe (reads thread-local pointers).
 bool activeOperatorOfThisThread(const char** operatorName, const char** subtask);
-
-/// Stable key-group assignment of serialized key bytes.
-int keyGroupFor(std::string_view keyBytes, int maxParallelism);
 
 }  // namespace jobhost::host

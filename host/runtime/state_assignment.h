@@ -42,7 +42,7 @@
 #include <vector>
 
 #include "jobhost/state/checkpoint_metadata.h"
-#include "runtime/job_execution.h"
+#include "runtime/stage_graph.h"
 
 namespace jobhost::host {
 

@@ -27,6 +27,7 @@
 #include "jobhost/state/state_handle.h"
 #include "runtime/channel.h"
 #include "runtime/job_execution.h"
+#include "runtime/key_group_assignment.h"
 #include "runtime/restart_strategy.h"
 
 namespace jobhost::host {

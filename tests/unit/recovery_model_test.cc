@@ -29,6 +29,7 @@
 #include "jobhost/state/checkpoint_layout.h"
 #include "jobhost/state/snapshot_registry.h"
 #include "runtime/job_execution.h"
+#include "runtime/key_group_assignment.h"
 #include "support/fault_injection.h"
 
 namespace jobhost::host {

@@ -1,0 +1,31 @@
+// host/runtime/execution_config.h — the settings of one execution attempt (JobExecution),
+// read from the job's configuration by the worker.
+//
+// Thread-safety: a plain value, fixed before the execution is built.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "jobhost/state/keyed_backend.h"
+
+namespace jobhost::host {
+
+struct ExecutionConfig {
+  int parallelism = 1;
+  int maxParallelism = 128;
+  state::BackendType backend = state::BackendType::kHashMap;
+  bool incremental = false;
+  state::RocksDbOptions rocksdb;  // state.backend.rocksdb.* (rocksdb only)
+  std::string localStateDir;  // rocksdb working directories go below it
+  /// pipeline.auto-watermark-interval: how often watermark assigners emit. 0: never
+  /// periodically (only the end of input's kMaxWatermark).
+  int64_t autoWatermarkIntervalMs = 200;
+  /// Checkpoints are taken (a coordinator triggers them). With a transactional sink in the
+  /// plan, sources that end then wait for a final checkpoint (job_execution.h).
+  bool checkpointing = false;
+  /// execution.checkpointing.interval (OperatorContext::checkpointIntervalMs); 0: none.
+  int64_t checkpointIntervalMs = 0;
+};
+
+}  // namespace jobhost::host

@@ -1,0 +1,110 @@
+// host/runtime/exchange_writer_impl.h — the sending side of an exchange: one producing
+// subtask's records, with their key groups and timestamps, batched into buffers per
+// receiving channel, and the barriers, watermarks and status in between (channel.h).
+//
+// Thread-safety: used by its task's thread only.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "jobhost/operator.h"
+#include "jobhost/serializer.h"
+#include "runtime/channel.h"
+#include "runtime/key_group_assignment.h"
+#include "runtime/task_metrics.h"
+#include "runtime/timer_service.h"
+
+namespace jobhost::host {
+
+/// Bytes a buffer of one channel collects before it is sent.
+constexpr size_t kBufferBytes = 32 * 1024;
+/// The key group field of a record sent through an unkeyed exchange.
+constexpr uint16_t kNoKeyGroup = 0xffff;
+
+/// Sends the records of one producing subtask into one input of the next stage, with
+/// their key groups and timestamps, and the barriers, watermarks and status in between.
+class ExchangeWriterImpl : public ExchangeWriter {
+ public:
+  /// `recordsActivate`: a record sent while idle makes the output active again (a source
+  /// task: its watermark assigner went idle and now sees records). In an input task the
+  /// input's idle status is the output's (onInputTime): a record a timer emits there
+  /// leaves the output idle, as in Flink.
+  ExchangeWriterImpl(std::vector<InputGate*> gates, int channel, int subtask, int producerParallelism,
+                     int maxParallelism, const TaskRecordContext* record, TaskMetrics* metrics,
+                     bool recordsActivate)
+      : gates_(std::move(gates)), channel_(channel), subtask_(static_cast<size_t>(subtask)),
+        forward_(static_cast<size_t>(producerParallelism) == gates_.size()), maxParallelism_(maxParallelism),
+        buffers_(gates_.size()), record_(record), metrics_(metrics), recordsActivate_(recordsActivate) {}
+  void emit(std::string_view key, std::string_view record) override {
+    int kg = keyGroupFor(key, maxParallelism_);
+    append(static_cast<size_t>(kg) * gates_.size() / static_cast<size_t>(maxParallelism_), static_cast<uint16_t>(kg),
+           key, record);
+  }
+  void emitAny(std::string_view record) override {
+    append(forward_ ? subtask_ : next_++ % gates_.size(), kNoKeyGroup, {}, record);
+  }
+  void flush() {
+    for (size_t i = 0; i < buffers_.size(); ++i)
+      if (!buffers_[i].empty()) send(i);
+  }
+  /// Barriers and end markers.
+  void broadcast(ChannelEvent::Kind kind, uint64_t id) {
+    flush();
+    for (auto* g : gates_) g->push(channel_, ChannelEvent{kind, id, {}, 0, 0});
+  }
+  void broadcastWatermark(int64_t watermark) {
+    activate();
+    flush();
+    for (auto* g : gates_) g->push(channel_, ChannelEvent{ChannelEvent::kWatermark, 0, {}, 0, watermark});
+  }
+  /// Tells the receivers not to wait for this producer's watermark until it emits again.
+  void markIdle() {
+    if (idle_) return;
+    flush();
+    idle_ = true;
+    for (auto* g : gates_) g->push(channel_, ChannelEvent{ChannelEvent::kStatus, 0, {}, 0, 1});
+  }
+  /// The receivers wait for this producer's watermark again (also done by any record or
+  /// watermark it sends).
+  void activate() {
+    if (!idle_) return;
+    idle_ = false;
+    for (auto* g : gates_) g->push(channel_, ChannelEvent{ChannelEvent::kStatus, 0, {}, 0, 0});
+  }
+
+ private:
+  void append(size_t target, uint16_t kg, std::string_view key, std::string_view record) {
+    if (recordsActivate_) activate();
+    std::string& b = buffers_[target];
+    ByteWriter w(b);
+    w.writeFixed<uint16_t>(kg);
+    w.writeI64(record_->timestamp);
+    w.writeBytes(key);
+    w.writeBytes(record);
+    metrics_->recordsOut.add(1);
+    if (b.size() >= kBufferBytes) send(target);
+  }
+  void send(size_t target) {
+    ChannelEvent e;
+    e.kind = ChannelEvent::kData;
+    e.data.swap(buffers_[target]);
+    buffers_[target].reserve(kBufferBytes + 1024);
+    gates_[target]->push(channel_, std::move(e), &metrics_->backPressuredNanos);
+  }
+  std::vector<InputGate*> gates_;
+  int channel_;
+  size_t subtask_;
+  bool forward_;  // as many receivers as producers: subtask i sends to subtask i
+  size_t next_ = 0;
+  int maxParallelism_;
+  std::vector<std::string> buffers_;
+  const TaskRecordContext* record_;
+  TaskMetrics* metrics_;
+  bool recordsActivate_;
+  bool idle_ = false;
+};
+
+}  // namespace jobhost::host

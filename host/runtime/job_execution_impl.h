@@ -1,0 +1,193 @@
+// host/runtime/job_execution_impl.h — the inside of one execution attempt (JobExecution),
+// shared by the files that each do one part of it:
+//   job_execution.cc       the attempt's life: start, wait, cancel, failure, metrics;
+//   task_setup.cc          each task's operator chain built and its state restored (prepare);
+//   stream_task.cc         the task loop (Flink's StreamTask): input, mailbox, time, end;
+//   subtask_checkpoint.cc  the tasks' part of a checkpoint (Flink's
+//                          SubtaskCheckpointCoordinator): snapshot, upload, acknowledge,
+//                          notifications.
+// Nothing outside host/runtime/ includes it.
+//
+// Thread-safety: as each member says (guarded by, task thread only, set in prepare()).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/channel.h"
+#include "runtime/exchange_writer_impl.h"
+#include "runtime/job_execution.h"
+#include "runtime/operator_context_impl.h"
+#include "runtime/task_metrics.h"
+#include "runtime/timer_service.h"
+#include "runtime/watermark_valve.h"
+
+namespace jobhost::host {
+
+struct JobExecution::Impl {
+  bool prepareFailedOnDependency = false;  // prepare(): an operator's open() threw DependencyUnavailable
+  /// A triggered checkpoint that is not withdrawn. `aborted` is shared with the
+  /// asynchronous parts (SnapshotRequest::aborted) and set when it is withdrawn.
+  struct ActiveCheckpoint {
+    CheckpointTarget target;
+    std::shared_ptr<std::atomic<bool>> aborted;
+  };
+
+  /// One operator of a task (or the sending side of an exchange, `sender`).
+  struct Slot {
+    const PlanNode* node = nullptr;
+    bool sender = false;
+    std::unique_ptr<Operator> op;
+    std::unique_ptr<OperatorContextImpl> ctx;
+    std::vector<int> children;  // slots fed by this one (main output, side outputs, senders)
+    std::vector<int> parents;   // slots feeding this one in the task (none for the heads)
+    int64_t watermark = kMinWatermark;  // its input watermark
+    int64_t emitted = kMinWatermark;    // a watermark assigner's output watermark
+    std::unique_ptr<TaskTimerService> timers;
+    std::vector<std::unique_ptr<Operator>> fanOuts;  // outputs several slots read (PlanNode::fanOut)
+    ExchangeWriterImpl* writer = nullptr;  // senders
+    /// The watermark its children see from it.
+    int64_t output() const { return node->watermarkAssigner && !sender ? emitted : watermark; }
+  };
+
+  struct Task {
+    int index = 0;
+    int stage = 0;
+    int subtask = 0;
+    std::vector<Slot> slots;        // the stage's nodes in plan order, then the senders
+    std::vector<int> heads;         // slot of each stage head (Stage::heads order)
+    std::vector<int> channelHead;   // gate channel -> slot of the receiver it feeds
+    std::vector<int> assigners;     // slots of watermark assigners
+    std::vector<int> timerSlots;    // slots with timers
+    std::vector<int> committers;    // slots told of checkpoints (PlanNode::twoPhaseCommit, checkpointListener)
+    std::vector<std::unique_ptr<ExchangeWriterImpl>> writers;
+    std::vector<std::unique_ptr<state::KeyedStateBackend>> backendsOwned;
+    std::vector<state::KeyedStateBackend*> backends;
+    std::vector<int> backendSlot;  // slot per backend
+    TaskRecordContext record;
+    std::atomic<const char*> activeOperator{nullptr};  // see OperatorContext::activeOperatorSlot
+    std::string label;                                  // "(1/2)"
+    std::string name;                                   // the chain: "Source: Lines -> Flat Map"
+    TaskMetrics metrics;
+    std::unique_ptr<InputGate> gate;  // null for sources
+    std::unique_ptr<WatermarkValve> valve;
+    std::thread thread;
+    // Mailbox: what other threads hand to this task, taken on its thread between records
+    // and polls (drainMail). A task waiting in its gate is woken with InputGate::wakeUp,
+    // a suspended source waits on mailCv.
+    std::mutex mailMu;
+    std::condition_variable mailCv;
+    std::deque<std::function<void()>> mail;  // guarded by mailMu; run on the task thread
+    std::deque<uint64_t> triggers;           // guarded by mailMu; sources: barriers to emit
+    std::atomic<bool> hasMail{false};        // mail or triggers may be waiting
+    // Task thread only.
+    uint64_t suspendedBy = 0;  // source: the stop checkpoint whose barrier it emitted (0: polling)
+    bool inputIdle = false;    // the valve was idle when last looked at (onInputTime)
+    bool finalCheckpointDone = false;  // source: a checkpoint after every source ended is complete
+    std::chrono::steady_clock::time_point nextPeriodicEmit{};
+  };
+
+  Plan plan;
+  ExecutionConfig config;
+  CheckpointListener* listener;
+  StageGraph graph;
+  const std::vector<Stage>& stages;
+  std::vector<OperatorInfo> operatorInfos;
+  std::vector<std::unique_ptr<Task>> tasks;
+  std::atomic<bool> cancelled{false};
+  std::atomic<bool> started{false};
+  std::atomic<int> liveTasks{0};
+  std::mutex resultMu;
+  ExecutionResult result;  // guarded by resultMu
+  bool failed = false;     // guarded by resultMu
+  // Uploader: runs asynchronous snapshot parts, the reports that must follow them and
+  // the hand-over of notifications to the tasks, in FIFO order.
+  std::mutex upMu;
+  std::condition_variable upCv;
+  std::deque<std::function<void()>> upQueue;  // guarded by upMu
+  bool upStop = false;                        // guarded by upMu
+  std::thread uploader;
+  std::mutex targetsMu;
+  std::map<uint64_t, ActiveCheckpoint> targets;  // guarded by targetsMu
+  std::atomic<int> finishedTasks{0};
+  // The final checkpoint (see the header): sources wait for one after their input ended.
+  bool finalCheckpoint = false;       // set in prepare(): checkpointing and a transactional sink
+  int sourceTasks = 0;                // set in prepare()
+  std::atomic<int> endedSources{0};   // sources whose input ended (waiting for the final checkpoint)
+  std::set<uint64_t> afterAllEnded;   // guarded by targetsMu: checkpoints triggered once every source ended
+
+  Impl(Plan p, ExecutionConfig c, CheckpointListener* l)
+      : plan(std::move(p)), config(std::move(c)), listener(l), graph(plan, config.parallelism),
+        stages(graph.stages()), operatorInfos(graph.operators()) {}
+
+  bool hasFailed() {
+    std::lock_guard lock(resultMu);
+    return failed;
+  }
+
+  void fail(const std::string& message, const std::string& op, const std::string& subtask, bool restore = false,
+            bool dependencyUnavailable = false) {
+    {
+      std::lock_guard lock(resultMu);
+      if (failed || cancelled.load()) return;
+      failed = true;
+      result.kind = ExecutionResult::kFailed;
+      result.message = message;
+      result.operatorName = op;
+      result.subtask = subtask;
+      result.restoreFailure = restore;
+      result.dependencyUnavailable = dependencyUnavailable;
+    }
+    cancelAll();
+  }
+
+  void cancelAll() {
+    cancelled.store(true);
+    for (auto& t : tasks) {
+      if (t->gate) t->gate->cancel();
+      { std::lock_guard lock(t->mailMu); }  // a source checking its wait condition sees `cancelled`
+      t->mailCv.notify_all();
+    }
+  }
+
+  // --- The tasks' part of checkpoints (subtask_checkpoint.cc) ------------------------
+  void enqueueUpload(std::function<void()> fn);
+  void uploaderLoop();
+  void notifyTasks(uint64_t id, bool complete);
+  std::optional<ActiveCheckpoint> activeCheckpoint(uint64_t id);
+  void performCheckpoint(Task& t, uint64_t id, uint64_t alignmentMicros);
+
+  // --- The task loop (stream_task.cc) ------------------------------------------------
+  void post(Task& t, std::function<void()> fn);
+  void drainMail(Task& t);
+  void serveMailAtEndOfInput(Task& t);
+  void waitForMail(Task& t);
+  static uint64_t nanosSince(std::chrono::steady_clock::time_point start);
+  std::string subtaskLabel(const Task& t) const;
+  static void flushLineSinks(Task& t);
+  static int64_t inputWatermarkOf(const Task& t, int i);
+  void advance(Task& t, int i, int64_t w);
+  void forwardToChildren(Task& t, int i);
+  void serviceTime(Task& t);
+  std::chrono::steady_clock::time_point nextTimeDeadline(const Task& t) const;
+  void onInputTime(Task& t, std::optional<int64_t> w);
+  void flushOutputs(Task& t);
+  void finishTask(Task& t);
+  void runSource(Task& t);
+  void processData(Task& t, const ChannelEvent& ev);
+  void runInput(Task& t);
+  void runTask(Task& t);
+};
+
+}  // namespace jobhost::host

@@ -1,0 +1,244 @@
+// The tasks' part of a checkpoint (Flink's SubtaskCheckpointCoordinator): a trigger
+// reaches the sources, each task snapshots its operators and backends when the barrier
+// is aligned (the synchronous part), the uploader runs the asynchronous parts and reports
+// to the CheckpointListener, and completions and aborts go back to the tasks. See
+// job_execution_impl.h.
+#include <spdlog/spdlog.h>
+
+#include "runtime/job_execution_impl.h"
+
+namespace jobhost::host {
+
+using state::Status;
+
+void JobExecution::Impl::enqueueUpload(std::function<void()> fn) {
+  std::lock_guard lock(upMu);
+  upQueue.push_back(std::move(fn));
+  upCv.notify_one();
+}
+
+void JobExecution::Impl::uploaderLoop() {
+  for (;;) {
+    std::function<void()> fn;
+    {
+      std::unique_lock lock(upMu);
+      upCv.wait(lock, [&] { return upStop || !upQueue.empty(); });
+      if (upQueue.empty()) return;
+      fn = std::move(upQueue.front());
+      upQueue.pop_front();
+    }
+    fn();
+  }
+}
+
+/// On the uploader (so after every asynchronous part queued before), tells each task
+/// with backends or transactional sinks that checkpoint `id` completed (or was aborted),
+/// on the task's thread. A completed checkpoint that was triggered after every source
+/// had ended then releases the waiting sources (the final checkpoint): their end markers
+/// follow this mail into every task.
+void JobExecution::Impl::notifyTasks(uint64_t id, bool complete) {
+  enqueueUpload([this, id, complete] {
+    for (auto& tp : tasks) {
+      if (tp->backends.empty() && tp->committers.empty()) continue;
+      Task* t = tp.get();
+      post(*t, [t, id, complete] {
+        for (auto* b : t->backends) {
+          if (complete) b->notifyCheckpointComplete(id);
+          else b->notifyCheckpointAborted(id);
+        }
+        for (int i : t->committers) {
+          Operator& op = *t->slots[static_cast<size_t>(i)].op;
+          if (complete) op.notifyCheckpointComplete(id);
+          else op.notifyCheckpointAborted(id);
+        }
+      });
+    }
+    if (!complete || !finalCheckpoint) return;
+    {
+      std::lock_guard lock(targetsMu);
+      if (!afterAllEnded.count(id)) return;
+    }
+    for (auto& tp : tasks) {
+      if (tp->gate) continue;
+      Task* t = tp.get();
+      post(*t, [t] { t->finalCheckpointDone = true; });
+    }
+  });
+}
+
+/// The checkpoint if the tasks should still take part in it; nullopt once withdrawn.
+std::optional<JobExecution::Impl::ActiveCheckpoint> JobExecution::Impl::activeCheckpoint(uint64_t id) {
+  std::lock_guard lock(targetsMu);
+  auto it = targets.find(id);
+  if (it == targets.end()) return std::nullopt;
+  return it->second;
+}
+
+// --- Checkpoints -------------------------------------------------------------------
+
+/// Checkpoint `id` at this point of the task's input (a source: between two polls; an
+/// input task: its barrier is aligned). The synchronous part runs here, the
+/// asynchronous part on the uploader. The barrier is forwarded in every case, also
+/// when the checkpoint was withdrawn: downstream tasks align on it.
+void JobExecution::Impl::performCheckpoint(Task& t, uint64_t id, uint64_t alignmentMicros) {
+  std::optional<ActiveCheckpoint> active = activeCheckpoint(id);
+  // stop --drain: the end of time before the barrier, so every window fires first.
+  if (active && active->target.drain && !t.gate)
+    for (int h : t.heads) advance(t, h, kMaxWatermark);
+  // Lines of records before the barrier reach the OS before anyone learns of it.
+  flushLineSinks(t);
+  auto broadcastBarrier = [&] {
+    for (auto& w : t.writers) w->broadcast(ChannelEvent::kBarrier, id);
+  };
+  if (!active) {
+    broadcastBarrier();
+    return;
+  }
+  const CheckpointTarget& target = active->target;
+  auto syncStart = std::chrono::steady_clock::now();
+  auto snap = std::make_shared<TaskSnapshot>();
+  snap->taskIndex = t.index;
+  snap->alignmentMicros = alignmentMicros;
+  std::vector<std::pair<size_t, std::unique_ptr<state::AsyncSnapshot>>> asyncParts;
+  Status failure;
+  std::map<const Slot*, size_t> snapSlot;
+  for (int i : t.committers) t.slots[static_cast<size_t>(i)].op->beforeSnapshot(id);
+  for (auto& s : t.slots) {
+    const PlanNode* n = s.node;
+    if (s.sender || (n->kind != NodeKind::kSource && !n->keyed && !n->operatorState)) continue;
+    state::SubtaskSnapshot ss;
+    ss.index = t.subtask;
+    ss.operatorState = s.op->snapshotState();
+    snapSlot[&s] = snap->operators.size();
+    snap->operators.emplace_back(n->uid, std::move(ss));
+  }
+  // The timers' backend copy holds exactly the timers registered now (timer_service.h).
+  for (int i : t.timerSlots) {
+    try {
+      t.slots[static_cast<size_t>(i)].timers->persist();
+    } catch (const std::exception& e) {
+      failure = Status::IOError(std::string("cannot write the timers of ") + t.slots[static_cast<size_t>(i)].node->name +
+                                " " + t.label + " to its state backend: " + e.what());
+    }
+  }
+  for (size_t b = 0; b < t.backends.size() && failure.ok(); ++b) {
+    const Slot& s = t.slots[static_cast<size_t>(t.backendSlot[b])];
+    const PlanNode* n = s.node;
+    snap->states[n->uid] = t.backends[b]->states();
+    state::SnapshotRequest req;
+    req.checkpointId = id;
+    req.format = target.format;
+    req.storage = target.storage.get();
+    req.exclusiveDir = target.exclusiveDir;
+    req.sharedDir = target.sharedDir;
+    req.filePrefix = n->uid + "-" + std::to_string(t.subtask);
+    req.aborted = active->aborted;
+    auto a = t.backends[b]->snapshotSync(req);
+    if (!a.ok()) {
+      failure = a.status();
+      break;
+    }
+    t.metrics.backendEntries[b].store(t.backends[b]->approximateEntries(), std::memory_order_relaxed);
+    asyncParts.emplace_back(snapSlot.at(&s), std::move(*a));
+  }
+  snap->syncMicros = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - syncStart).count());
+  if (alignmentMicros > 0)
+    spdlog::debug("checkpoint {}: task {} {} aligned its inputs in {} us", id, t.slots.front().node->name, t.label,
+                  alignmentMicros);
+  broadcastBarrier();
+  // Atomic stop: nothing after this barrier. An abort posted from now on finds
+  // suspendedBy set and resumes the source (mail runs on this thread, after this).
+  if (!t.gate && target.stopSources) t.suspendedBy = id;
+  if (!failure.ok()) {
+    enqueueUpload(
+        [this, id, failure] { listener->decline(id, CheckpointFailureReason::kSnapshotFailed, failure); });
+    return;
+  }
+  auto parts = std::make_shared<decltype(asyncParts)>(std::move(asyncParts));
+  enqueueUpload([this, id, snap, parts, aborted = active->aborted, keepAlive = target.storage] {
+    // Not started yet: its files would only be cleaned up again. Nothing to report.
+    if (aborted->load(std::memory_order_acquire)) return;
+    // Started: report exactly once, when nothing is being written any more. Each
+    // part checks `aborted` as it goes and stops early.
+    for (auto& [slot, part] : *parts) {
+      auto h = part->run();
+      if (!h.ok()) {
+        listener->decline(id, CheckpointFailureReason::kSnapshotFailed, h.status());
+        return;
+      }
+      snap->operators[slot].second.keyed = std::move(*h);
+    }
+    listener->acknowledge(id, std::move(*snap));
+  });
+}
+
+bool JobExecution::triggerCheckpoint(const CheckpointTarget& target) {
+  Impl& x = *impl_;
+  // Once a task has finished it cannot take part in a checkpoint any more (Flink before
+  // FLIP-147 behaves the same): no new checkpoints, the job is draining.
+  if (!running() || x.finishedTasks.load() > 0) return false;
+  {
+    std::lock_guard lock(x.targetsMu);
+    x.targets[target.checkpointId] = {target, std::make_shared<std::atomic<bool>>(false)};
+    while (x.targets.size() > 8) x.targets.erase(x.targets.begin());
+    if (x.finalCheckpoint && x.endedSources.load() == x.sourceTasks) x.afterAllEnded.insert(target.checkpointId);
+  }
+  for (auto& t : x.tasks) {
+    if (t->gate) continue;
+    {
+      std::lock_guard lock(t->mailMu);
+      t->triggers.push_back(target.checkpointId);
+      t->hasMail.store(true, std::memory_order_release);
+    }
+    t->mailCv.notify_all();
+  }
+  return true;
+}
+
+void JobExecution::notifyCheckpointComplete(uint64_t id) {
+  // Through the uploader, so after every asynchronous part queued before (those of this
+  // checkpoint have all reported, or it would not be complete), then on each task thread.
+  impl_->notifyTasks(id, /*complete=*/true);
+}
+
+void JobExecution::notifyCheckpointAborted(uint64_t id) {
+  Impl& x = *impl_;
+  bool drained = false;
+  {
+    // Withdraw the target at once: tasks that have not snapshotted only forward its
+    // barrier, queued asynchronous parts do not run, running ones stop early.
+    std::lock_guard lock(x.targetsMu);
+    auto it = x.targets.find(id);
+    if (it != x.targets.end()) {
+      it->second.aborted->store(true, std::memory_order_release);
+      drained = it->second.target.drain;
+      x.targets.erase(it);
+    }
+  }
+  if (drained) {
+    // The sources may have sent the maximum watermark already: every window fired and
+    // every later record would be late. Resuming is wrong; restart from the latest
+    // checkpoint instead (the restart strategy decides), as a Flink failover would.
+    x.fail("the savepoint of `jobhost stop --drain` (" + std::to_string(id) +
+               ") failed after the maximum watermark may have been sent, so the job cannot resume; it restarts from "
+               "its latest checkpoint (as the restart strategy allows)",
+           "", "");
+    return;
+  }
+  for (auto& tp : x.tasks) {
+    if (tp->gate) continue;
+    Impl::Task* t = tp.get();
+    {
+      std::lock_guard lock(t->mailMu);
+      std::erase(t->triggers, id);
+    }
+    // A source suspended by this (stop) checkpoint polls again.
+    x.post(*t, [t, id] {
+      if (t->suspendedBy == id) t->suspendedBy = 0;
+    });
+  }
+  x.notifyTasks(id, /*complete=*/false);
+}
+
+}  // namespace jobhost::host

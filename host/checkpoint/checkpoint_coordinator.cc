@@ -474,11 +474,7 @@ void CheckpointCoordinator::finalizeLocked(Pending p) {
     abortLocked(pending_->id, CheckpointFailureReason::kStoreUnavailable, fencedMessageLocked());
     return;
   }
-  Status published;
-  {
-    published = registry_.publish(dir, m);
-  }
-  if (Status s = published; !s.ok()) {
+  if (Status s = registry_.publish(dir, m); !s.ok()) {
     pending_ = std::move(p);  // abortLocked expects the pending checkpoint
     abortLocked(pending_->id, failureReasonFor(CheckpointFailureReason::kFinalizeFailed, s),
                 "cannot write its metadata: " + s.toString());

@@ -122,7 +122,9 @@ TEST_P(EventTimeCases, WindowedWordCountOnShuffledInputEqualsAReference) {
   Output o = parse(r.out);
   EXPECT_EQ(o.windows, referenceCounts(lines));
   EXPECT_TRUE(o.late.empty()) << *o.late.begin();
-  if (GetParam().parallelism > 1) EXPECT_NE(r.out.find("2> ("), std::string::npos) << "results from both subtasks";
+  if (GetParam().parallelism > 1) {
+    EXPECT_NE(r.out.find("2> ("), std::string::npos) << "results from both subtasks";
+  }
 }
 
 TEST_P(EventTimeCases, KillNineMidWindowAndRestoreGivesEveryWindowWithItsValue) {

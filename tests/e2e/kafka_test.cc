@@ -91,7 +91,9 @@ class Kafka : public Cli {
       all += lines[i] + "\n";
     }
     for (int p = 0; p < partitions; ++p)
-      if (!per[static_cast<size_t>(p)].empty()) EXPECT_TRUE(cluster_->produce(topic, p, per[static_cast<size_t>(p)]));
+      if (!per[static_cast<size_t>(p)].empty()) {
+        EXPECT_TRUE(cluster_->produce(topic, p, per[static_cast<size_t>(p)]));
+      }
     return expectedCounts(all);
   }
 

@@ -135,7 +135,9 @@ TEST_F(Lockdown, WorkingDirectoryIsPrivateAndItsFilesAre0600) {
     std::error_code t;
     if (!it->is_regular_file(t)) continue;
     unsigned mode = modeOf(it->path());
-    if (mode != 0) EXPECT_EQ(mode, 0600u) << it->path();  // 0: removed by the job meanwhile
+    if (mode != 0) {  // 0: removed by the job meanwhile
+      EXPECT_EQ(mode, 0600u) << it->path();
+    }
   }
 
   // A second local user can neither list the job's directory nor read a file in it.

@@ -410,8 +410,9 @@ TEST_F(Production, KubernetesManifestsProbeWhatTheBinaryServesWithTheFlagsItTake
   Result r = job.wait(std::chrono::seconds(grace));
   EXPECT_EQ(r.exitCode, 130) << r.err;
   EXPECT_LT(std::chrono::steady_clock::now() - stopStart, std::chrono::seconds(grace));
-  if (config["execution.stop-with-savepoint-on-sigterm"].as<bool>(false))
+  if (config["execution.stop-with-savepoint-on-sigterm"].as<bool>(false)) {
     EXPECT_NE(r.err.find("stopped with savepoint"), std::string::npos) << r.err;
+  }
 }
 
 }  // namespace

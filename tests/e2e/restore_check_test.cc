@@ -119,8 +119,9 @@ TEST_F(RestoreCheck, AMissingSharedKeyGroupFileOfAHashmapIncrementalCheckpointIs
   Result r = cli({"run", "-s", chk.string(), "-c", "WordCount", kPlugin, "--input", kWords});
   EXPECT_EQ(r.exitCode, 3) << r.err;
   EXPECT_NE(r.err.find("file " + files.front().string() + ", which the snapshot's _metadata references, does not exist"), std::string::npos) << r.err;
-  if (chk.filename().string() != "chk-" + writtenBy)
+  if (chk.filename().string() != "chk-" + writtenBy) {
     EXPECT_NE(r.err.find("(first written by checkpoint " + writtenBy + ")"), std::string::npos) << r.err;
+  }
   EXPECT_EQ(r.out, "") << "no record may be processed";
   EXPECT_EQ(treeChecksums(chk.parent_path()), sums) << "a refused restore touches nothing";
 }

@@ -71,7 +71,9 @@ TEST_F(Sinks, PartFilesAreHiddenUntilTheirCheckpointAndCommittedOnesNeverChange)
     for (const auto& c : now.committed) {
       std::string content = readFile(c);
       auto [it, fresh] = firstSeen.emplace(c, content);
-      if (!fresh) EXPECT_EQ(it->second, content) << c << " changed after it was committed";
+      if (!fresh) {
+        EXPECT_EQ(it->second, content) << c << " changed after it was committed";
+      }
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(15));
   }

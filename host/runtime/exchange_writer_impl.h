@@ -32,18 +32,24 @@ class ExchangeWriterImpl : public ExchangeWriter {
   /// task: its watermark assigner went idle and now sees records). In an input task the
   /// input's idle status is the output's (onInputTime): a record a timer emits there
   /// leaves the output idle, as in Flink.
+  /// `broadcast`: emitAny() sends each record to every receiver (PlanNode::broadcastExchange).
   ExchangeWriterImpl(std::vector<InputGate*> gates, int channel, int subtask, int producerParallelism,
                      int maxParallelism, const TaskRecordContext* record, TaskMetrics* metrics,
-                     bool recordsActivate)
+                     bool recordsActivate, bool broadcast = false)
       : gates_(std::move(gates)), channel_(channel), subtask_(static_cast<size_t>(subtask)),
-        forward_(static_cast<size_t>(producerParallelism) == gates_.size()), maxParallelism_(maxParallelism),
-        buffers_(gates_.size()), record_(record), metrics_(metrics), recordsActivate_(recordsActivate) {}
+        forward_(static_cast<size_t>(producerParallelism) == gates_.size()), broadcast_(broadcast),
+        maxParallelism_(maxParallelism), buffers_(gates_.size()), record_(record), metrics_(metrics),
+        recordsActivate_(recordsActivate) {}
   void emit(std::string_view key, std::string_view record) override {
     int kg = keyGroupFor(key, maxParallelism_);
     append(static_cast<size_t>(kg) * gates_.size() / static_cast<size_t>(maxParallelism_), static_cast<uint16_t>(kg),
            key, record);
   }
   void emitAny(std::string_view record) override {
+    if (broadcast_) {
+      for (size_t i = 0; i < gates_.size(); ++i) append(i, kNoKeyGroup, {}, record);
+      return;
+    }
     append(forward_ ? subtask_ : next_++ % gates_.size(), kNoKeyGroup, {}, record);
   }
   void flush() {
@@ -98,6 +104,7 @@ class ExchangeWriterImpl : public ExchangeWriter {
   int channel_;
   size_t subtask_;
   bool forward_;  // as many receivers as producers: subtask i sends to subtask i
+  bool broadcast_;  // every record to every receiver
   size_t next_ = 0;
   int maxParallelism_;
   std::vector<std::string> buffers_;

@@ -234,6 +234,7 @@ StateAssignment assignState(const state::CheckpointMetadata& metadata, const std
       }
     } else if (keyed) {
       out.action = Action::kRestoreKeyedState;
+      out.withOperatorState = position;  // the target has operator state, or the branch above refused it
       bool assignerReported = false;
       for (const auto& saved : op.states) {
         StateAssignment::State st;

@@ -72,6 +72,9 @@ struct StateAssignment {
     bool droppedState = false;
     /// kRestoreKeyedState: one entry per state of the snapshot, in the snapshot's order.
     std::vector<State> states;
+    /// kRestoreKeyedState of an operator that also holds operator state (a keyed
+    /// broadcast function's broadcast state): that is restored too, as a source position is.
+    bool withOperatorState = false;
     /// kRestoreSourcePosition: what the restore changes and people should know (a
     /// changed topic subscription).
     std::vector<std::string> notes;

@@ -88,7 +88,7 @@ Status JobExecution::prepare(const RestoreSource* source) {
     }
     for (const auto& op : assignment.operators) {
       if (op.action == StateAssignment::Action::kRestoreKeyedState) restoredKeyed[op.snapshot->uid] = op.snapshot;
-      if (op.action == StateAssignment::Action::kRestoreSourcePosition)
+      if (op.action == StateAssignment::Action::kRestoreSourcePosition || op.withOperatorState)
         restoredOperatorState[op.snapshot->uid] = op.snapshot;
     }
   }
@@ -123,7 +123,7 @@ Status JobExecution::prepare(const RestoreSource* source) {
       for (auto* c : byStage[consumerStage]) gates.push_back(c->gate.get());
       t.writers.push_back(std::make_unique<ExchangeWriterImpl>(std::move(gates), channel, t.subtask, st.parallelism,
                                                                x.config.maxParallelism, &t.record, &t.metrics,
-                                                               /*recordsActivate=*/!t.gate));
+                                                               /*recordsActivate=*/!t.gate, s.node->broadcastExchange));
       s.writer = t.writers.back().get();
       t.slots.push_back(std::move(s));
     }

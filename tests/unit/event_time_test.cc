@@ -876,6 +876,164 @@ TEST_P(RescaleCases, ARecordLateBeforeTheFailureIsLateAfterTheRestoreToo) {
       << "the restored job reopened a window that had fired (the late record was not late)";
 }
 
+// Issue 33 item 4: broadcast state. Rules (key -> multiplier) reach every subtask of a
+// keyed broadcast function through the broadcast input; the keyed input is summed per
+// key and, at the end of time, each key's sum is multiplied by its rule. The first run
+// reads half the events and every rule, then checkpoints; the rules source restores past
+// its last rule and reads nothing more, so every rule the second run applies came back
+// from the broadcast state — at another parallelism, where each subtask gets the copy.
+using RuleRecord = std::pair<std::string, int64_t>;  // (key, multiplier; 0 removes the rule)
+
+/// Emits `rules` in order, raises `emittedFlag`, then idles until `waitFor` (if any).
+class RuleSource : public SourceFunction<RuleRecord> {
+ public:
+  RuleSource(std::vector<RuleRecord> rules, std::shared_ptr<Flags> flags, std::string waitFor)
+      : rules_(std::move(rules)), flags_(std::move(flags)), waitFor_(std::move(waitFor)) {}
+  PollStatus poll(SourceOutput<RuleRecord>& out) override {
+    while (next_ < rules_.size()) out.emit(rules_[next_++]);
+    flags_->raise("rules");
+    if (waitFor_.empty() || flags_->up(waitFor_)) return PollStatus::kEnd;
+    std::this_thread::sleep_for(1ms);
+    return PollStatus::kIdle;
+  }
+  std::string snapshotPosition() override { return std::to_string(next_); }
+  void restorePosition(std::string_view p) override { next_ = std::stoull(std::string(p)); }
+
+ private:
+  std::vector<RuleRecord> rules_;
+  size_t next_ = 0;
+  std::shared_ptr<Flags> flags_;
+  std::string waitFor_;
+};
+
+const BroadcastStateDescriptor<std::string, int64_t> kMultipliers{"multipliers"};
+
+struct MultiplyByRule : KeyedBroadcastProcessFunction<std::string, Event, RuleRecord, std::string> {
+  void processElement(const Event& e, ReadOnlyContext& ctx, Collector<std::string>&) override {
+    sum.update(sum.value().value_or(0) + std::get<2>(e));
+    ctx.timerService().registerEventTimeTimer(kMaxWatermark - 1);
+  }
+  void processBroadcastElement(const RuleRecord& r, Context& ctx, Collector<std::string>&) override {
+    auto rules = ctx.getBroadcastState(kMultipliers);
+    if (r.second == 0) rules.remove(r.first);
+    else rules.put(r.first, r.second);
+  }
+  void onTimer(int64_t, OnTimerContext& ctx, Collector<std::string>& out) override {
+    auto rule = ctx.getBroadcastState(kMultipliers).get(ctx.currentKey());
+    out.collect(ctx.currentKey() + "=" + (rule ? std::to_string(*sum.value() * *rule) : "no rule"));
+  }
+  ValueState<int64_t> sum{*this, "sum"};
+};
+
+std::vector<RuleRecord> multiplierRules() {
+  // k0..k16 are the keys of shuffledEvents(…, 17, …); k3 loses its rule again, k99 has no events.
+  std::vector<RuleRecord> rules;
+  for (int k = 0; k < 17; k += 2) rules.push_back({"k" + std::to_string(k), k + 1});
+  rules.push_back({"k3", 7});
+  rules.push_back({"k3", 0});
+  rules.push_back({"k99", 5});
+  return rules;
+}
+
+std::multiset<std::string> referenceMultiplied(const std::vector<Event>& events, const std::vector<RuleRecord>& rules) {
+  std::map<std::string, int64_t> sums, rule;
+  for (const auto& [ts, k, v] : events) sums[k] += v;
+  for (const auto& [k, m] : rules) {
+    if (m == 0) rule.erase(k);
+    else rule[k] = m;
+  }
+  std::multiset<std::string> out;
+  for (const auto& [k, s] : sums) out.insert(k + "=" + (rule.count(k) ? std::to_string(s * rule[k]) : "no rule"));
+  return out;
+}
+
+TEST_P(RescaleCases, BroadcastStateIsInTheCheckpointAndEverySubtaskGetsItAtAnyParallelism) {
+  const RescaleCase& c = GetParam();
+  auto events = std::make_shared<const std::vector<Event>>(shuffledEvents(2000, 17, 5, 300, 11));
+  const size_t half = events->size() / 2;
+  const auto rules = multiplierRules();
+  auto flags = std::make_shared<Flags>();
+  auto out = std::make_shared<Collected>();
+  auto plan = [&](bool second) {
+    StreamEnvironment env;
+    auto ruleStream = env.addSource<RuleRecord>(
+        [rules, flags, second] { return std::make_unique<RuleSource>(rules, flags, second ? "" : "never"); },
+        "Rule Source");
+    ruleStream.uid("rules");
+    auto keyed = eventSource(env, events, second ? events->size() : half, flags, second ? "" : "never",
+                             second ? "" : "half")
+                     .keyBy(keyOf);
+    auto applied = keyed.connect(ruleStream.broadcast(kMultipliers)).process<MultiplyByRule>();
+    applied.uid("multiply");
+    collectInto(applied, out);
+    return env.takePlan();
+  };
+  auto m = runAndCheckpoint(plan(false), config(c.from, c.before, 0),
+                            [&] { return flags->up("half") && flags->up("rules"); }, 1, c.format);
+  EXPECT_EQ(out->size(), 0u);
+  runToEnd(plan(true), config(c.to, c.after), &m);
+  EXPECT_EQ(out->get(), referenceMultiplied(*events, rules));
+}
+
+TEST_F(EventTimeTest, EveryBroadcastRecordReachesEverySubtaskOnceAndEveryOtherRecordOneSubtask) {
+  // An unkeyed BroadcastProcessFunction: each subtask reports each rule it receives and
+  // passes the other input's records on; at p=3 every rule arrives three times, once per
+  // subtask, and every record once.
+  struct Report : BroadcastProcessFunction<Event, RuleRecord, std::string> {
+    void processElement(const Event& e, ReadOnlyContext& ctx, Collector<std::string>& out) override {
+      (void)ctx.getBroadcastState(kMultipliers).size();  // readable here
+      out.collect("value " + std::to_string(std::get<2>(e)));
+    }
+    void processBroadcastElement(const RuleRecord& r, Context& ctx, Collector<std::string>& out) override {
+      ctx.getBroadcastState(kMultipliers).put(r.first, r.second);
+      out.collect("subtask " + std::to_string(ctx.subtaskIndex()) + " rule " + r.first + " " +
+                  std::to_string(r.second));
+    }
+  };
+  auto events = std::make_shared<const std::vector<Event>>(shuffledEvents(500, 4, 5, 0, 3));
+  const auto rules = multiplierRules();
+  for (int p : {1, 3}) {
+    SCOPED_TRACE("p=" + std::to_string(p));
+    auto flags = std::make_shared<Flags>();
+    auto out = std::make_shared<Collected>();
+    StreamEnvironment env;
+    auto ruleStream = env.addSource<RuleRecord>(
+        [rules, flags] { return std::make_unique<RuleSource>(rules, flags, ""); }, "Rule Source");
+    auto reported = eventSource(env, events, events->size()).connect(ruleStream.broadcast(kMultipliers)).process<Report>();
+    collectInto(reported, out);
+    runToEnd(env.takePlan(), config(p, state::BackendType::kHashMap));
+    std::multiset<std::string> expected;
+    for (const auto& e : *events) expected.insert("value " + std::to_string(std::get<2>(e)));
+    for (int i = 0; i < p; ++i)
+      for (const auto& [k, m] : rules) expected.insert("subtask " + std::to_string(i) + " rule " + k + " " + std::to_string(m));
+    EXPECT_EQ(out->get(), expected);
+  }
+}
+
+TEST_F(EventTimeTest, KeyedStateUsedForABroadcastRecordFailsTheTaskInsteadOfTouchingAnotherKey) {
+  // A broadcast record has no key: keyed state there would be the last record's key's.
+  struct Misuse : KeyedBroadcastProcessFunction<std::string, Event, RuleRecord, std::string> {
+    void processElement(const Event& e, ReadOnlyContext&, Collector<std::string>&) override { seen.update(1); }
+    void processBroadcastElement(const RuleRecord&, Context&, Collector<std::string>&) override { seen.update(2); }
+    ValueState<int64_t> seen{*this, "seen"};
+  };
+  auto events = std::make_shared<const std::vector<Event>>(shuffledEvents(50, 4, 5, 0, 3));
+  auto flags = std::make_shared<Flags>();
+  StreamEnvironment env;
+  auto ruleStream = env.addSource<RuleRecord>(
+      [flags] { return std::make_unique<RuleSource>(std::vector<RuleRecord>{{"k1", 1}}, flags, ""); }, "Rule Source");
+  eventSource(env, events, events->size()).keyBy(keyOf).connect(ruleStream.broadcast(kMultipliers)).process<Misuse>().addSink(
+      [](const std::string&) {});
+  JobExecution exec(env.takePlan(), config(1, state::BackendType::kHashMap), &listener_);
+  ASSERT_TRUE(exec.prepare(nullptr).ok());
+  exec.start();
+  ExecutionResult r = exec.wait();
+  EXPECT_EQ(r.kind, ExecutionResult::kFailed);
+  EXPECT_NE(r.message.find("keyed state is used in processBroadcastElement(), which runs for no key"),
+            std::string::npos)
+      << r.message;
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Restores, RescaleCases,
     ::testing::Values(RescaleCase{state::BackendType::kHashMap, state::BackendType::kHashMap, 2, 3,

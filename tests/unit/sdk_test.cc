@@ -891,3 +891,76 @@ TEST(CallUserTest, AnythingThrownBecomesAUserCodeErrorNamingTheOperatorAndTheVal
   EXPECT_NE(thrownBy([] { throw Oops{}; }).second.find("a value of type"), std::string::npos);
   EXPECT_NE(thrownBy([] { throw Oops{}; }).second.find("Oops"), std::string::npos);
 }
+
+namespace jobhost {
+namespace {
+
+// Issue 33 item 4: the broadcast states of one operator and their snapshot format.
+TEST(BroadcastStateTest, ASnapshotRestoresEveryEntryAndIdenticalCopiesFromEverySubtaskMergeIntoOne) {
+  const BroadcastStateDescriptor<std::string, int64_t> limits{"limits"};
+  const BroadcastStateDescriptor<int64_t, std::vector<std::string>> groups{"groups"};
+  detail::BroadcastStates a;
+  a.declare("limits", Serializer<std::string>::id(), Serializer<int64_t>::id());
+  a.declare("groups", Serializer<int64_t>::id(), Serializer<std::vector<std::string>>::id());
+  BroadcastState<std::string, int64_t> l(a.get(limits));
+  l.put("x", 1);
+  l.put("y", 2);
+  l.put("x", 3);  // replaces
+  BroadcastState<int64_t, std::vector<std::string>> g(a.get(groups));
+  g.put(7, {"a", "b"});
+  g.put(8, {});
+  g.remove(8);
+  const std::string bytes = a.snapshot();
+
+  detail::BroadcastStates b;  // a restored subtask: declares the same, then gets 3 equal copies
+  b.declare("limits", Serializer<std::string>::id(), Serializer<int64_t>::id());
+  b.declare("groups", Serializer<int64_t>::id(), Serializer<std::vector<std::string>>::id());
+  for (int i = 0; i < 3; ++i) b.restore(bytes);
+  ReadOnlyBroadcastState<std::string, int64_t> rl(b.get(limits));
+  EXPECT_EQ(rl.size(), 2u);
+  EXPECT_EQ(rl.get("x"), std::optional<int64_t>(3));
+  EXPECT_EQ(rl.get("y"), std::optional<int64_t>(2));
+  EXPECT_FALSE(rl.contains("z"));
+  std::vector<std::string> order;
+  rl.forEach([&](const std::string& k, int64_t) { order.push_back(k); });
+  EXPECT_EQ(order, (std::vector<std::string>{"x", "y"}));
+  ReadOnlyBroadcastState<int64_t, std::vector<std::string>> rg(b.get(groups));
+  EXPECT_EQ(rg.size(), 1u);
+  EXPECT_EQ(rg.get(7), (std::optional<std::vector<std::string>>(std::vector<std::string>{"a", "b"})));
+  EXPECT_EQ(b.snapshot(), bytes) << "restored state snapshots to the same bytes";
+}
+
+TEST(BroadcastStateTest, OtherTypesUndeclaredStatesAndOtherFormatsAreRefusedWithTheirNames) {
+  const BroadcastStateDescriptor<std::string, int64_t> limits{"limits"};
+  detail::BroadcastStates a;
+  a.declare("limits", Serializer<std::string>::id(), Serializer<int64_t>::id());
+  BroadcastState<std::string, int64_t>(a.get(limits)).put("x", 1);
+  const std::string bytes = a.snapshot();
+
+  detail::BroadcastStates other;  // the same name, another value type
+  other.declare("limits", Serializer<std::string>::id(), Serializer<std::string>::id());
+  try {
+    other.restore(bytes);
+    FAIL() << "restored a state of another type";
+  } catch (const SerializationError& e) {
+    EXPECT_NE(std::string(e.what()).find("broadcast state 'limits' was written as"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(other.get(limits), StateError);  // declared as string -> string
+  detail::BroadcastStates none;
+  try {
+    none.get(limits);
+    FAIL() << "an undeclared broadcast state was handed out";
+  } catch (const StateError& e) {
+    EXPECT_NE(std::string(e.what()).find("pass its descriptor to broadcast"), std::string::npos) << e.what();
+  }
+  std::string future = bytes;
+  future[0] = 9;
+  EXPECT_THROW(none.restore(future), SerializationError);
+  // A state the job no longer declares is kept (and snapshotted again), not dropped.
+  none.restore(bytes);
+  EXPECT_EQ(none.snapshot(), bytes);
+  EXPECT_THROW(none.get(limits), StateError) << "kept, but not handed out undeclared";
+}
+
+}  // namespace
+}  // namespace jobhost

@@ -159,7 +159,8 @@ class ExchangeWriter {
   virtual ~ExchangeWriter() = default;
   virtual void emit(std::string_view keyBytes, std::string_view recordBytes) = 0;
   /// Not keyed (union, connect of unkeyed streams): the host picks the receiving subtask
-  /// (the same index when both sides have the same parallelism, else round-robin).
+  /// (the same index when both sides have the same parallelism, else round-robin), or
+  /// sends it to every one of them (PlanNode::broadcastExchange).
   virtual void emitAny(std::string_view recordBytes) = 0;
 };
 
@@ -342,6 +343,11 @@ struct PlanNode {
   /// that the restore check compares a snapshot's positions with it without running the
   /// source. Empty for other sources.
   std::string subscription;
+
+  // --- Broadcast (issue 33).
+  /// kExchange, not keyed: every record goes to every receiving subtask
+  /// (DataStream::broadcast), not to one of them.
+  bool broadcastExchange = false;
 };
 
 /// The dataflow a job's build() defined.

@@ -41,6 +41,7 @@
 #include <utility>
 #include <vector>
 
+#include "jobhost/broadcast.h"
 #include "jobhost/detail/interval_join_operator.h"
 #include "jobhost/detail/named_op.h"
 #include "jobhost/detail/time_operators.h"
@@ -121,6 +122,12 @@ class KeyedStream;
 class SinkNode;
 template <class A, class B>
 class ConnectedStreams;
+template <class T>
+class BroadcastStream;
+template <class A, class B>
+class BroadcastConnectedStreams;
+template <class K, class A, class B>
+class KeyedBroadcastConnectedStreams;
 
 /// Collects the plan; given to Job::build().
 class StreamEnvironment {
@@ -556,6 +563,14 @@ class DataStream {
   /// Two streams of possibly different types into one CoProcessFunction.
   template <class U>
   ConnectedStreams<T, U> connect(const DataStream<U>& other);
+  /// This stream to every subtask of the operators it is connected to (connect() of a
+  /// DataStream or a KeyedStream with it), which keep what it brings in the broadcast
+  /// states `descriptors` (BroadcastStateDescriptor, broadcast.h).
+  template <class... Descriptors>
+  BroadcastStream<T> broadcast(const Descriptors&... descriptors) const;
+  /// This stream with a broadcast stream, into a BroadcastProcessFunction.
+  template <class U>
+  BroadcastConnectedStreams<T, U> connect(const BroadcastStream<U>& broadcastStream);
   /// Partitions by key: f(const T&) -> K; K and T need Serializers.
   template <class F, class K = std::decay_t<std::invoke_result_t<F, const T&>>>
   KeyedStream<K, T> keyBy(F f) {
@@ -759,6 +774,10 @@ class KeyedStream {
   /// KeyedCoProcessFunction that sees both with one keyed state and one set of timers.
   template <class U>
   KeyedConnectedStreams<K, T, U> connect(const KeyedStream<K, U>& other);
+  /// This keyed stream with a broadcast stream, into a KeyedBroadcastProcessFunction:
+  /// its records with their key's state and timers, the broadcast records in every subtask.
+  template <class U>
+  KeyedBroadcastConnectedStreams<K, T, U> connect(const BroadcastStream<U>& broadcastStream);
   /// Joins each record with the records of `other` of the same key whose timestamps
   /// are within [its timestamp + lower, its timestamp + upper] (between()). Event time.
   template <class U>
@@ -1006,6 +1025,122 @@ class IntervalJoin {
   int64_t lower_ = 0, upper_ = 0;
   bool bounded_ = false;
 };
+
+/// A stream every subtask of its consumers receives whole (DataStream::broadcast), with the
+/// broadcast states those consumers keep (broadcast.h).
+template <class T>
+class BroadcastStream {
+ public:
+  BroadcastStream(StreamEnvironment& env, int node, std::string tag, detail::BroadcastStates states)
+      : env_(&env), node_(node), tag_(std::move(tag)), states_(std::move(states)) {}
+  /// Internal: a new broadcast exchange from this stream, for one consumer.
+  int exchange() const {
+    PlanNode n = DataStream<T>::unkeyedExchange("Broadcast");
+    n.broadcastExchange = true;
+    env_->attach(n, node_, tag_);
+    return env_->addNode(std::move(n));
+  }
+  const detail::BroadcastStates& states() const { return states_; }
+  StreamEnvironment& environment() const { return *env_; }
+
+ private:
+  StreamEnvironment* env_;
+  int node_;
+  std::string tag_;
+  detail::BroadcastStates states_;
+};
+
+/// An unkeyed stream and a broadcast stream for a BroadcastProcessFunction.
+template <class A, class B>
+class BroadcastConnectedStreams {
+ public:
+  BroadcastConnectedStreams(StreamEnvironment& env, int first, int second, detail::BroadcastStates states)
+      : env_(&env), first_(first), second_(second), states_(std::move(states)) {}
+  template <class Fn>
+  DataStream<typename Fn::OutputType> process(
+      std::function<std::unique_ptr<Fn>()> factory = [] { return std::make_unique<Fn>(); }) {
+    static_assert(std::is_same_v<typename Fn::Input1Type, A> && std::is_same_v<typename Fn::Input2Type, B>,
+                  "the BroadcastProcessFunction's input types must be the stream's and the broadcast stream's "
+                  "element types");
+    PlanNode n;
+    n.kind = NodeKind::kOperator;
+    n.name = "Broadcast Process";
+    n.operatorState = true;  // the broadcast states
+    env_->attach(n, first_);
+    env_->attach(n, second_);
+    n.create = [factory, states = states_](void* down) -> std::unique_ptr<Operator> {
+      return std::make_unique<detail::BroadcastProcessOp<Fn>>(factory(), states, down);
+    };
+    return DataStream<typename Fn::OutputType>(*env_, env_->addNode(std::move(n)));
+  }
+
+ private:
+  StreamEnvironment* env_;
+  int first_, second_;  // the unkeyed exchange of the stream, the broadcast exchange
+  detail::BroadcastStates states_;
+};
+
+/// A keyed stream and a broadcast stream for a KeyedBroadcastProcessFunction.
+template <class K, class A, class B>
+class KeyedBroadcastConnectedStreams {
+ public:
+  KeyedBroadcastConnectedStreams(StreamEnvironment& env, int first, int second, detail::BroadcastStates states)
+      : env_(&env), first_(first), second_(second), states_(std::move(states)) {}
+  template <class Fn>
+  DataStream<typename Fn::OutputType> process(
+      std::function<std::unique_ptr<Fn>()> factory = [] { return std::make_unique<Fn>(); }) {
+    static_assert(std::is_same_v<typename Fn::KeyType, K>, "the function's key type must be the stream's key type");
+    static_assert(std::is_same_v<typename Fn::Input1Type, A> && std::is_same_v<typename Fn::Input2Type, B>,
+                  "the KeyedBroadcastProcessFunction's input types must be the keyed stream's and the broadcast "
+                  "stream's element types");
+    std::vector<StateDescriptorInfo> states;
+    std::vector<SerializerTextForm> forms;
+    detail::declaredStatesOf<K>(factory, states, forms);
+    for (auto& t : detail::timerStates<K>("")) states.push_back(t);
+    detail::timerTextForms(forms, "", nullptr);
+    int id = detail::addKeyedNode(*env_, {first_, second_}, "Keyed Broadcast Process", std::move(states),
+                                  std::move(forms), true,
+                                  [factory, bs = states_](void* down) -> std::unique_ptr<Operator> {
+                                    return std::make_unique<detail::KeyedBroadcastProcessOp<Fn>>(factory(), bs, down);
+                                  });
+    env_->node(id).operatorState = true;  // the broadcast states
+    return DataStream<typename Fn::OutputType>(*env_, id);
+  }
+
+ private:
+  StreamEnvironment* env_;
+  int first_, second_;  // the keyed exchange, the broadcast exchange
+  detail::BroadcastStates states_;
+};
+
+template <class T>
+template <class... Descriptors>
+BroadcastStream<T> DataStream<T>::broadcast(const Descriptors&... descriptors) const {
+  static_assert(sizeof...(Descriptors) > 0, "broadcast() needs the descriptors of the broadcast states to keep");
+  detail::BroadcastStates states;
+  auto declare = [&states]<class K, class V>(const BroadcastStateDescriptor<K, V>& d) {
+    states.declare(d.name(), Serializer<K>::id(), Serializer<V>::id());
+  };
+  (declare(descriptors), ...);
+  return BroadcastStream<T>(*env_, node_, tag_, std::move(states));
+}
+
+template <class T>
+template <class U>
+BroadcastConnectedStreams<T, U> DataStream<T>::connect(const BroadcastStream<U>& broadcastStream) {
+  PlanNode a = unkeyedExchange("Rebalance");
+  env_->attach(a, node_, tag_);
+  int ia = env_->addNode(std::move(a));
+  int ib = broadcastStream.exchange();
+  return BroadcastConnectedStreams<T, U>(*env_, ia, ib, broadcastStream.states());
+}
+
+template <class K, class T>
+template <class U>
+KeyedBroadcastConnectedStreams<K, T, U> KeyedStream<K, T>::connect(const BroadcastStream<U>& broadcastStream) {
+  int ib = broadcastStream.exchange();
+  return KeyedBroadcastConnectedStreams<K, T, U>(*env_, node_, ib, broadcastStream.states());
+}
 
 template <class T>
 template <class U>

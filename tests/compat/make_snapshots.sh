@@ -188,5 +188,30 @@ if wanted kafka-exactly-once-p2; then
   cp -r "$(kafka kafka-exactly-once-p2 -p 2 -- --kafka-output out --kafka-delivery exactly-once \
     --kafka-transactional-id-prefix compat)" "$OUT/kafka-exactly-once-p2"
 fi
+# Broadcast state (issue 33): WordThresholds' thresholds in the broadcast state of a keyed
+# operator (operator state "thresholds" of its every subtask) next to its keyed counts and
+# end-of-input timers, at p=1 (hashmap) and p=2 (rocksdb, incremental). The words are read
+# at 10 lines/s and the rules at 4 lines/s, so the last checkpoint (before the words end)
+# holds some rules and a rules position in the middle of rules.txt; killed after 3 s.
+# bcast NAME [flags...]: prints the job directory.
+bcast() {
+  local name=$1
+  shift
+  timeout -s KILL 3 "$JOBHOST" run -c WordThresholds "$@" -D "state.checkpoints.dir=$work/$name" \
+    -D execution.checkpointing.interval=500ms "$PLUGIN" --input "$WORDS" --rate 10 --rules "$DATA/rules.txt" \
+    --rules-rate 4 >"$work/$name.out" 2>"$work/$name.err" || true
+  local jobdir
+  jobdir=$(ls -d "$work/$name"/*/)
+  ls -d "$jobdir"chk-* >/dev/null
+  echo "${jobdir%/}"
+}
+if wanted broadcast-hashmap-p1; then
+  j=$(bcast broadcast-hashmap-p1)
+  cp -r "$(ls -d "$j"/chk-* | sort -t- -k2 -n | tail -1)" "$OUT/broadcast-hashmap-p1"
+fi
+if wanted broadcast-rocksdb-incremental-p2; then
+  keepjob broadcast-rocksdb-incremental-p2 \
+    "$(bcast broadcast-rocksdb -p 2 -D state.backend.type=rocksdb -D state.backend.incremental=true)"
+fi
 find "$OUT" -type f | sort | xargs ls -l
 du -sh "$OUT"

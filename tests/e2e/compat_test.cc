@@ -62,6 +62,14 @@ const std::vector<Snapshot> kSnapshots = {
     {"v1/join-hashmap-incremental-p1", "OrderPaymentJoin", "IncrementalKeyGroupsStateHandle",
      {"OrderPaymentJoin -p 2 -D state.backend.type=rocksdb -D state.backend.incremental=true"},
      {"-D", "state.backend.incremental=true"}},
+    // Broadcast state (issue 33; written 2026-12-04): WordThresholds' thresholds (operator
+    // state of a keyed operator, in every subtask) with its keyed counts and timers, the
+    // rules source in the middle of rules.txt; restored by the writer and rescaled.
+    {"v1/broadcast-hashmap-p1", "WordThresholds", "KeyGroupsStateHandle",
+     {"WordThresholds -p 3 -D state.backend.type=rocksdb"}, {}},
+    {"v1/broadcast-rocksdb-incremental-p2", "WordThresholds", "IncrementalRemoteKeyedStateHandle",
+     {"WordThresholds -p 1 -D state.backend.type=rocksdb -D state.backend.incremental=false"},
+     {"-p", "2", "-D", "state.backend.type=rocksdb", "-D", "state.backend.incremental=true"}},
 };
 
 const fs::path kData = fs::path(JOBHOST_WORDS).parent_path();  // plugins/wordcount/data
@@ -166,6 +174,52 @@ class Compat : public Cli, public ::testing::WithParamInterface<Snapshot> {
       EXPECT_LT(got.size(), all.size()) << what << ": every window was computed again; the snapshot was not used";
     }
   }
+  /// A WordThresholds snapshot restored into `classAndFlags` with words.txt and a rules
+  /// file whose every threshold now says 1 in the same number of bytes: the rules source
+  /// resumes after the part it had read, so the result must be rules.txt's first K rules
+  /// (from the broadcast state) and threshold 1 for the rest, for some K >= 1, over the
+  /// counts of the whole of words.txt (the part read before came from the keyed state).
+  void restoresBroadcast(const fs::path& snapshot, const std::vector<std::string>& classAndFlags,
+                         const std::string& what) {
+    std::vector<std::pair<std::string, long>> rules;
+    std::string changed;
+    std::istringstream in(readFile(kData / "rules.txt"));
+    for (std::string line; std::getline(in, line);) {
+      auto f = splitWords(line);
+      rules.push_back({f.at(0), std::stol(f.at(1))});
+      changed += f[0] + " " + std::string(f[1].size() - 1, '0') + "1\n";
+    }
+    fs::path rulesFile = tmp / "rules-changed.txt";
+    writeFile(rulesFile, changed);
+    std::vector<std::string> args = {"run", "-s", snapshot.string()};
+    args.insert(args.end(), classAndFlags.begin(), classAndFlags.end());
+    for (auto& f : ckFlags("100ms")) args.push_back(f);
+    args.insert(args.end(), {kPlugin, "--input", kWords, "--rules", rulesFile.string()});
+    Result r = cli(args, std::chrono::seconds(60));
+    ASSERT_EQ(r.exitCode, 0) << what << ":\n" << r.err;
+    std::multiset<std::string> got;
+    std::istringstream out(r.out);
+    for (std::string line; std::getline(out, line);) got.insert(unprefixed(line));
+    std::map<std::string, long> counts;
+    for (auto w : splitWords(readFile(kWords))) {
+      for (char& c : w) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      ++counts[w];
+    }
+    int restored = -1;
+    for (size_t k = 0; k <= rules.size() && restored < 0; ++k) {
+      std::map<std::string, long> rule;
+      for (size_t i = 0; i < rules.size(); ++i) {
+        long t = i < k ? rules[i].second : 1;
+        if (t == 0) rule.erase(rules[i].first);
+        else rule[rules[i].first] = t;
+      }
+      std::multiset<std::string> expected;
+      for (const auto& [w, t] : rule)
+        if (counts[w] >= t) expected.insert("(" + w + "," + std::to_string(counts[w]) + "," + std::to_string(t) + ")");
+      if (got == expected) restored = static_cast<int>(k);
+    }
+    EXPECT_GE(restored, 1) << what << ": the output is not the restored rules' and the rest's:\n" << r.out;
+  }
   void restoresExactly(const fs::path& snapshot, const std::vector<std::string>& classAndFlags, const std::string& what) {
     fs::path in = restoreInput();
     std::vector<std::string> args = {"run", "-s", snapshot.string()};
@@ -201,13 +255,22 @@ TEST_P(Compat, PassesTheCheckAndRestoresIntoItsWriterWithEveryCount) {
   check.insert(check.end(), writer.begin(), writer.end());
   check.push_back(kPlugin);
   const bool eventTime = s.writer == "WindowedWordCount" || s.writer == "OrderPaymentJoin";
+  const bool broadcast = s.writer == "WordThresholds";
   if (eventTime) {
     if (s.writer == "WindowedWordCount") check.insert(check.end(), {"--input", "x"});
     else check.insert(check.end(), {"--orders", "x", "--payments", "y"});
   }
+  if (broadcast) check.insert(check.end(), {"--input", "x", "--rules", "y"});
   Result c = cli(check);
   EXPECT_EQ(c.exitCode, 0) << c.err;
-  if (eventTime) {
+  if (broadcast) {
+    restoresBroadcast(snap, writer, s.dir + " into " + s.writer);
+    for (const auto& other : s.restoreAs) {
+      std::vector<std::string> cf = {"-c"};
+      for (const auto& w : splitWords(other)) cf.push_back(w);
+      restoresBroadcast(snap, cf, s.dir + " into " + other);
+    }
+  } else if (eventTime) {
     const bool join = s.writer == "OrderPaymentJoin";
     restoresEventTime(snap, writer, join, s.dir + " into " + s.writer);
     for (const auto& other : s.restoreAs) {

@@ -954,7 +954,8 @@ TEST(BroadcastStateTest, OtherTypesUndeclaredStatesAndOtherFormatsAreRefusedWith
     EXPECT_NE(std::string(e.what()).find("pass its descriptor to broadcast"), std::string::npos) << e.what();
   }
   std::string future = bytes;
-  future[0] = 9;
+  future[detail::BroadcastStates::kMagic.size()] = 9;
+  EXPECT_THROW(none.restore("\x01\x00"), SerializationError) << "a watermark generator's state is not broadcast state";
   EXPECT_THROW(none.restore(future), SerializationError);
   // A state the job no longer declares is kept (and snapshotted again), not dropped.
   none.restore(bytes);

@@ -99,11 +99,15 @@ class BroadcastStates {
     return it->second;
   }
 
-  /// Format 1: u8 1, varint count, then per state: name, key serializer, value
-  /// serializer (bytes each), varint entries, then key and value bytes per entry.
+  /// "jhbcast", u8 format 1, varint count, then per state: name, key serializer, value
+  /// serializer (bytes each), varint entries, then key and value bytes per entry. The
+  /// magic lets a reader of snapshots tell broadcast state from other operator state.
+  static constexpr std::string_view kMagic = "jhbcast";
+  static bool is(std::string_view bytes) { return bytes.substr(0, kMagic.size()) == kMagic; }
   std::string snapshot() const {
     std::string out;
     ByteWriter w(out);
+    w.writeRaw(kMagic.data(), kMagic.size());
     w.writeU8(kFormat);
     w.writeVarint(maps_.size());
     for (const auto& [name, m] : maps_) {
@@ -122,7 +126,11 @@ class BroadcastStates {
   /// former subtask (all hold the same maps), so a key seen twice keeps one entry. A state
   /// the operator no longer declares is kept and snapshotted again, as keyed state is.
   void restore(std::string_view bytes) {
-    ByteReader r(bytes);
+    if (!is(bytes))
+      throw SerializationError("the operator state is not broadcast state (it was written by another kind of "
+                               "operator); give this operator a new uid and restore with --allow-non-restored-state "
+                               "(-n), or restore into the class that wrote it");
+    ByteReader r(bytes.substr(kMagic.size()));
     if (uint8_t f = r.readU8(); f != kFormat)
       throw SerializationError("the broadcast state has format " + std::to_string(f) + ", this SDK reads format " +
                                std::to_string(kFormat));

@@ -67,6 +67,15 @@ int inspectCommand(const std::string& path, bool json) {
       return kExitIncompatible;
     }
   }
+  std::map<std::string, std::vector<BroadcastStateRow>> broadcast;  // uid -> its broadcast states
+  for (const auto& op : m.operators) {
+    std::vector<BroadcastStateRow> rows;
+    if (state::Status s = broadcastStates(op, &rows); !s.ok()) {
+      std::cerr << "error: " << r->directory << ": " << s.message() << "\n";
+      return kExitIncompatible;
+    }
+    if (!rows.empty()) broadcast[op.uid] = std::move(rows);
+  }
   if (json) {
     std::ostringstream o;
     o << "{\"path\":" << jsonString(r->directory) << ",\"formatVersion\":" << m.formatVersion
@@ -105,6 +114,15 @@ int inspectCommand(const std::string& path, bool json) {
         o << "]}";
       }
       o << "]";
+      if (auto b = broadcast.find(op.uid); b != broadcast.end()) {
+        o << ",\"broadcastStates\":[";
+        for (size_t j = 0; j < b->second.size(); ++j) {
+          const auto& x = b->second[j];
+          o << (j ? "," : "") << "{\"name\":" << jsonString(x.name) << ",\"keySerializer\":" << jsonString(x.keySerializer)
+            << ",\"valueSerializer\":" << jsonString(x.valueSerializer) << ",\"entries\":" << x.entries << "}";
+        }
+        o << "]";
+      }
       if (auto k = kafka.find(op.uid); k != kafka.end()) {
         // A Kafka source: the next offset per partition (null with "earliest": true for a
         // partition not read yet that starts at its earliest offset).
@@ -146,6 +164,10 @@ int inspectCommand(const std::string& path, bool json) {
         std::cout << ", map key " << d.userKeySerializer << " v" << d.userKeySerializerVersion;
       std::cout << ", value " << d.valueSerializer << " v" << d.valueSerializerVersion << "\n";
     }
+    if (auto b = broadcast.find(op.uid); b != broadcast.end())
+      for (const auto& x : b->second)
+        std::cout << "  broadcast state " << x.name << ": " << x.keySerializer << " -> " << x.valueSerializer << ", "
+                  << x.entries << (x.entries == 1 ? " entry" : " entries") << " (the same in every subtask)\n";
     Table t({"  SUBTASK", "HANDLE", "KEY GROUPS", "FILES", "BYTES"});
     for (const auto& sub : op.subtasks) {
       state::KeyGroupRange range = state::handleRange(sub.keyed);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <tuple>
 
+#include "jobhost/broadcast.h"
 #include "jobhost/kafka_splits.h"
 
 namespace jobhost::host {
@@ -31,6 +32,24 @@ state::Status kafkaPartitions(const state::OperatorSnapshot& op, std::vector<Sou
   std::sort(rows->begin(), rows->end(), [](const SourcePartitionRow& a, const SourcePartitionRow& b) {
     return std::tie(a.subtask, a.topic, a.partition) < std::tie(b.subtask, b.topic, b.partition);
   });
+  return state::Status::OK();
+}
+
+state::Status broadcastStates(const state::OperatorSnapshot& op, std::vector<BroadcastStateRow>* rows) {
+  rows->clear();
+  for (const auto& sub : op.subtasks) {
+    if (!detail::BroadcastStates::is(sub.operatorState)) continue;
+    try {
+      detail::BroadcastStates states;
+      states.restore(sub.operatorState);
+      for (const auto& [name, m] : states.maps())
+        rows->push_back({name, m.keySerializer, m.valueSerializer, m.entries.size()});
+    } catch (const std::exception& e) {
+      return state::Status::Corruption("the broadcast state of operator '" + op.uid + "' subtask " +
+                                       std::to_string(sub.index) + " cannot be read: " + e.what());
+    }
+    break;  // every subtask holds the same
+  }
   return state::Status::OK();
 }
 

@@ -1,6 +1,7 @@
-// host/cli/source_positions.h — the positions of a snapshot's sources for `jobhost
-// inspect` and `jobhost state`: a Kafka source's offsets per partition, decoded from the
-// format jobhost/kafka_splits.h owns (no plugin needed). Other sources' positions are
+// host/cli/source_positions.h — the operator state of a snapshot that the host can read
+// without the plugin, for `jobhost inspect` and `jobhost state`: a Kafka source's offsets
+// per partition, decoded from the format jobhost/kafka_splits.h owns, and the broadcast
+// states of a broadcast function (jobhost/broadcast.h). Other sources' positions are
 // opaque bytes, shown by size only.
 //
 // Thread-safety: pure functions.
@@ -33,6 +34,16 @@ bool holdsKafkaOffsets(const state::OperatorSnapshot& op);
 /// for a position that does not decode.
 state::Status kafkaPartitions(const state::OperatorSnapshot& op, std::vector<SourcePartitionRow>* rows,
                               std::string* subscription);
+
+/// One broadcast state of an operator: the same in every subtask, so read from the first.
+struct BroadcastStateRow {
+  std::string name, keySerializer, valueSerializer;
+  size_t entries = 0;
+};
+
+/// The broadcast states of `op` (none if it holds no broadcast state). Corruption naming
+/// the operator for a broadcast state that does not decode.
+state::Status broadcastStates(const state::OperatorSnapshot& op, std::vector<BroadcastStateRow>* rows);
 
 /// "earliest", "-" or the number (jobhost/kafka_splits.h's kafkaOffsetText).
 std::string offsetText(int64_t offset);

@@ -55,6 +55,12 @@ run HottestReading --input "$work/readings.txt"
 expect HottestReading "s1 hottest 20.500000 at 1" "s1 hottest 22.250000 at 3" "s2 hottest 5.000000 at 4"
 [[ $(wc -l <"$work/HottestReading.out") -eq 3 ]] || fail "HottestReading printed a reading that is not the hottest"
 
+printf 's1 20\ns2 5\ns1 31\ns3 7\ns2 9.5\n' >"$work/readings.txt"
+printf 's1 30\ns2 10\ns3 5\n' >"$work/limits.txt"
+run SensorLimits --input "$work/readings.txt" --limits "$work/limits.txt"
+expect SensorLimits "s1 over its limit: 31.000000" "s3 over its limit: 7.000000"
+[[ $(wc -l <"$work/SensorLimits.out") -eq 2 ]] || fail "SensorLimits reported a sensor within its limit"
+
 run EventsPerAccount --events 50 --accounts 5
 expect EventsPerAccount "(0,10)" "(1,10)" "(2,10)" "(3,10)" "(4,10)"
 

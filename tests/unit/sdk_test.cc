@@ -900,8 +900,8 @@ TEST(BroadcastStateTest, ASnapshotRestoresEveryEntryAndIdenticalCopiesFromEveryS
   const BroadcastStateDescriptor<std::string, int64_t> limits{"limits"};
   const BroadcastStateDescriptor<int64_t, std::vector<std::string>> groups{"groups"};
   detail::BroadcastStates a;
-  a.declare("limits", Serializer<std::string>::id(), Serializer<int64_t>::id());
-  a.declare("groups", Serializer<int64_t>::id(), Serializer<std::vector<std::string>>::id());
+  a.declare("limits", detail::serializerName<std::string>(), detail::serializerName<int64_t>());
+  a.declare("groups", detail::serializerName<int64_t>(), detail::serializerName<std::vector<std::string>>());
   BroadcastState<std::string, int64_t> l(a.get(limits));
   l.put("x", 1);
   l.put("y", 2);
@@ -913,8 +913,8 @@ TEST(BroadcastStateTest, ASnapshotRestoresEveryEntryAndIdenticalCopiesFromEveryS
   const std::string bytes = a.snapshot();
 
   detail::BroadcastStates b;  // a restored subtask: declares the same, then gets 3 equal copies
-  b.declare("limits", Serializer<std::string>::id(), Serializer<int64_t>::id());
-  b.declare("groups", Serializer<int64_t>::id(), Serializer<std::vector<std::string>>::id());
+  b.declare("limits", detail::serializerName<std::string>(), detail::serializerName<int64_t>());
+  b.declare("groups", detail::serializerName<int64_t>(), detail::serializerName<std::vector<std::string>>());
   for (int i = 0; i < 3; ++i) b.restore(bytes);
   ReadOnlyBroadcastState<std::string, int64_t> rl(b.get(limits));
   EXPECT_EQ(rl.size(), 2u);
@@ -933,12 +933,12 @@ TEST(BroadcastStateTest, ASnapshotRestoresEveryEntryAndIdenticalCopiesFromEveryS
 TEST(BroadcastStateTest, OtherTypesUndeclaredStatesAndOtherFormatsAreRefusedWithTheirNames) {
   const BroadcastStateDescriptor<std::string, int64_t> limits{"limits"};
   detail::BroadcastStates a;
-  a.declare("limits", Serializer<std::string>::id(), Serializer<int64_t>::id());
+  a.declare("limits", detail::serializerName<std::string>(), detail::serializerName<int64_t>());
   BroadcastState<std::string, int64_t>(a.get(limits)).put("x", 1);
   const std::string bytes = a.snapshot();
 
   detail::BroadcastStates other;  // the same name, another value type
-  other.declare("limits", Serializer<std::string>::id(), Serializer<std::string>::id());
+  other.declare("limits", detail::serializerName<std::string>(), detail::serializerName<std::string>());
   try {
     other.restore(bytes);
     FAIL() << "restored a state of another type";

@@ -68,8 +68,14 @@ std::string serialized(const T& v) {
   return out;
 }
 
+/// "string v1": a serializer's id and version, as a broadcast state records them.
+template <class T>
+std::string serializerName() {
+  return Serializer<T>::id() + " v" + std::to_string(Serializer<T>::version());
+}
+
 /// One broadcast state as bytes: serialized key -> serialized value, ordered by the
-/// key's bytes, with the serializers that wrote them.
+/// key's bytes, with the serializers that wrote them (serializerName).
 struct BroadcastMap {
   std::string keySerializer, valueSerializer;
   std::map<std::string, std::string, std::less<>> entries;
@@ -93,14 +99,15 @@ class BroadcastStates {
     auto it = maps_.find(d.name());
     if (it == maps_.end() || std::find(declared_.begin(), declared_.end(), d.name()) == declared_.end())
       throw StateError("broadcast state '" + d.name() + "' is not declared: pass its descriptor to broadcast(...)");
-    if (it->second.keySerializer != Serializer<K>::id() || it->second.valueSerializer != Serializer<V>::id())
+    if (it->second.keySerializer != serializerName<K>() || it->second.valueSerializer != serializerName<V>())
       throw StateError("broadcast state '" + d.name() + "' holds " + it->second.keySerializer + " -> " +
-                       it->second.valueSerializer + ", not " + Serializer<K>::id() + " -> " + Serializer<V>::id());
+                       it->second.valueSerializer + ", not " + serializerName<K>() + " -> " + serializerName<V>());
     return it->second;
   }
 
   /// "jhbcast", u8 format 1, varint count, then per state: name, key serializer, value
-  /// serializer (bytes each), varint entries, then key and value bytes per entry. The
+  /// serializer ("string v1", serializerName; bytes each), varint entries, then key and
+  /// value bytes per entry. The
   /// magic lets a reader of snapshots tell broadcast state from other operator state.
   static constexpr std::string_view kMagic = "jhbcast";
   static bool is(std::string_view bytes) { return bytes.substr(0, kMagic.size()) == kMagic; }
@@ -122,6 +129,8 @@ class BroadcastStates {
     }
     return out;
   }
+  /// Every state held, by name (declared or restored).
+  const std::map<std::string, BroadcastMap>& maps() const { return maps_; }
   /// Adds a snapshot's entries. After a change of parallelism it is called once per
   /// former subtask (all hold the same maps), so a key seen twice keeps one entry. A state
   /// the operator no longer declares is kept and snapshotted again, as keyed state is.

@@ -1119,7 +1119,7 @@ BroadcastStream<T> DataStream<T>::broadcast(const Descriptors&... descriptors) c
   static_assert(sizeof...(Descriptors) > 0, "broadcast() needs the descriptors of the broadcast states to keep");
   detail::BroadcastStates states;
   auto declare = [&states]<class K, class V>(const BroadcastStateDescriptor<K, V>& d) {
-    states.declare(d.name(), Serializer<K>::id(), Serializer<V>::id());
+    states.declare(d.name(), detail::serializerName<K>(), detail::serializerName<V>());
   };
   (declare(descriptors), ...);
   return BroadcastStream<T>(*env_, node_, tag_, std::move(states));

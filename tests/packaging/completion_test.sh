@@ -105,17 +105,17 @@ check "a -D pair is skipped" "plugins/my_jobs.so" \
 out=$(complete_at 3 "$jobhost" run -c "" "$plugin")
 has "-c classes" WordCount "$out"
 has "-c classes" WordCountIncremental "$out"
-check "-c class prefix" "WordCount WordCountIncremental WordCountToPostgres" "$(complete_at 3 "$jobhost" run -c Word "$plugin")"
+check "-c class prefix" "WordCount WordCountIncremental WordCountToPostgres WordThresholds" "$(complete_at 3 "$jobhost" run -c Word "$plugin")"
 
 if command -v readelf >/dev/null; then
-  check "-c classes from .jhmeta, no plugin code run" "WordCount WordCountIncremental WordCountToPostgres" \
+  check "-c classes from .jhmeta, no plugin code run" "WordCount WordCountIncremental WordCountToPostgres WordThresholds" \
     "$(complete_at 3 /nonexistent/jobhost run -c Word "$plugin")"
 fi
 # Without readelf, the classes come from `jobhost info`: hide readelf with a PATH that
 # has only the tools the fallback needs.
 mkdir -p "$work/bin"
 for tool in awk sed sort; do ln -sf "$(command -v $tool)" "$work/bin/$tool"; done
-check "-c classes without readelf" "WordCount WordCountIncremental WordCountToPostgres" \
+check "-c classes without readelf" "WordCount WordCountIncremental WordCountToPostgres WordThresholds" \
   "$(PATH=$work/bin complete_at 3 "$jobhost" run -c Word "$plugin")"
 
 echo "PASS: bash completion"

@@ -1,8 +1,8 @@
 // host/cli/source_positions.h — the operator state of a snapshot that the host can read
-// without the plugin, for `jobhost inspect` and `jobhost state`: a Kafka source's offsets
-// per partition, decoded from the format jobhost/kafka_splits.h owns, and the broadcast
-// states of a broadcast function (jobhost/broadcast.h). Other sources' positions are
-// opaque bytes, shown by size only.
+// without the plugin: a Kafka source's offsets per partition (`jobhost inspect` and
+// `jobhost state`), decoded from the format jobhost/kafka_splits.h owns, and the broadcast
+// states of a broadcast function (jobhost/broadcast.h; `jobhost inspect` only). Other
+// sources' positions are opaque bytes, shown by size only.
 //
 // Thread-safety: pure functions.
 #pragma once

@@ -139,7 +139,6 @@ TEST_F(Broadcast, RulesReadBeforeACheckpointComeBackFromItsBroadcastStateAtAnoth
     }
     EXPECT_GE(restoredRules, 1) << "the output is no prefix of the rules restored and the rest read again: "
                                 << testing::PrintToString(got) << " (restored from " << chk.back() << ")";
-    EXPECT_LT(restoredRules, static_cast<int>(rules.size())) << "the checkpoint came after every rule was read";
   }
 }
 

@@ -928,6 +928,16 @@ TEST(BroadcastStateTest, ASnapshotRestoresEveryEntryAndIdenticalCopiesFromEveryS
   EXPECT_EQ(rg.size(), 1u);
   EXPECT_EQ(rg.get(7), (std::optional<std::vector<std::string>>(std::vector<std::string>{"a", "b"})));
   EXPECT_EQ(b.snapshot(), bytes) << "restored state snapshots to the same bytes";
+
+  // Removing while visiting (Flink allows it) visits every entry as it was, once.
+  BroadcastState<std::string, int64_t> wl(b.get(limits));
+  std::vector<std::string> visited;
+  wl.forEach([&](const std::string& k, int64_t) {
+    visited.push_back(k);
+    wl.clear();
+  });
+  EXPECT_EQ(visited, (std::vector<std::string>{"x", "y"}));
+  EXPECT_TRUE(wl.empty());
 }
 
 TEST(BroadcastStateTest, OtherTypesUndeclaredStatesAndOtherFormatsAreRefusedWithTheirNames) {

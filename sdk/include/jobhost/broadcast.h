@@ -18,8 +18,12 @@
 // keyed state, time or random numbers). It is part of every checkpoint and savepoint,
 // and restores at any parallelism: every subtask gets the same copy (as Flink's).
 // The order in which the two inputs arrive is not defined; a result that must not
-// depend on it waits for the rules (keyed state and a timer, as the example
-// KeyedRuleAlerts does).
+// depend on it waits for the rules (keyed state and a timer, as the example plugin's
+// WordThresholds and the SDK guide's SensorLimits do). Read rules with one source subtask
+// (a source's default): after a change of parallelism every subtask merges every former
+// copy and the last one wins, which only equal copies make harmless. The broadcast input
+// takes part in the operator's watermark like any input: an unbounded rules source with
+// no watermarks holds back event time; give it a watermark strategy (with idleness).
 //
 // Thread-safety: as every function object, used by its subtask's thread only.
 #pragma once
@@ -184,10 +188,15 @@ class ReadOnlyBroadcastState {
   bool contains(const K& key) const { return map_->entries.count(detail::serialized(key)) > 0; }
   size_t size() const { return map_->entries.size(); }
   bool empty() const { return map_->entries.empty(); }
-  /// Calls f(const K&, const V&) for every entry, in the order of the keys' bytes.
+  /// Calls f(const K&, const V&) for every entry, in the order of the keys' bytes, as
+  /// they were when forEach began: f may put, remove or clear (Flink allows removing
+  /// while iterating), which never disturbs the visit.
   template <class F>
   void forEach(F f) const {
-    for (const auto& [k, v] : map_->entries) f(deserialize<K>(k), deserialize<V>(v));
+    std::vector<std::pair<K, V>> entries;
+    entries.reserve(map_->entries.size());
+    for (const auto& [k, v] : map_->entries) entries.emplace_back(deserialize<K>(k), deserialize<V>(v));
+    for (const auto& [k, v] : entries) f(k, v);
   }
 
  protected:

@@ -27,6 +27,7 @@
 #include "runtime/worker_protocol.capnp.h"
 #include "log_format.h"
 #include "signal_handling.h"
+#include "wall_clock.h"
 
 namespace jobhost::host {
 
@@ -55,11 +56,6 @@ std::string newJobId() {
   std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(gen()),
                 static_cast<unsigned long long>(gen()));
   return buf;
-}
-
-int64_t nowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
 }
 
 /// The directory whose lock guards a snapshot: a job directory for its chk-<n>, else (a
@@ -206,7 +202,7 @@ int JobSupervisor::prepare() {
   info_.pluginPath = fs::absolute(o_.pluginPath).string();
   info_.backend = std::string(state::backendTypeName(setup_.backend)) + (setup_.incremental ? " (incremental)" : "");
   info_.parallelism = setup_.parallelism;
-  info_.startedMs = nowMs();
+  info_.startedMs = wallClockMs();
   info_.checkpointDir = jobDir_;
   info_.pid = static_cast<int>(getpid());
   return 0;
@@ -308,7 +304,7 @@ void JobSupervisor::onLease(const JobDirectoryLock::LeaseState& l) {
     // Renewals fail (or the lease is someone else's): the worker stops publishing at the
     // deadline; the status says since when once it has passed.
     if (info_.publishingFencedSinceMs == 0 && (l.lost || monotonicNanos() >= l.publishUntilNanos))
-      info_.publishingFencedSinceMs = nowMs();
+      info_.publishingFencedSinceMs = wallClockMs();
   } else {
     if (wasFenced && info_.publishingFencedSinceMs != 0)
       spdlog::info("publishing checkpoints to {} again: the lease is renewed", jobDir_);
@@ -326,7 +322,7 @@ void JobSupervisor::onLease(const JobDirectoryLock::LeaseState& l) {
     // not write its job directory again, nor its sinks; it ends with an error.
     leaseLost_ = true;
     info_.lastFailure = l.why;
-    info_.lastFailureMs = nowMs();
+    info_.lastFailureMs = wallClockMs();
     cancelRequested_ = true;
     if (workerChannel_ >= 0) sendLocked([](wire::ToWorker::Builder b) { b.setCancel(); });
   }
@@ -366,7 +362,7 @@ bool JobSupervisor::waitOut(Outage outage, const state::Status& s, const std::st
     info_.checkpointStoreOutages = endedOutages_ + restoreOutagesSeen_;
   } else {
     info_.lastFailure = s.message();
-    info_.lastFailureMs = nowMs();
+    info_.lastFailureMs = wallClockMs();
   }
   if (!cancelRequested_) info_.state = JobState::kRestarting;
   changed_.notify_all();
@@ -404,7 +400,7 @@ void JobSupervisor::updateCheckpointStatsLocked() {
 }
 
 void JobSupervisor::failInProgressLocked(const std::string& reason) {
-  history_.failAllInProgress(reason, nowMs());
+  history_.failAllInProgress(reason, wallClockMs());
   updateCheckpointStatsLocked();
 }
 
@@ -514,7 +510,7 @@ std::optional<JobSupervisor::WorkerEnd> JobSupervisor::readWorker(int fd) {
         case wire::FromWorker::RUNNING: {
           {
             std::lock_guard lock(mu_);
-            info_.runningSinceMs = nowMs();
+            info_.runningSinceMs = wallClockMs();
             if (attemptRestores_) info_.lastRestoreMs = info_.runningSinceMs;  // restored by now
             // A dependency's outage ends with a checkpoint of the new attempt (below), not
             // when it runs: a job whose own state fills the disk would otherwise go round
@@ -795,7 +791,7 @@ int JobSupervisor::run() {
           // then restore the latest checkpoint (the sinks' recovery commits or rolls back
           // what was pending). Not counted by the restart strategy.
           // (Without checkpoints: an attempt that ran for a minute ended the outage too.)
-          if (ranSinceMs != 0 && nowMs() - ranSinceMs > 60'000) dependencyOutage_.recovered();
+          if (ranSinceMs != 0 && wallClockMs() - ranSinceMs > 60'000) dependencyOutage_.recovered();
           if (!waitOut(Outage::kDependency, waitedOutStatus(where + message), "attempt " + std::to_string(attempt))) {
             setState(JobState::kCanceled);
             cancelled = true;
@@ -862,7 +858,7 @@ int JobSupervisor::run() {
     {
       std::lock_guard lock(mu_);
       info_.lastFailure = where + message;
-      info_.lastFailureMs = nowMs();
+      info_.lastFailureMs = wallClockMs();
     }
     std::chrono::milliseconds delay{0};
     if (!restart_->onFailure(&delay)) {

@@ -6,6 +6,7 @@
 
 #include "config/units.h"
 #include "jobhost/state/checkpoint_layout.h"
+#include "wall_clock.h"
 
 #include <spdlog/spdlog.h>
 
@@ -22,10 +23,6 @@ using state::Status;
 
 namespace {
 std::string chkDir(uint64_t id) { return state::checkpointDirName(id); }
-int64_t nowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 }  // namespace
 
 const char* checkpointStatusName(CheckpointRecord::Status s) {
@@ -235,7 +232,7 @@ void CheckpointCoordinator::recordLocked(const CheckpointRecord& r) {
 }
 
 void CheckpointCoordinator::failRecordLocked(uint64_t id, const std::string& reason) {
-  if (auto r = history_.fail(id, reason, nowMs()); r && onHistory_) onHistory_(*r);
+  if (auto r = history_.fail(id, reason, wallClockMs()); r && onHistory_) onHistory_(*r);
 }
 
 bool CheckpointCoordinator::triggerCheckpoint() {
@@ -327,7 +324,7 @@ void CheckpointCoordinator::storeUnavailableLocked(const std::string& error) {
                   options_.storageRootDescription, health_.declined, error);
     return;
   }
-  health_.unavailableSinceMs = nowMs();
+  health_.unavailableSinceMs = wallClockMs();
   ++health_.outages;
   spdlog::warn("checkpoint store {} unavailable since {}: {}; checkpoints are declined until it answers again (the "
                "job keeps running)",
@@ -339,7 +336,7 @@ void CheckpointCoordinator::storeAnswersLocked(uint64_t id) {
   spdlog::info("checkpoint store {} answers again: checkpoint {} completed after an outage of {} ({} checkpoints "
                "declined in all)",
                options_.storageRootDescription, id,
-               formatDuration(std::chrono::milliseconds(nowMs() - health_.unavailableSinceMs)), health_.declined);
+               formatDuration(std::chrono::milliseconds(wallClockMs() - health_.unavailableSinceMs)), health_.declined);
   health_.unavailableSinceMs = 0;
   health_.lastError.clear();
   auto deferred = std::move(deferredCleanups_);

@@ -22,6 +22,7 @@
 #include "jobhost/state/checkpoint_layout.h"
 #include "jobhost/state/checkpoint_storage.h"
 #include "jobhost/state/s3_storage.h"
+#include "wall_clock.h"
 
 namespace jobhost::host {
 
@@ -60,11 +61,6 @@ std::optional<LockHolder> readHolder(int fd) {
   ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
   if (n <= 0) return std::nullopt;
   return parseHolder(std::string(buf, static_cast<size_t>(n)));
-}
-
-int64_t nowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
 }
 
 std::string holderText(const LockHolder& me) {
@@ -135,7 +131,7 @@ class ObjectStoreLease {
 
   std::string text() const {
     return body_ + "host " + hostName() + "\nowner " + owner_ + "\nexpires " +
-           std::to_string(nowMs() + int64_t{leaseSeconds()} * 1000) + "\n";
+           std::to_string(wallClockMs() + int64_t{leaseSeconds()} * 1000) + "\n";
   }
 
   /// Calls `f` now and after every change of the publishing deadline (from the renewing
@@ -168,9 +164,9 @@ class ObjectStoreLease {
       if (!g.ok()) return g.withContext("cannot read the lease " + where());
       LeaseText lease;
       auto h = parseHolder(current, &lease);
-      if (lease.expiresMs < nowMs()) {
+      if (lease.expiresMs < wallClockMs()) {
         spdlog::info("replacing the expired lease {} of {} (expired {} s ago)", where(),
-                     h ? describeHolder(*h) : std::string("?"), (nowMs() - lease.expiresMs) / 1000);
+                     h ? describeHolder(*h) : std::string("?"), (wallClockMs() - lease.expiresMs) / 1000);
         (void)storage_->remove(state::kLockFileName);
         continue;
       }
@@ -184,7 +180,7 @@ class ObjectStoreLease {
       std::string who = h && h->pid ? describeHolder(*h) : std::string("another process");
       return state::Status::InvalidArgument(
           dir_ + " is in use by " + who + " on host " + lease.host + (h && !h->purpose.empty() ? " (" + h->purpose + ")" : "") +
-          ": its lease " + where() + " expires in " + std::to_string((lease.expiresMs - nowMs()) / 1000 + 1) +
+          ": its lease " + where() + " expires in " + std::to_string((lease.expiresMs - wallClockMs()) / 1000 + 1) +
           " s unless renewed; stop that job first" + (h && !h->jobId.empty() ? " (jobhost cancel " + h->jobId + ")" : "") +
           ", or, if it was killed, retry after the lease expires");
     }
@@ -209,7 +205,7 @@ class ObjectStoreLease {
   void renewed(int64_t startedNanos) {
     LeaseState next;
     next.publishUntilNanos = startedNanos + int64_t{leaseSeconds()} * 1'000'000'000 / 2;
-    next.renewedMs = nowMs();
+    next.renewedMs = wallClockMs();
     notify(next);
   }
 
@@ -261,7 +257,7 @@ class ObjectStoreLease {
           failingSinceMs = 0;
           LeaseState again;
           again.publishUntilNanos = started + int64_t{leaseSeconds()} * 1'000'000'000 / 2;
-          again.renewedMs = nowMs();
+          again.renewedMs = wallClockMs();
           again.reacquired = true;
           notify(again);
           lock.lock();
@@ -281,12 +277,12 @@ class ObjectStoreLease {
       }
       if (s.ok()) {
         if (failingSinceMs != 0)
-          spdlog::info("renewed the lease {} again after {} s without", where(), (nowMs() - failingSinceMs) / 1000);
+          spdlog::info("renewed the lease {} again after {} s without", where(), (wallClockMs() - failingSinceMs) / 1000);
         failingSinceMs = 0;
         renewed(started);
       } else {
         if (failingSinceMs == 0) {
-          failingSinceMs = nowMs();
+          failingSinceMs = wallClockMs();
           spdlog::warn("cannot renew the lease {}: {}; checkpoints are not published after {} s without a renewal, "
                        "and go on once it is renewed",
                        where(), s.toString(), leaseSeconds() / 2);
@@ -362,7 +358,7 @@ std::optional<LockHolder> JobDirectoryLock::holder(const std::string& dir) {
     if (!storage.ok() || !(*storage)->get(state::kLockFileName, &text).ok()) return std::nullopt;
     LeaseText lease;
     auto h = parseHolder(text, &lease);
-    if (lease.expiresMs < nowMs() || holderIsGone(lease, h)) return std::nullopt;
+    if (lease.expiresMs < wallClockMs() || holderIsGone(lease, h)) return std::nullopt;
     return h.value_or(LockHolder{});
   }
   int fd = ::open(lockPath(dir).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);

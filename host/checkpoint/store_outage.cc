@@ -6,14 +6,11 @@
 #include <algorithm>
 
 #include "config/units.h"
+#include "wall_clock.h"
 
 namespace jobhost::host {
 
 namespace {
-int64_t nowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 }  // namespace
 
 StoreOutage::StoreOutage(std::chrono::milliseconds initial, std::chrono::milliseconds max, std::string subject)
@@ -22,7 +19,7 @@ StoreOutage::StoreOutage(std::chrono::milliseconds initial, std::chrono::millise
 
 std::chrono::milliseconds StoreOutage::failed(const state::Status& s, const std::string& what) {
   if (sinceMs_ == 0) {
-    sinceMs_ = nowMs();
+    sinceMs_ = wallClockMs();
     waitingFor_ = s.isNoSpace() ? "free space on the local disk" : subject_;
     spdlog::warn("{} failed: {}; the job waits for {} and tries again ({} since {}, not counted by the restart "
                  "strategy)",
@@ -42,7 +39,7 @@ void StoreOutage::recovered() {
   if (sinceMs_ == 0) return;
   spdlog::info("{} after {} ({} failed tries)",
                waitingFor_ == subject_ ? subject_ + " answers again" : "there is " + waitingFor_ + " again",
-               formatDuration(std::chrono::milliseconds(nowMs() - sinceMs_)), failures_);
+               formatDuration(std::chrono::milliseconds(wallClockMs() - sinceMs_)), failures_);
   sinceMs_ = 0;
   failures_ = 0;
   next_ = initial_;

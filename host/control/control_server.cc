@@ -33,7 +33,7 @@ namespace jobhost::host {
 
 namespace {
 
-constexpr size_t kMaxConnections = 64;
+constexpr size_t kMaxControlConnections = 64;
 constexpr size_t kMaxCallsInFlight = 32;
 constexpr size_t kMaxTextBytes = 4096;
 
@@ -240,7 +240,7 @@ struct ControlServer::Impl : private kj::TaskSet::ErrorHandler {
                          known ? cred.pid : 0, geteuid());
             return;  // dropping the stream closes it
           }
-          if (connections >= kMaxConnections) {
+          if (connections >= kMaxControlConnections) {
             spdlog::warn("control socket {}: refused a connection from pid {}: {} connections already open", socketPath,
                          cred.pid, connections);
             return;

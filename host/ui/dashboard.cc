@@ -26,6 +26,7 @@
 #include "job_id.h"
 #include "ui/ui_api.capnp.h"
 #include "ui/ui_assets.h"
+#include "wall_clock.h"
 
 namespace jobhost::host {
 
@@ -37,11 +38,6 @@ constexpr size_t kJobIdLength = 32;
 constexpr size_t kMaxSeenJobs = 1000;
 constexpr size_t kMaxDiskJobs = 200;  // newest job directories listed
 constexpr std::chrono::milliseconds kUiSavepointTimeout = std::chrono::minutes(10);
-
-int64_t nowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 bool isHex(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
 
@@ -412,7 +408,7 @@ void Dashboard::remember(const JobStatusInfo& s) {
   std::lock_guard lock(mu_);
   auto& e = seen_[s.jobId];
   e.status = s;
-  e.lastSeenMs = nowMs();
+  e.lastSeenMs = wallClockMs();
   if (seen_.size() > kMaxSeenJobs) {
     auto oldest = std::min_element(seen_.begin(), seen_.end(),
                                    [](const auto& a, const auto& b) { return a.second.lastSeenMs < b.second.lastSeenMs; });
@@ -560,7 +556,7 @@ std::optional<Dashboard::Target> Dashboard::resolve(const std::string& prefix, H
 HttpReply Dashboard::listJobs() {
   std::vector<std::string> stale, problems;
   auto running = discoverJobs(&stale, &problems);
-  int64_t sampled = nowMs();
+  int64_t sampled = wallClockMs();
   for (const auto& j : running) remember(j.status);
   std::set<std::string> listed;
   for (const auto& j : running) listed.insert(j.jobId);
@@ -609,7 +605,7 @@ HttpReply Dashboard::jobDetail(const std::string& prefix) {
   auto detail = m.initRoot<uiapi::JobDetail>();
   std::map<std::string, std::string> config;
   if (t->running) {
-    fillJob(detail.initJob(), *t->running, true, "control", statusOf(*t->running), nowMs());
+    fillJob(detail.initJob(), *t->running, true, "control", statusOf(*t->running), wallClockMs());
     auto c = callConfiguration(t->socketPath);
     if (c.ok()) {
       config = *c;
@@ -619,7 +615,7 @@ HttpReply Dashboard::jobDetail(const std::string& prefix) {
   } else {
     auto d = diskJob(t->id, jobDirOf(t->id));
     if (!d) return error(404, "job " + t->id + " has ended and left no complete checkpoint");
-    fillJob(detail.initJob(), d->status, false, d->source, d->state, nowMs());
+    fillJob(detail.initJob(), d->status, false, d->source, d->state, wallClockMs());
     if (auto s = seen(t->id)) config = s->configuration;
   }
   auto entries = detail.initConfiguration(static_cast<unsigned>(config.size()));

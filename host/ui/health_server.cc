@@ -15,17 +15,13 @@
 #include "config/units.h"
 #include "metrics/prometheus_text.h"
 #include "ui/http_serving.h"
+#include "wall_clock.h"
 
 namespace jobhost::host {
 
 namespace {
 
-constexpr size_t kMaxConnections = 16;
-
-int64_t nowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
+constexpr size_t kMaxHealthConnections = 16;
 
 HttpReply text(int status, std::string body) { return HttpReply{status, "text/plain; charset=utf-8", body + "\n", {}}; }
 
@@ -63,8 +59,8 @@ HttpReply healthReply(const std::string& method, const std::string& target, JobC
   }
   JobStatusInfo s = job.status();
   if (path == "/healthz") return text(200, std::string("ok: ") + jobStateName(s.state));
-  if (path == "/readyz") return readinessReply(s, maxCheckpointAge, nowMs());
-  return HttpReply{200, kPrometheusContentType, prometheusText(s, nowMs()), {}};
+  if (path == "/readyz") return readinessReply(s, maxCheckpointAge, wallClockMs());
+  return HttpReply{200, kPrometheusContentType, prometheusText(s, wallClockMs()), {}};
 }
 
 struct HealthServer::Impl {
@@ -118,7 +114,7 @@ struct HealthServer::Impl {
       kj::HttpServerSettings settings;
       settings.errorHandler = errors;
       kj::HttpServer server(io.provider->getTimer(), *table, service, settings);
-      HttpConnections connections(server, kMaxConnections, "health endpoint");
+      HttpConnections connections(server, kMaxHealthConnections, "health endpoint");
       auto accepting = connections.acceptLoop(*listener).eagerlyEvaluate([](kj::Exception&& e) {
         spdlog::error("health endpoint: stopped accepting: {}", e.getDescription().cStr());
       });

@@ -34,7 +34,7 @@ namespace {
 
 constexpr size_t kMaxBodyBytes = 4096;
 constexpr size_t kMaxRequestsInFlight = 16;
-constexpr size_t kMaxConnections = 64;
+constexpr size_t kMaxHttpConnections = 64;
 
 HttpReply jsonError(int status, const std::string& message) { return jsonErrorReply(status, message); }
 
@@ -273,7 +273,7 @@ int serveDashboard(const DashboardOptions& o) {
   auto stopped = io.unixEventPort.onSignal(SIGINT)
                      .exclusiveJoin(io.unixEventPort.onSignal(SIGTERM))
                      .then([](siginfo_t info) { spdlog::info("received signal {}: stopping the dashboard", info.si_signo); });
-  HttpConnections connections(http.server(), kMaxConnections, "dashboard");
+  HttpConnections connections(http.server(), kMaxHttpConnections, "dashboard");
   try {
     connections.acceptLoop(*listener).exclusiveJoin(kj::mv(stopped)).wait(io.waitScope);
   } catch (const kj::Exception& e) {

@@ -29,7 +29,7 @@ std::vector<std::string> splitPath(const std::string& p) {
   return parts;
 }
 
-std::string joinPath(const std::string& dir, const std::string& rel) {
+std::string joinRelative(const std::string& dir, const std::string& rel) {
   return dir.empty() ? rel : dir + "/" + rel;
 }
 
@@ -41,7 +41,7 @@ void fillFileRef(schema::FileRef::Builder b, const FileRef& f, const std::string
 FileRef readFileRef(schema::FileRef::Reader r, const std::string& dir, Status* err) {
   FileRef f;
   std::string raw = r.getPath();
-  f.path = normalizePath(joinPath(dir, raw));
+  f.path = normalizePath(joinRelative(dir, raw));
   f.size = r.getSize();
   auto lastSlash = raw.rfind('/');
   std::string last = lastSlash == std::string::npos ? raw : raw.substr(lastSlash + 1);

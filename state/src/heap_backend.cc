@@ -36,6 +36,7 @@
 
 #include "flat_table.h"
 #include "map_entries.h"
+#include "random_id.h"
 #include "jobhost/state/key_group_format.h"
 #include "jobhost/state/keyed_backend.h"
 #include "jobhost/state/snapshot_file.h"
@@ -224,17 +225,10 @@ class HeapSnapshot : public AsyncSnapshot {
   std::shared_ptr<IncrementalPlan> plan_;  // null: a full, self-contained snapshot
 };
 
-std::string randomBackendId() {
-  std::random_device rd;
-  char buf[17];
-  snprintf(buf, sizeof buf, "%08x%08x", rd(), rd());
-  return buf;
-}
-
 class HeapBackend : public KeyedStateBackend {
  public:
   explicit HeapBackend(const BackendOptions& o)
-      : options_(o), modified_(static_cast<size_t>(o.range.size()), 0), backendId_(randomBackendId()) {}
+      : options_(o), modified_(static_cast<size_t>(o.range.size()), 0), backendId_(randomHexId(8)) {}
 
   int registerState(const StateDescriptorInfo& d) override {
     for (size_t i = 0; i < states_.size(); ++i) {
@@ -363,7 +357,7 @@ class HeapBackend : public KeyedStateBackend {
     // everything, and no later one references the restored files.
     base_.reset();
     pending_.clear();
-    backendId_ = randomBackendId();
+    backendId_ = randomHexId(8);
     for (const auto& h : input.handles) {
       if (std::holds_alternative<IncrementalStateHandle>(h)) {
         return Status::Incompatible(std::string("the hashmap backend cannot restore a ") + handleTypeName(h) +

@@ -11,7 +11,7 @@
 
 namespace jobhost::state {
 namespace {
-constexpr char kMagic[4] = {'J', 'H', 'K', 'G'};
+constexpr char kKeyGroupMagic[4] = {'J', 'H', 'K', 'G'};
 }  // namespace
 
 KeyGroupWriter::KeyGroupWriter() {
@@ -31,7 +31,7 @@ Result<std::unique_ptr<KeyGroupWriter>> KeyGroupWriter::create(
   w->next_ = range.start;
   std::string header;
   ByteWriter bw(header);
-  bw.writeRaw(kMagic, 4);
+  bw.writeRaw(kKeyGroupMagic, 4);
   bw.writeFixed<uint32_t>(kKeyGroupFormatVersion);
   bw.writeVarint(states.size());
   for (const auto& s : states) {
@@ -307,7 +307,7 @@ Status readKeyGroups(const ReadableFile& file, const std::string& where, const K
   std::vector<StateKind> kinds;
   try {
     ByteReader hr(header);
-    if (hr.readRaw(4) != std::string_view(kMagic, 4)) return corrupt("bad magic");
+    if (hr.readRaw(4) != std::string_view(kKeyGroupMagic, 4)) return corrupt("bad magic");
     uint32_t version = hr.readFixed<uint32_t>();
     if (version > kKeyGroupFormatVersion)
       return Status::Incompatible("key-group file " + where + " has format version " + std::to_string(version) +

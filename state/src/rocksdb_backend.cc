@@ -64,6 +64,7 @@
 #include <utility>
 
 #include "jobhost/errors.h"
+#include "random_id.h"
 #include "jobhost/state/key_group_format.h"
 #include "jobhost/state/keyed_backend.h"
 #include "jobhost/state/snapshot_file.h"
@@ -125,15 +126,6 @@ std::string joinPath(const std::string& dir, const std::string& name) {
   if (dir.empty()) return name;
   if (dir.back() == '/') return dir + name;
   return dir + "/" + name;
-}
-
-std::string randomBackendId() {
-  std::random_device rd;
-  std::mt19937_64 gen((static_cast<uint64_t>(rd()) << 32) ^ rd());
-  char buf[33];
-  std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(gen()),
-                static_cast<unsigned long long>(gen()));
-  return buf;
 }
 
 bool isSst(const std::string& name) {
@@ -597,7 +589,7 @@ class IncrementalAsyncSnapshot : public AsyncSnapshot {
 class RocksDbBackend final : public KeyedStateBackend {
  public:
   explicit RocksDbBackend(const BackendOptions& options)
-      : options_(options), inst_(std::make_shared<DbInstance>()), backendId_(randomBackendId()) {
+      : options_(options), inst_(std::make_shared<DbInstance>()), backendId_(randomHexId(16)) {
     writeOptions_.disableWAL = true;
     inst_->cfOptions = makeCfOptions(options_.rocksdb, rocksdb::NewLRUCache(options_.rocksdb.blockCacheSize));
   }
@@ -1084,7 +1076,7 @@ Status RocksDbBackend::restore(const RestoreInput& input) {
   }
   if (!s.ok()) s = nameSnapshotFiles(s, st, handles);
   // A restored backend is a new lineage that depends on none of the restored files.
-  backendId_ = randomBackendId();
+  backendId_ = randomHexId(16);
   {
     std::lock_guard<std::mutex> lock(inst_->mu);
     inst_->confirmed.clear();

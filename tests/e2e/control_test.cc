@@ -11,14 +11,11 @@
 #include <set>
 
 #include "cli_fixture.h"
+#include "../support/contains.h"
 
 using namespace e2e;
 
 namespace {
-
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
 
 /// The rest of the first line that starts with (or contains) `prefix`.
 std::string lineAfter(const std::string& text, const std::string& prefix) {

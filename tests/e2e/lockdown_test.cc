@@ -10,6 +10,7 @@
 #include <set>
 
 #include "cli_fixture.h"
+#include "../support/contains.h"
 
 using namespace e2e;
 
@@ -17,8 +18,6 @@ namespace {
 
 const std::string kThrowingPlugin = JOBHOST_THROWING_PLUGIN;
 const std::string kStaticInitPlugin = JOBHOST_STATIC_INIT_PLUGIN;
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 unsigned modeOf(const fs::path& p) {
   struct stat st {};

@@ -6,14 +6,13 @@
 #include <set>
 
 #include "cli_fixture.h"
+#include "../support/contains.h"
 
 using namespace e2e;
 
 namespace {
 
 const std::string kEvolving = JOBHOST_EVOLVING_PLUGIN;
-
-bool contains(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
 
 class Recovery : public Cli {
  protected:

@@ -23,14 +23,11 @@
 
 #include "cli_fixture.h"
 #include "http_json.h"
+#include "../support/contains.h"
 
 using namespace e2e;
 
 namespace {
-
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
 
 /// The token of the dashboard on each port (from the URL it printed; see Ui::startUi).
 std::map<int, std::string>& tokens() {

@@ -15,7 +15,7 @@ cd "${1:-$(dirname "$0")/../..}"
 # Lower numbers are lower layers; see docs/architecture.md, "Layers of host/".
 layer() {
   case "$1" in
-    plugin/* | config/* | private_directory.* | exit_codes.h | run_options.h | job_id.* | log_format.*) echo 1 ;;
+    plugin/* | config/* | private_directory.* | exit_codes.h | wall_clock.h | run_options.h | job_id.* | log_format.*) echo 1 ;;
     runtime/*) echo 2 ;;
     checkpoint/*) echo 3 ;;
     control/*) echo 4 ;;

@@ -4,6 +4,7 @@
 //
 // Every test runs against a fresh directory under $TMPDIR (or /tmp).
 #include "support/fault_injection.h"
+#include "contains.h"
 
 #include <unistd.h>
 
@@ -36,10 +37,6 @@ using state::Status;
     const ::jobhost::state::Status s_ = (expr);               \
     ASSERT_TRUE(s_.ok()) << #expr << ": " << s_.toString();   \
   } while (0)
-
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
 
 std::string readLocal(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -29,6 +29,7 @@
 #include "jobhost/state/status.h"
 #include "support/fault_injection.h"
 #include "support/forwarding_storage.h"
+#include "../support/contains.h"
 
 namespace jobhost::state {
 namespace {
@@ -804,10 +805,6 @@ TEST_F(LocalStorageTest, RemovingALiveWritersTemporaryFileMakesItsCloseFail) {
 
 // ---------------------------------------------------------------------------------------
 // FileBatch of LocalFileStorage, over a FaultInjectionFileSystem (the real disk below it)
-
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
 
 class FileBatchTest : public ::testing::Test {
  protected:

@@ -24,16 +24,13 @@
 
 #include "control/control_client.h"
 #include "control/control_server.h"
+#include "../support/contains.h"
 
 namespace jobhost::host {
 namespace {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
-
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
 
 /// A JobControl whose savepoints block until released.
 class ScriptedJob : public JobControl {

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "ui/dashboard_record.h"
+#include "../support/contains.h"
 
 namespace jobhost::host {
 namespace {
@@ -19,8 +20,6 @@ namespace {
 namespace fs = std::filesystem;
 
 const std::string kToken(64, 'a');
-
-bool contains(const std::string& haystack, const std::string& needle) { return haystack.find(needle) != std::string::npos; }
 
 DashboardAccess access(std::string address = "127.0.0.1", int port = 8081, std::vector<std::string> allowed = {},
                        std::string token = kToken) {

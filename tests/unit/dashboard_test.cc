@@ -2,6 +2,7 @@
 // from a URL becomes a path), the restore command's quoting, and answers about jobs that
 // exist only on disk. No HTTP here (tests/e2e/ui_test.cc drives the real server).
 #include "ui/dashboard.h"
+#include "../support/contains.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -16,10 +17,6 @@ namespace jobhost::host {
 namespace {
 
 namespace fs = std::filesystem;
-
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
 
 class DashboardTest : public ::testing::Test {
  protected:

@@ -15,7 +15,9 @@
 #include <gtest/gtest.h>
 
 namespace jobhost::state {
-namespace {
+// Named, not anonymous: this binary is compiled as one unit per batch of sources
+// (JOBHOST_UNITY_BUILD), where the helpers of two test files would collide.
+namespace flat_table_test {
 
 std::string keyOf(uint64_t i) { return "k" + std::to_string(i); }
 
@@ -561,5 +563,5 @@ TEST(FlatTableTest, RandomOperationsUnderRandomFreezesMatchTheirMoments) {
   EXPECT_EQ(contents(t), sorted);
 }
 
-}  // namespace
+}  // namespace flat_table_test
 }  // namespace jobhost::state

@@ -24,7 +24,9 @@
 #include "support/state_descriptors.h"
 
 namespace jobhost::state {
-namespace {
+// Named, not anonymous: this binary is compiled as one unit per batch of sources
+// (JOBHOST_UNITY_BUILD), where the helpers of two test files would collide.
+namespace heap_incremental_test {
 
 namespace fs = std::filesystem;
 
@@ -486,5 +488,5 @@ TEST_F(HeapIncrementalTest, AHandleReadingAKeyGroupFromTwoFilesIsCorruption) {
   EXPECT_NE(parsed.status().message().find("restore from another checkpoint"), std::string::npos) << parsed.status();
 }
 
-}  // namespace
+}  // namespace heap_incremental_test
 }  // namespace jobhost::state

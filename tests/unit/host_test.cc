@@ -29,6 +29,7 @@
 #include "runtime/job_execution.h"
 #include "runtime/key_group_assignment.h"
 #include "runtime/restart_strategy.h"
+#include "../support/contains.h"
 
 namespace jobhost::host {
 namespace {
@@ -36,10 +37,6 @@ namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using std::chrono::milliseconds;
-
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
 
 // A fresh temp directory per test.
 class TempDirTest : public ::testing::Test {

@@ -26,6 +26,7 @@
 #include "jobhost/jobhost.h"
 #include "jobhost/state/checkpoint_storage.h"
 #include "jobhost/state/state_handle.h"
+#include "../support/contains.h"
 
 namespace jobhost::host {
 namespace {
@@ -36,10 +37,6 @@ using namespace std::chrono_literals;
 /// How long a test waits for something that happens within milliseconds unless the
 /// execution hangs.
 constexpr auto kHang = 60s;
-
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
 
 std::string readFile(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);

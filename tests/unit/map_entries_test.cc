@@ -13,7 +13,9 @@
 #include <gtest/gtest.h>
 
 namespace jobhost::state {
-namespace {
+// Named, not anonymous: this binary is compiled as one unit per batch of sources
+// (JOBHOST_UNITY_BUILD), where the helpers of two test files would collide.
+namespace map_entries_test {
 
 using Model = std::map<std::string, std::map<std::string, std::string>>;
 
@@ -169,5 +171,5 @@ TEST(MapEntriesTest, RandomOperationsUnderRandomFreezesMatchTheirMoments) {
   EXPECT_EQ(contents(t), model);
 }
 
-}  // namespace
+}  // namespace map_entries_test
 }  // namespace jobhost::state

@@ -17,6 +17,7 @@
 #include "jobhost/state/checkpoint_storage.h"
 #include "jobhost/state/keyed_backend.h"
 #include "support/fault_injection.h"
+#include "../support/contains.h"
 
 namespace jobhost::state {
 namespace {
@@ -24,10 +25,6 @@ namespace {
 namespace fs = std::filesystem;
 using testing::FaultInjectionStorage;
 using testing::StorageOp;
-
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
 
 StateDescriptorInfo countState() {
   StateDescriptorInfo d;

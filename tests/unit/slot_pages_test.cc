@@ -10,7 +10,9 @@
 #include <gtest/gtest.h>
 
 namespace jobhost::state {
-namespace {
+// Named, not anonymous: this binary is compiled as one unit per batch of sources
+// (JOBHOST_UNITY_BUILD), where the helpers of two test files would collide.
+namespace slot_pages_test {
 
 using slot_pages::kPageBytes;
 
@@ -69,5 +71,5 @@ TEST(SlotPagesTest, FreedPagesAreReusedBeforeNewChunksAndEmptiedChunksAreUnmappe
   EXPECT_LE(after.chunks, before.chunks + 1);
 }
 
-}  // namespace
+}  // namespace slot_pages_test
 }  // namespace jobhost::state

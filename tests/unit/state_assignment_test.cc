@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "jobhost/kafka_splits.h"
+#include "../support/contains.h"
 
 #include <functional>
 #include <string>
@@ -16,10 +17,6 @@ namespace {
 
 using Action = StateAssignment::Action;
 using StateFate = StateAssignment::StateFate;
-
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
 
 StateDescriptorInfo valueState(const std::string& name) {
   StateDescriptorInfo d;

@@ -29,6 +29,7 @@
 #include "support/fault_injection.h"
 #include "support/forwarding_storage.h"
 #include "support/state_descriptors.h"
+#include "../support/contains.h"
 
 namespace jobhost::state {
 namespace {
@@ -51,10 +52,6 @@ constexpr int kMaxParallelism = 128;
 
 StateDescriptorInfo desc(const std::string& name, StateKind kind) {
   return testing::stringDescriptor(name, kind);
-}
-
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
 }
 
 // A fresh directory with checkpoint storage at <dir>/ckpt.

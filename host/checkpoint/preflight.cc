@@ -48,6 +48,7 @@ PreflightReport runPreflight(const PreflightInput& in) {
         for (const auto& n : op.notes) add(PreflightFinding::kNote, "source", n);
         continue;
       case StateAssignment::Action::kRestoreKeyedState:
+        for (const auto& n : op.notes) add(PreflightFinding::kNote, "operator", n);
         break;
     }
     const state::OperatorSnapshot& snap = *op.snapshot;

@@ -213,7 +213,7 @@ StateAssignment assignState(const state::CheckpointMetadata& metadata, const std
                      (planUids.empty() ? "none" : planUids) + "); give the operator that should take this state the uid '" +
                      op.uid + "', or add --allow-non-restored-state (-n) to drop it";
       }
-    } else if ((keyed && !target->keyed) || (position && !target->source && !target->operatorState)) {
+    } else if ((keyed && !target->keyed) || (!keyed && position && !target->source && !target->operatorState)) {
       // The uid now names an operator of the other role: it has no place for this state.
       if (allowNonRestoredState) {
         out.action = Action::kSkip;
@@ -232,9 +232,22 @@ StateAssignment assignState(const state::CheckpointMetadata& metadata, const std
                      " that should take this state the uid '" + op.uid +
                      "', or add --allow-non-restored-state (-n) to drop it";
       }
+    } else if (keyed && position && !target->source && !target->operatorState && !allowNonRestoredState) {
+      // A keyed operator with operator state (a keyed broadcast function's broadcast state)
+      // whose uid now names a keyed operator without any: the keyed state has its place,
+      // the operator state has none.
+      out.action = Action::kError;
+      out.reason = operatorText(op) + " holds keyed state and operator state (a broadcast state) in the snapshot, but in " +
+                   job + " that uid is " + roleText(*target) +
+                   ", which holds no operator state; give the operator that should take it the uid '" + op.uid +
+                   "', or add --allow-non-restored-state (-n) to restore the keyed state and drop the operator state";
     } else if (keyed) {
       out.action = Action::kRestoreKeyedState;
-      out.withOperatorState = position;  // the target has operator state, or the branch above refused it
+      out.withOperatorState = position && (target->source || target->operatorState);
+      if (position && !out.withOperatorState)
+        out.notes.push_back("the operator state (a broadcast state) of " + operatorText(op) + " is dropped: in " + job +
+                            " that uid is " + roleText(*target) +
+                            ", which holds none; its keyed state is restored (--allow-non-restored-state is set)");
       bool assignerReported = false;
       for (const auto& saved : op.states) {
         StateAssignment::State st;

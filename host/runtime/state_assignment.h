@@ -76,7 +76,8 @@ struct StateAssignment {
     /// broadcast function's broadcast state): that is restored too, as a source position is.
     bool withOperatorState = false;
     /// kRestoreSourcePosition: what the restore changes and people should know (a
-    /// changed topic subscription).
+    /// changed topic subscription); kRestoreKeyedState: operator state dropped by
+    /// --allow-non-restored-state (the target holds none).
     std::vector<std::string> notes;
   };
 

@@ -133,6 +133,51 @@ TEST(StateAssignment, EachSnapshotOperatorIsRestoredSkippedOrRefusedAsTheRulesSa
   }
 }
 
+// A keyed broadcast function's snapshot (keyed state and its broadcast state, which is
+// operator state) whose uid now names a keyed operator without operator state: the keyed
+// state has its place there, the broadcast state none. Without -n one error that names
+// what has no place; with -n the keyed state is restored and only the broadcast state
+// dropped, with a note. (Before: the message called the keyed operator a source, and -n
+// dropped the keyed state too.)
+TEST(StateAssignment, BroadcastStateWithoutAPlaceIsRefusedOrDroppedAloneWithN) {
+  auto thresholds = keyedSnapshot("thresholds", {valueState("counts")});
+  thresholds.subtasks[0].operatorState = "jhbcast-bytes";
+  state::CheckpointMetadata m;
+  m.operators = {thresholds};
+  const std::vector<OperatorInfo> plan = {keyedOperator("thresholds", {valueState("counts")})};
+
+  StateAssignment refused = assignState(m, plan, false);
+  ASSERT_EQ(refused.operators.size(), 1u);
+  EXPECT_EQ(refused.operators[0].action, Action::kError);
+  const std::string& why = refused.operators[0].reason;
+  EXPECT_TRUE(contains(why, "operator state (a broadcast state)")) << why;
+  EXPECT_TRUE(contains(why, "the keyed operator 'Keyed Aggregation'")) << why;
+  EXPECT_TRUE(contains(why, "holds no operator state")) << why;
+  EXPECT_TRUE(contains(why, "restore the keyed state and drop the operator state")) << why;
+  EXPECT_FALSE(contains(why, "source")) << why;
+
+  StateAssignment allowed = assignState(m, plan, true);
+  ASSERT_EQ(allowed.operators.size(), 1u);
+  const auto& op = allowed.operators[0];
+  EXPECT_TRUE(allowed.ok());
+  EXPECT_EQ(op.action, Action::kRestoreKeyedState) << op.reason;
+  EXPECT_FALSE(op.withOperatorState);
+  ASSERT_EQ(op.states.size(), 1u);
+  EXPECT_EQ(op.states[0].fate, StateFate::kRestored);
+  ASSERT_EQ(op.notes.size(), 1u);
+  EXPECT_TRUE(contains(op.notes[0], "is dropped")) << op.notes[0];
+  EXPECT_TRUE(contains(op.notes[0], "its keyed state is restored")) << op.notes[0];
+
+  // Into a keyed broadcast function (operator state declared), both are restored.
+  auto withBroadcast = plan;
+  withBroadcast[0].operatorState = true;
+  StateAssignment both = assignState(m, withBroadcast, false);
+  ASSERT_EQ(both.operators.size(), 1u);
+  EXPECT_EQ(both.operators[0].action, Action::kRestoreKeyedState) << both.operators[0].reason;
+  EXPECT_TRUE(both.operators[0].withOperatorState);
+  EXPECT_TRUE(both.operators[0].notes.empty());
+}
+
 TEST(StateAssignment, AStateTheClassNoLongerDeclaresIsKeptNotRead) {
   state::CheckpointMetadata m;
   m.operators = {keyedSnapshot("distinct", {valueState("distinct"), valueState("words")})};

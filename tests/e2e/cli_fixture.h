@@ -49,18 +49,19 @@ class Cli : public ::testing::Test {
     return out;
   }
   /// Waits until some job directory has a completed checkpoint.
+  /// The highest N of a completed chk-N (its _metadata written) in any job directory; 0 if none.
+  int latestCheckpointNumber() const {
+    int n = 0;
+    for (const auto& d : jobDirs())
+      for (const auto& e : fs::directory_iterator(d))
+        if (e.path().filename().string().rfind("chk-", 0) == 0 && fs::exists(e.path() / "_metadata"))
+          n = std::max(n, std::stoi(e.path().filename().string().substr(4)));
+    return n;
+  }
   bool waitForCheckpoint(Process& p, int minCount = 1, std::chrono::seconds timeout = std::chrono::seconds(30)) {
     auto until = std::chrono::steady_clock::now() + timeout;
     while (std::chrono::steady_clock::now() < until && p.running()) {
-      for (const auto& d : jobDirs()) {
-        int n = 0;
-        for (const auto& e : fs::directory_iterator(d))
-          if (e.path().filename().string().rfind("chk-", 0) == 0 && fs::exists(e.path() / "_metadata")) {
-            std::string name = e.path().filename().string();
-            n = std::max(n, std::stoi(name.substr(4)));
-          }
-        if (n >= minCount) return true;
-      }
+      if (latestCheckpointNumber() >= minCount) return true;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     return false;

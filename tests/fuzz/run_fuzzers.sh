@@ -13,7 +13,7 @@ cd "$(dirname "$0")/../.."
 SECONDS_PER_TARGET=${1:-60}
 BUILD=${BUILD:-build-fuzz}
 JOBS=${JOBS:-2}
-ARTIFACTS=${ARTIFACTS:-$PWD/$BUILD/artifacts}
+ARTIFACTS=${ARTIFACTS:-$(realpath -m "$BUILD")/artifacts}
 TARGETS=(metadata_fuzz plugin_metadata_fuzz keygroup_fuzz http_request_fuzz config_fuzz control_fuzz)
 start=$(date +%s)
 

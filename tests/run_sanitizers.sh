@@ -7,7 +7,7 @@
 # Any sanitizer report fails the run: leaks are detected, UBSan halts on the first error.
 #
 # Usage: tests/run_sanitizers.sh [build-dir]      (default: build-asan; env JOBS=2;
-#        JOBHOST_BUILD_ONLY=1 builds and stops: .ci/run builds ahead in the background)
+#        JOBHOST_BUILD_ONLY=1 builds and stops)
 # Called from .ci/run after the main tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -88,6 +88,7 @@ int setupJob(const RunOptions& o, JobSetup* s, const PluginOpenOptions& pluginOp
     s->numRetained = static_cast<int>(config.getInt("state.checkpoints.num-retained", 1, 1000000));
     s->interval = config.getDuration("execution.checkpointing.interval");
     s->autoWatermarkInterval = config.getDuration("pipeline.auto-watermark-interval");
+    s->windowMiniBatchSize = config.getInt("pipeline.window.mini-batch.size", 0, 1 << 24);
     s->checkpointTimeout = config.getDuration("execution.checkpointing.timeout");
     s->tolerableFailures =
         static_cast<int>(config.getInt("execution.checkpointing.tolerable-failed-checkpoints", 0, 1000000));

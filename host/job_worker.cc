@@ -208,6 +208,7 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
   ec.rocksdb = setup.rocksdb;
   ec.localStateDir = attemptLocalDir(setup, w.jobId, w.attempt);
   ec.autoWatermarkIntervalMs = setup.autoWatermarkInterval.count();
+  ec.windowMiniBatchSize = static_cast<size_t>(setup.windowMiniBatchSize);
   ec.checkpointing = coordinator != nullptr;
   ec.checkpointIntervalMs = coordinator ? setup.interval.count() : 0;
 

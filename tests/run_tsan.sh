@@ -10,8 +10,7 @@
 # uninstrumented library: the races TSan reports from inside it are about its own internals
 # (tests/tsan.supp says why), so those are suppressed; any other report fails the run.
 #
-# Usage: tests/run_tsan.sh [build-dir]      (default: build-tsan; env JOBS=2;
-#        JOBHOST_BUILD_ONLY=1 builds and stops)
+# Usage: tests/run_tsan.sh [build-dir]      (default: build-tsan; env JOBS=2)
 # Called from .ci/run after the main tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,7 +23,6 @@ cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG
   "${launcher[@]}" >/dev/null
 ninja -C "$BUILD" -j"$JOBS" jobhost_state_tests jobhost_unit_tests
 built=$(date +%s)
-if [ "${JOBHOST_BUILD_ONLY:-0}" = 1 ]; then echo "== tsan build done in $((built - start)) s"; exit 0; fi
 # ignore_noninstrumented_modules: memcpy/memcmp/free called from code that is not built with
 # TSan (librocksdb, libsnappy, libstdc++.so's out-of-line string members RocksDB calls) are
 # not checked. Without it, RocksDB freeing a block (unseen) and malloc handing the address to

@@ -21,6 +21,8 @@ struct ExecutionConfig {
   /// pipeline.auto-watermark-interval: how often watermark assigners emit. 0: never
   /// periodically (only the end of input's kMaxWatermark).
   int64_t autoWatermarkIntervalMs = 200;
+  /// pipeline.window.mini-batch.size (OperatorContext::windowMiniBatchSize).
+  size_t windowMiniBatchSize = 16384;
   /// Checkpoints are taken (a coordinator triggers them). With a transactional sink in the
   /// plan, sources that end then wait for a final checkpoint (job_execution.h).
   bool checkpointing = false;

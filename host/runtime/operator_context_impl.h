@@ -36,6 +36,7 @@ class OperatorContextImpl : public OperatorContext {
   std::function<void(int64_t)> emitWatermarkFn;  // watermark assigners
   std::function<void()> markIdleFn;
   std::map<std::string, void*> sideOutputs;  // tag key -> the consumer's input
+  size_t miniBatchSize = 0;  // ExecutionConfig::windowMiniBatchSize
 
   int subtaskIndex() const override { return subtask; }
   int parallelism() const override { return par; }
@@ -51,6 +52,13 @@ class OperatorContextImpl : public OperatorContext {
     record->key.assign(keyBytes);
     for (auto* b : *taskBackends) b->setCurrentKey(record->keyGroup, keyBytes);
   }
+  int currentKeyGroup() const override { return record->keyGroup; }
+  void setCurrentKeyAndGroup(int keyGroup, std::string_view keyBytes) override {
+    if (!backend) OperatorContext::setCurrentKeyAndGroup(keyGroup, keyBytes);  // throws: not keyed
+    record->keyGroup = keyGroup;
+    setCurrentKey(keyBytes);
+  }
+  size_t windowMiniBatchSize() const override { return miniBatchSize; }
   ExchangeWriter& exchange() override {
     if (!writer) throw StateError("operator '" + name + "' has no exchange output");
     return *writer;

@@ -21,6 +21,10 @@ bool holdsPosition(const state::OperatorSnapshot& op) {
   return std::any_of(op.subtasks.begin(), op.subtasks.end(), [](const auto& s) { return !s.operatorState.empty(); });
 }
 
+/// Whether the operator can take operator state: a source's position or a (keyed)
+/// broadcast function's broadcast state.
+bool takesOperatorState(const OperatorInfo& target) { return target.source || target.operatorState; }
+
 /// "operator uid 'counts' (Keyed Aggregation)"
 std::string operatorText(const state::OperatorSnapshot& op) {
   return "operator uid '" + op.uid + "'" + (op.name.empty() ? "" : " (" + op.name + ")");
@@ -213,7 +217,7 @@ StateAssignment assignState(const state::CheckpointMetadata& metadata, const std
                      (planUids.empty() ? "none" : planUids) + "); give the operator that should take this state the uid '" +
                      op.uid + "', or add --allow-non-restored-state (-n) to drop it";
       }
-    } else if ((keyed && !target->keyed) || (!keyed && position && !target->source && !target->operatorState)) {
+    } else if ((keyed && !target->keyed) || (!keyed && position && !takesOperatorState(*target))) {
       // The uid now names an operator of the other role: it has no place for this state.
       if (allowNonRestoredState) {
         out.action = Action::kSkip;
@@ -232,7 +236,7 @@ StateAssignment assignState(const state::CheckpointMetadata& metadata, const std
                      " that should take this state the uid '" + op.uid +
                      "', or add --allow-non-restored-state (-n) to drop it";
       }
-    } else if (keyed && position && !target->source && !target->operatorState && !allowNonRestoredState) {
+    } else if (keyed && position && !takesOperatorState(*target) && !allowNonRestoredState) {
       // A keyed operator with operator state (a keyed broadcast function's broadcast state)
       // whose uid now names a keyed operator without any: the keyed state has its place,
       // the operator state has none.
@@ -243,7 +247,7 @@ StateAssignment assignState(const state::CheckpointMetadata& metadata, const std
                    "', or add --allow-non-restored-state (-n) to restore the keyed state and drop the operator state";
     } else if (keyed) {
       out.action = Action::kRestoreKeyedState;
-      out.withOperatorState = position && (target->source || target->operatorState);
+      out.withOperatorState = position && takesOperatorState(*target);
       if (position && !out.withOperatorState)
         out.notes.push_back("the operator state (a broadcast state) of " + operatorText(op) + " is dropped: in " + job +
                             " that uid is " + roleText(*target) +

@@ -101,6 +101,7 @@ int64_t JobExecution::Impl::inputWatermarkOf(const Task& t, int i) {
 void JobExecution::Impl::advance(Task& t, int i, int64_t w) {
   Slot& s = t.slots[static_cast<size_t>(i)];
   if (w <= s.watermark) return;
+  s.op->prepareWatermark(w);  // before s.watermark moves: what it writes is not late
   s.watermark = w;
   if (s.timers) {
     s.timers->advanceWatermark(w, *s.op);

@@ -102,6 +102,8 @@ void JobExecution::Impl::performCheckpoint(Task& t, uint64_t id, uint64_t alignm
   std::vector<std::pair<size_t, std::unique_ptr<state::AsyncSnapshot>>> asyncParts;
   Status failure;
   std::map<const Slot*, size_t> snapSlot;
+  // What operators hold in memory goes into keyed state first (a window's mini-batch).
+  for (auto& s : t.slots) s.op->prepareSnapshotPreBarrier(id);
   for (int i : t.committers) t.slots[static_cast<size_t>(i)].op->beforeSnapshot(id);
   for (auto& s : t.slots) {
     const PlanNode* n = s.node;

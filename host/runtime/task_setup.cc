@@ -196,6 +196,7 @@ Status JobExecution::prepare(const RestoreSource* source) {
       ctx->activeSlot = &t.activeOperator;
       ctx->checkpointInterval = x.config.checkpointIntervalMs;
       ctx->watermark = &s.watermark;
+      ctx->miniBatchSize = x.config.windowMiniBatchSize;
       if (!s.sender) ctx->sideOutputs = std::move(sideOutputsOf[i]);
       if (n.watermarkAssigner && !s.sender) {
         Impl::Task* tp = &t;

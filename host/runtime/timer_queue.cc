@@ -59,19 +59,27 @@ void TimerQueue::releaseFired() {
   if (f != nullptr) maybeErase(*f);
 }
 
+void TimerQueue::setLive(const Entry& e, bool live) {
+  if (e.live == live) return;
+  unsynced_ += e.live != e.persisted ? -1 : 1;  // a change flips whether the backend agrees
+  e.live = live;
+  if (live) ++live_;
+  else --live_;
+  markDirty(e);
+}
+
 bool TimerQueue::add(const Timer& t) {
   const Entry& e = findOrInsert(t);
   if (e.live) return false;
-  e.live = true;
-  ++live_;
+  setLive(e, true);
   enqueue(e);
-  if (e.live != e.persisted) markDirty(e);
   return true;
 }
 
 void TimerQueue::addPersisted(const Timer& t) {
   const Entry& e = findOrInsert(t);
   if (!e.live) ++live_;
+  if (e.live != e.persisted) --unsynced_;
   e.live = true;
   e.persisted = true;
   enqueue(e);
@@ -81,9 +89,7 @@ bool TimerQueue::remove(const Timer& t) {
   auto it = entries_.find(t);
   if (it == entries_.end() || !it->live) return false;
   const Entry& e = *it;
-  e.live = false;
-  --live_;
-  if (e.persisted) markDirty(e);
+  setLive(e, false);
   auto b = buckets_.find(e.time);
   if (b != buckets_.end() && e.queued) {
     Bucket& bucket = b->second;
@@ -134,9 +140,7 @@ std::optional<TimerQueue::Timer> TimerQueue::pop(int64_t bound) {
       maybeErase(e);
       continue;
     }
-    e.live = false;
-    --live_;
-    if (e.persisted) markDirty(e);
+    setLive(e, false);
     fired_ = &e;
     return Timer{e.time, e.keyGroup, e.key(), e.ns()};
   }
@@ -153,6 +157,7 @@ void TimerQueue::clear() {
   buckets_.clear();
   entries_.clear();
   live_ = 0;
+  unsynced_ = 0;
 }
 
 }  // namespace jobhost::host

@@ -39,6 +39,9 @@ class TimerQueue {
   /// More changes than this waiting for the backend: the task persists them at its next
   /// safe point (between two input buffers), not only at the next checkpoint.
   static constexpr size_t kPersistThreshold = 16384;
+  /// More timers changed than this since the last persist() (most registered and fired
+  /// in between, which costs the backend nothing): persist() then frees their bookkeeping.
+  static constexpr size_t kTidyThreshold = 1 << 18;
 
   /// A timer as the queue hands it out; the views stay valid until the next call that
   /// changes the queue (add, remove, pop, persist, clear).
@@ -71,8 +74,12 @@ class TimerQueue {
   /// Timers registered and neither deleted nor fired.
   size_t size() const { return live_; }
 
-  /// Changes the backend lacks (timers to write, timers to delete).
-  size_t pendingChanges() const { return dirty_.size(); }
+  /// Changes the backend lacks (timers to write, timers to delete): what persist() would
+  /// write now. A timer registered and fired or deleted since the last persist() is none.
+  size_t pendingChanges() const { return unsynced_; }
+  /// Timers changed since the last persist(), whether the backend needs to hear of it or
+  /// not; each keeps its bookkeeping in memory until persist().
+  size_t changedSincePersist() const { return dirty_.size(); }
   /// Hands every pending change to `write(put, timer)` (put: write the timer; else delete
   /// it), in no particular order, and forgets them. If `write` throws, the change it threw
   /// on and the ones after it stay pending.
@@ -123,6 +130,8 @@ class TimerQueue {
   const Entry& findOrInsert(const Timer& t);
   void enqueue(const Entry& e);
   void markDirty(const Entry& e);
+  /// Registers (true) or deletes or fires (false) `e`, keeping the counts.
+  void setLive(const Entry& e, bool live);
   /// Erases `e` if nothing refers to it any more and the backend does not hold it.
   void maybeErase(const Entry& e);
   void releaseFired();
@@ -134,6 +143,7 @@ class TimerQueue {
   std::vector<const Entry*> dirty_;
   const Entry* fired_ = nullptr;  // the timer pop() returned last (its views are in use)
   size_t live_ = 0;
+  size_t unsynced_ = 0;  // entries whose live != persisted (all of them in dirty_)
 };
 
 template <class Write>
@@ -144,6 +154,7 @@ void TimerQueue::persist(Write&& write) {
     if (e->live != e->persisted) {
       write(e->live, Timer{e->time, e->keyGroup, e->key(), e->ns()});
       e->persisted = e->live;
+      --unsynced_;
     }
     dirty_.pop_back();
     e->dirty = false;

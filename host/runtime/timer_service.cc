@@ -61,7 +61,7 @@ void TaskTimerService::load() {
 }
 
 void TaskTimerService::persist() {
-  if (event_.timers.pendingChanges() + processing_.timers.pendingChanges() == 0) return;
+  if (event_.timers.changedSincePersist() + processing_.timers.changedSincePersist() == 0) return;
   for (Queue* q : {&event_, &processing_}) {
     q->timers.persist([&](bool put, const TimerQueue::Timer& t) {
       backend_.setCurrentKey(t.keyGroup, t.key);

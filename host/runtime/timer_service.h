@@ -74,10 +74,12 @@ class TaskTimerService : public InternalTimerService {
   /// exactly the timers registered now. The task calls it before its backends snapshot.
   /// Sets the backend's current key to each timer's and back to the task's afterwards.
   void persist();
-  /// persist() if more than TimerQueue::kPersistThreshold changes wait; the task calls it
-  /// between input buffers, where no operator holds a view into the backend.
+  /// persist() if more than TimerQueue::kPersistThreshold changes wait for the backend
+  /// or kTidyThreshold timers changed since the last one; the task calls it between input
+  /// buffers, where no operator holds a view into the backend.
   void persistIfLarge() {
-    if (event_.timers.pendingChanges() + processing_.timers.pendingChanges() > TimerQueue::kPersistThreshold)
+    if (event_.timers.pendingChanges() + processing_.timers.pendingChanges() > TimerQueue::kPersistThreshold ||
+        event_.timers.changedSincePersist() + processing_.timers.changedSincePersist() > TimerQueue::kTidyThreshold)
       persist();
   }
 

@@ -440,6 +440,38 @@ TEST_P(WindowCases, SlidingWindowsEqualAReference) {
   EXPECT_EQ(out->get(), referenceWindows(*events, 900, 300));
 }
 
+TEST_P(WindowCases, EveryMiniBatchSizeGivesTheWindowsOfFoldingRecordByRecord) {
+  // pipeline.window.mini-batch.size: 0 folds every record into state, 1 writes the batch
+  // at almost every record, 5 often, 16384 only before watermarks and at the end.
+  // Tumbling, sliding with a pane smaller than the slide (1000/400: panes of 200 ms in
+  // two or three windows each) and sliding with gaps between windows (300/500: a record
+  // in a gap belongs to no window).
+  auto events = std::make_shared<const std::vector<Event>>(shuffledEvents(3000, 11, 5, 300, 3));
+  struct Shape {
+    int64_t size, slide;
+  };
+  for (const Shape shape : {Shape{1000, 1000}, Shape{1000, 400}, Shape{300, 500}}) {
+    for (size_t batch : {size_t{0}, size_t{1}, size_t{5}, size_t{16384}}) {
+      auto out = std::make_shared<Collected>();
+      StreamEnvironment env;
+      auto keyed = eventSource(env, events, events->size()).keyBy(keyOf);
+      auto w = shape.size == shape.slide
+                   ? keyed.window(TumblingEventTimeWindows::of(std::chrono::milliseconds(shape.size)))
+                         .aggregate(CountAndSum{}, WithWindow{})
+                   : keyed.window(SlidingEventTimeWindows::of(std::chrono::milliseconds(shape.size),
+                                                               std::chrono::milliseconds(shape.slide)))
+                         .aggregate(CountAndSum{}, WithWindow{});
+      w.uid("windows");
+      collectInto(w, out);
+      ExecutionConfig c = config(GetParam().parallelism, GetParam().backend);
+      c.windowMiniBatchSize = batch;
+      runToEnd(env.takePlan(), c);
+      EXPECT_EQ(out->get(), referenceWindows(*events, shape.size, shape.slide))
+          << "size " << shape.size << " ms, slide " << shape.slide << " ms, mini-batch " << batch;
+    }
+  }
+}
+
 TEST_P(WindowCases, SessionWindowsMergeOutOfOrderRecordsIntoTheReferenceSessions) {
   // Bursts per key with pauses: records of one session arrive out of order, so windows
   // created apart merge later.

@@ -214,6 +214,20 @@ class OperatorContext {
   /// execution.checkpointing.interval in milliseconds; 0 when the job takes no periodic
   /// checkpoints (a sink checks its transaction timeout against it, KafkaSink).
   virtual int64_t checkpointIntervalMs() const = 0;
+
+  // --- Operators that hold records of several keys in memory before they reach keyed
+  // state (issue 33: a window's mini-batch).
+  /// The key group of the current key (-1 outside a keyed context).
+  virtual int currentKeyGroup() const { return -1; }
+  /// Makes `keyBytes` of key group `keyGroup` (what currentKeyGroup() returned while that
+  /// key was current) the current key of this task's keyed state and timers.
+  virtual void setCurrentKeyAndGroup(int keyGroup, std::string_view keyBytes) {
+    throw StateError("operator '" + operatorName() + "' is not keyed: it has no key to set");
+  }
+  /// pipeline.window.mini-batch.size: how many (key, pane) accumulators an event-time
+  /// aggregate or reduce window may hold in memory before writing them to keyed state;
+  /// 0: none (every record goes to state).
+  virtual size_t windowMiniBatchSize() const { return 0; }
 };
 
 /// One operator instance in one subtask.
@@ -255,6 +269,19 @@ class Operator {
   /// On the task thread, between records, after every checkpoint before it was notified.
   virtual void notifyCheckpointComplete(uint64_t checkpointId) {}
   virtual void notifyCheckpointAborted(uint64_t checkpointId) {}
+
+  // --- Operators that hold records in memory before they reach keyed state (issue 33:
+  // a window's mini-batch). Both are called on the task thread between records; they may
+  // change the current key (the host sets it again before the next record or timer) and
+  // must not emit.
+  /// Checkpoint `checkpointId` is about to be snapshotted (Flink's
+  /// prepareSnapshotPreBarrier): write what is held into keyed state and timers, so that
+  /// the snapshot has it.
+  virtual void prepareSnapshotPreBarrier(uint64_t checkpointId) {}
+  /// The operator's watermark is about to advance to `watermark`: its event-time timers
+  /// up to it fire right after this call. Write into keyed state and timers what those
+  /// timers need.
+  virtual void prepareWatermark(int64_t watermark) {}
 };
 
 enum class PollStatus { kMore, kIdle, kEnd };

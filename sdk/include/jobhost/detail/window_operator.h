@@ -7,6 +7,12 @@
 // window's end (fire) and, with allowed lateness, one at end + lateness (clean up).
 // Session windows need no other state: a key's open windows are the keys of its
 // window-contents, and a new element's window merges with every one it overlaps.
+//
+// Event-time aggregate and reduce windows over tumbling and sliding windows fold records
+// into a mini-batch in memory first (window_mini_batch.h: one accumulator per key and
+// pane), written to window-contents and the timers before a checkpoint barrier, before
+// a watermark that fires one of its windows, and when it is full. A record whose first
+// window has already fired (late, within the allowed lateness) goes to state at once.
 #pragma once
 
 #include "jobhost/version.h"  // first: stops a pre-C++20 build with one clear line
@@ -20,6 +26,8 @@
 #include <vector>
 
 #include "jobhost/detail/named_op.h"
+#include "jobhost/detail/window_mini_batch.h"
+#include "jobhost/detail/window_panes.h"
 #include "jobhost/functions.h"
 #include "jobhost/serializer.h"
 #include "jobhost/serializer_text.h"
@@ -60,7 +68,7 @@ class WindowOp : public NamedOp, public Collector<T> {
   };
 
   WindowOp(Options o, Functions f, void* down)
-      : o_(std::move(o)), f_(std::move(f)), down_(static_cast<Collector<Out>*>(down)) {}
+      : o_(std::move(o)), f_(std::move(f)), down_(static_cast<Collector<Out>*>(down)), grid_(o_.assigner) {}
 
   /// The states the plan declares for this operator.
   static std::vector<StateDescriptorInfo> states(const WindowAssigner& a) {
@@ -108,6 +116,17 @@ class WindowOp : public NamedOp, public Collector<T> {
       if (d.name == kWindowContentsState) contents_ = state_->registerState(d);
       if (d.name == kMergingWindowsState) sessions_ = state_->registerState(d);
     }
+    if constexpr (!kList) {
+      if (o_.assigner.isEventTime() && !o_.assigner.isMerging() && ctx.windowMiniBatchSize() > 0)
+        batch_.emplace(ctx.windowMiniBatchSize());
+    }
+  }
+
+  void prepareWatermark(int64_t watermark) override {
+    if (batch_ && !batch_->empty() && batch_->earliestFiring() <= watermark) flushBatch();
+  }
+  void prepareSnapshotPreBarrier(uint64_t) override {
+    if (batch_ && !batch_->empty()) flushBatch();
   }
 
   void collect(const T& v) override {
@@ -122,6 +141,7 @@ class WindowOp : public NamedOp, public Collector<T> {
     } else {
       ts = timers_->currentProcessingTime();
     }
+    if (batch_ && addToBatch(v, ts)) return;
     bool skipped = true;
     if (o_.assigner.isMerging()) {
       skipped = !addToSession(TimeWindow{ts, saturatingAdd(ts, o_.assigner.gapMs())}, v);
@@ -194,6 +214,66 @@ class WindowOp : public NamedOp, public Collector<T> {
       registerTimer(w, w.maxTimestamp());
     }
     if (cleanupTime(w) != kMaxWatermark && cleanupTime(w) != w.maxTimestamp()) registerTimer(w, cleanupTime(w));
+  }
+
+  /// Folds `v` at `ts` into the mini-batch, unless a window of its pane may have fired
+  /// (the watermark has passed the first one's end) or no window holds it: false.
+  bool addToBatch(const T& v, int64_t ts) {
+    if constexpr (kList) {
+      return false;
+    } else {
+      const TimeWindow pane = grid_.paneOf(ts);
+      int64_t first = 0, last = 0;
+      if (!grid_.windowsOf(pane, &first, &last)) return false;
+      const int64_t firing = grid_.window(first).maxTimestamp();
+      if (firing <= timers_->currentWatermark()) return false;
+      if (Acc* acc = batch_->find(ctx_->currentKey(), pane.start)) {
+        *acc = invoke([&] { return f_.fold(std::optional<Acc>(std::move(*acc)), v); });
+        return true;
+      }
+      if (batch_->full()) flushBatch();
+      Acc acc = invoke([&] { return f_.fold(std::nullopt, v); });
+      batch_->insert(ctx_->currentKey(), ctx_->currentKeyGroup(), pane, firing, std::move(acc));
+      return true;
+    }
+  }
+
+  /// Adds every accumulator of the mini-batch to each window of its pane in state
+  /// (after the window's stored one) and registers those windows' timers. The current
+  /// key and timestamp are the same afterwards.
+  void flushBatch() {
+    if constexpr (!kList) {
+      flushKey_.assign(ctx_->currentKey());
+      const int flushGroup = ctx_->currentKeyGroup();
+      const int64_t flushTimestamp = ctx_->currentTimestamp();
+      auto entries = batch_->take();
+      const typename WindowMiniBatch<Acc>::Entry* previous = nullptr;
+      for (auto& e : entries) {
+        if (previous == nullptr || previous->keyGroup != e.keyGroup || previous->key != e.key)
+          ctx_->setCurrentKeyAndGroup(e.keyGroup, e.key);
+        previous = &e;
+        int64_t first = 0, last = 0;
+        grid_.windowsOf(e.pane, &first, &last);
+        for (int64_t start = first; start <= last; start += grid_.slide()) {
+          const TimeWindow w = grid_.window(start);
+          encodeWindow(w);
+          if (std::string_view got; state_->mapGet(contents_, windowKey_, &got)) {
+            // The window has its timers: they are registered with its first contents
+            // and deleted (fired) only with them, and it has not fired (the watermark is
+            // before its end).
+            Acc stored = deserialize<Acc>(got);
+            serializeInto(scratch_, invoke([&] { return f_.merge(std::move(stored), e.acc); }));
+            state_->mapPut(contents_, windowKey_, scratch_);
+          } else {
+            serializeInto(scratch_, e.acc);
+            state_->mapPut(contents_, windowKey_, scratch_);
+            onElementTrigger(w);  // the watermark is before w's end: registers its timers
+          }
+        }
+      }
+      if (flushGroup >= 0) ctx_->setCurrentKeyAndGroup(flushGroup, flushKey_);
+      ctx_->setCurrentTimestamp(flushTimestamp);
+    }
   }
 
   /// Session windows: merges `w` with every open window of the key it overlaps (the
@@ -312,6 +392,11 @@ class WindowOp : public NamedOp, public Collector<T> {
   int contents_ = -1;
   int sessions_ = -1;  // merging assigners only
   std::string windowKey_, scratch_, element_;
+  PaneGrid grid_;  // tumbling and sliding assigners
+  /// Event-time aggregate and reduce over tumbling and sliding windows, when
+  /// pipeline.window.mini-batch.size > 0.
+  std::optional<WindowMiniBatch<Acc>> batch_;
+  std::string flushKey_;
   void* late_ = nullptr;
   bool lateLooked_ = false;
 };

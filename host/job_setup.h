@@ -37,7 +37,7 @@ struct JobSetup {
   std::chrono::milliseconds checkpointTimeout{std::chrono::minutes(10)};
   std::chrono::milliseconds interval{0};
   std::chrono::milliseconds autoWatermarkInterval{200};  // pipeline.auto-watermark-interval
-  int64_t windowMiniBatchSize = 16384;                    // pipeline.window.mini-batch.size
+  int64_t windowMiniBatchSize = 0;                        // pipeline.window.mini-batch.size
   std::string checkpointDir;  // state.checkpoints.dir (absolute)
   std::string savepointDir;   // state.savepoints.dir, may be empty
   bool deleteOnCancel = false;

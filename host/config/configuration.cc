@@ -61,11 +61,12 @@ const std::vector<ConfigKey>& knownConfigKeys() {
       {"pipeline.auto-watermark-interval", "200 ms",
        "How often watermark assigners (assignTimestampsAndWatermarks) emit a watermark; 0 disables periodic "
        "watermarks (a bounded input still ends with the maximum watermark)."},
-      {"pipeline.window.mini-batch.size", "16384",
+      {"pipeline.window.mini-batch.size", "0",
        "Event-time aggregate and reduce windows (tumbling, sliding) fold records into up to this many (key, pane) "
        "accumulators in memory and write them to keyed state before a checkpoint barrier and before a watermark "
-       "that fires one of their windows; 0 writes every record to state. Needs the function's merge() (reduce: "
-       "the function itself) to give what folding the records one by one gives."},
+       "that fires one of their windows; 0 (the default) writes every record to state. Calls the function's "
+       "merge() (reduce: the function itself) for every window kind, which must give what folding the records "
+       "one by one gives. 16384 is a good size."},
       {"s3.endpoint", nullptr,
        "S3 checkpoint storage (s3://bucket/prefix): the endpoint URL, e.g. http://127.0.0.1:7480. Default: "
        "$AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, else https://s3.<region>.amazonaws.com."},

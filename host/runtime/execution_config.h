@@ -22,7 +22,7 @@ struct ExecutionConfig {
   /// periodically (only the end of input's kMaxWatermark).
   int64_t autoWatermarkIntervalMs = 200;
   /// pipeline.window.mini-batch.size (OperatorContext::windowMiniBatchSize).
-  size_t windowMiniBatchSize = 16384;
+  size_t windowMiniBatchSize = 0;
   /// Checkpoints are taken (a coordinator triggers them). With a transactional sink in the
   /// plan, sources that end then wait for a final checkpoint (job_execution.h).
   bool checkpointing = false;

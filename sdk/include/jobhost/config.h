@@ -10,6 +10,7 @@
 #include "jobhost/version.h"  // first: stops a pre-C++20 build with one clear line
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -57,6 +58,13 @@ class JobConfig {
   JobConfig& noRestart() { return set("restart-strategy.type", "none"); }
   /// parallelism.default. Default: 1.
   JobConfig& parallelism(int p) { return set("parallelism.default", std::to_string(p)); }
+  /// pipeline.window.mini-batch.size: event-time aggregate and reduce windows (tumbling,
+  /// sliding) fold records into up to `accumulators` (key, pane) accumulators in memory
+  /// before writing them to keyed state; their merge() is then called for these windows
+  /// too. Default: 0 (off); 16384 is a good size.
+  JobConfig& windowMiniBatch(size_t accumulators) {
+    return set("pipeline.window.mini-batch.size", std::to_string(accumulators));
+  }
   /// pipeline.max-parallelism: the number of key groups. Default: 128.
   JobConfig& maxParallelism(int p) { return set("pipeline.max-parallelism", std::to_string(p)); }
 

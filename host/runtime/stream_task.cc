@@ -122,7 +122,10 @@ void JobExecution::Impl::serviceTime(Task& t) {
     const int64_t now = wallClockMillis();
     for (int i : t.timerSlots) {
       Slot& s = t.slots[static_cast<size_t>(i)];
-      if (s.timers->nextProcessingTime() <= now) s.timers->fireProcessingTimers(now, *s.op);
+      if (s.timers->nextProcessingTime() <= now) {
+        s.timers->fireProcessingTimers(now, *s.op);
+        s.timers->persistIfLarge();  // a task whose input is idle gets here only
+      }
     }
   }
   if (!t.assigners.empty() && config.autoWatermarkIntervalMs > 0) {

@@ -5,7 +5,8 @@
 // firing order. No cost grows with the number of timers (of a key or in total) beyond the
 // logarithm of the number of distinct times:
 //  - a timer is found by a hash of (time, key group, key, namespace): registering one that
-//    exists (a window's timer, registered again for every flush) is one lookup;
+//    exists (a window's timer, registered again for every record or mini-batch flush) is
+//    one lookup;
 //  - timers are grouped by time, one bucket per distinct time in an ordered map; a bucket
 //    is sorted by (key group, key, namespace) when its time comes (again, for the part not
 //    yet fired, if timers join it while it fires), so timers fire in Flink's order: time,
@@ -16,9 +17,11 @@
 // Persistence is lazy: the index is the truth, and the backend's copy of the timers is
 // brought up to date by persist(), which the task calls at every checkpoint before its
 // backends snapshot, and whenever more than kPersistThreshold changes have accumulated
-// (so a checkpoint's synchronous part never writes more than that many). A timer that is
-// registered and fires between two such points never reaches the backend: a window's
-// timer on RocksDB costs no write at all when the window fires before the next checkpoint.
+// (so a checkpoint's synchronous part never writes more than that many timers; a window's
+// mini-batch, flushed just before, may add up to its size times windows per pane). A
+// timer that is registered and fires between two such points never reaches the backend
+// and does not count as a change: a window's timer on RocksDB costs no write at all when
+// the window fires before the next checkpoint.
 //
 // Thread-safety: used on the owning task's thread only.
 #pragma once

@@ -909,6 +909,59 @@ TEST_P(RescaleCases, ARecordLateBeforeTheFailureIsLateAfterTheRestoreToo) {
       << "the restored job reopened a window that had fired (the late record was not late)";
 }
 
+TEST_P(RescaleCases, AWindowThatFiredBeforeTheCheckpointFiresAgainForALateRecordReplayedAfterTheRestore) {
+  // Window [1000000, 1001000) with 2 s of allowed lateness fires, the checkpoint is taken
+  // (the window's contents stay, its cleanup timer pends), then a late record of it comes.
+  // The restore replays that record before any watermark reaches the window (here: the
+  // timestamp assigner gets a new uid, so its watermark starts over, and periodic ones
+  // are off; at p > 1 an input channel whose watermark comes late does the same): as in
+  // Flink, the record registers the window's end timer again, so the window fires once
+  // more with it. With the mini-batch, the record went into the batch and, the window's
+  // state existing, no timer was registered: the window never fired again.
+  const RescaleCase& c = GetParam();
+  std::vector<Event> es;
+  for (int i = 0; i < 100; ++i) es.emplace_back(1'000'000 + i * 10, "a", 1);
+  es.emplace_back(1'001'500, "a", 1);  // watermark 1001499: the first window fires
+  const size_t pauseAt = es.size();
+  es.emplace_back(1'000'500, "a", 5);  // late, within the allowed lateness
+  auto events = std::make_shared<const std::vector<Event>>(es);
+  auto plan = [&](std::shared_ptr<Flags> flags, std::shared_ptr<Collected> out, const std::string& assignerUid) {
+    StreamEnvironment env;
+    auto src = env.addSource<Event>([=] { return std::make_unique<PausingEventSource>(events, pauseAt, flags); },
+                                    "Pausing Events");
+    src.uid("events");
+    auto stamped = src.assignTimestampsAndWatermarks(WatermarkStrategy<Event>::forMonotonousTimestamps().withTimestampAssigner(
+        [](const Event& e) { return std::get<0>(e); }));
+    stamped.uid(assignerUid);
+    auto w = stamped.keyBy(keyOf)
+                 .window(TumblingEventTimeWindows::of(1000ms))
+                 .allowedLateness(2000ms)
+                 .aggregate(CountAndSum{}, WithWindow{});
+    w.uid("tumbling");
+    collectInto(w, out);
+    return env.takePlan();
+  };
+  auto flags = std::make_shared<Flags>();
+  auto first = std::make_shared<Collected>();
+  auto m = runAndCheckpoint(plan(flags, first, "events-timestamps"), config(c.from, c.before),
+                            [&] { return first->size() == 1 && flags->up("paused"); }, 1, c.format);
+  auto again = std::make_shared<Flags>();
+  again->raise("go");
+  auto second = std::make_shared<Collected>();
+  {
+    JobExecution exec(plan(again, second, "new-timestamps"), config(c.to, c.after, 0), &listener_);
+    RestoreSource rs{&m, storage_.get(), true};  // the old assigner's state has no place: -n
+    state::Status s = exec.prepare(&rs);
+    ASSERT_TRUE(s.ok()) << s;
+    exec.start();
+    ExecutionResult r = exec.wait();
+    ASSERT_EQ(r.kind, ExecutionResult::kFinished) << r.message << " in " << r.operatorName;
+  }
+  EXPECT_EQ(first->get(), (std::multiset<std::string>{text({1'000'000, 1'001'000, "a", 100, 100})}));
+  EXPECT_EQ(second->get(), (std::multiset<std::string>{text({1'000'000, 1'001'000, "a", 101, 105}),
+                                                        text({1'001'000, 1'002'000, "a", 1, 1})}));
+}
+
 // Issue 33 item 4: broadcast state. Rules (key -> multiplier) reach every subtask of a
 // keyed broadcast function through the broadcast input; the keyed input is summed per
 // key and, at the end of time, each key's sum is multiplied by its rule. The first run

@@ -117,7 +117,9 @@ class ProcessJoinFunction {
 };
 
 /// An incremental window aggregate with an accumulator of type Acc (kept in state; it
-/// needs a Serializer). merge() combines two accumulators when session windows merge.
+/// needs a Serializer). merge() combines two accumulators when session windows merge, and
+/// with pipeline.window.mini-batch.size > 0 a pre-aggregated part with the stored one for
+/// any window: it must give what adding the records one by one gives.
 template <class In, class Acc, class Out>
 class AggregateFunction {
  public:

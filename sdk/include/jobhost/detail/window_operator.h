@@ -258,17 +258,16 @@ class WindowOp : public NamedOp, public Collector<T> {
           const TimeWindow w = grid_.window(start);
           encodeWindow(w);
           if (std::string_view got; state_->mapGet(contents_, windowKey_, &got)) {
-            // The window has its timers: they are registered with its first contents
-            // and deleted (fired) only with them, and it has not fired (the watermark is
-            // before its end).
             Acc stored = deserialize<Acc>(got);
             serializeInto(scratch_, invoke([&] { return f_.merge(std::move(stored), e.acc); }));
-            state_->mapPut(contents_, windowKey_, scratch_);
           } else {
             serializeInto(scratch_, e.acc);
-            state_->mapPut(contents_, windowKey_, scratch_);
-            onElementTrigger(w);  // the watermark is before w's end: registers its timers
           }
+          state_->mapPut(contents_, windowKey_, scratch_);
+          // The watermark is before w's end: registers its timers. Also when its state
+          // existed: it may have fired before a restore (the watermark starts over), or
+          // have been restored with another allowed lateness (another clean-up time).
+          onElementTrigger(w);
         }
       }
       if (flushGroup >= 0) ctx_->setCurrentKeyAndGroup(flushGroup, flushKey_);

@@ -856,6 +856,29 @@ class PausingEventSource : public SourceFunction<Event> {
   std::shared_ptr<Flags> f_;
 };
 
+/// `events` from a PausingEventSource (uid "events") pausing at `pauseAt`, timestamped
+/// monotonously by an assigner with uid `assignerUid`, counted and summed per key in 1 s
+/// tumbling windows (uid "tumbling") with `lateness`, into `out`.
+Plan pausedTumblingWindows(std::shared_ptr<const std::vector<Event>> events, size_t pauseAt,
+                           std::shared_ptr<Flags> flags, std::shared_ptr<Collected> out,
+                           const std::string& assignerUid = "events-timestamps",
+                           std::chrono::milliseconds lateness = 0ms) {
+  StreamEnvironment env;
+  auto src = env.addSource<Event>([=] { return std::make_unique<PausingEventSource>(events, pauseAt, flags); },
+                                  "Pausing Events");
+  src.uid("events");
+  auto stamped = src.assignTimestampsAndWatermarks(WatermarkStrategy<Event>::forMonotonousTimestamps().withTimestampAssigner(
+      [](const Event& e) { return std::get<0>(e); }));
+  stamped.uid(assignerUid);
+  auto w = stamped.keyBy(keyOf)
+               .window(TumblingEventTimeWindows::of(1000ms))
+               .allowedLateness(lateness)
+               .aggregate(CountAndSum{}, WithWindow{});
+  w.uid("tumbling");
+  collectInto(w, out);
+  return env.takePlan();
+}
+
 TEST_P(RescaleCases, ARecordLateBeforeTheFailureIsLateAfterTheRestoreToo) {
   // Window [1000000, 1001000) fires, the checkpoint is taken, then a record of that window
   // arrives: late, dropped. A restore replays it. Were the watermark not restored with
@@ -870,17 +893,7 @@ TEST_P(RescaleCases, ARecordLateBeforeTheFailureIsLateAfterTheRestoreToo) {
   for (int i = 0; i < 50; ++i) es.emplace_back(1'002'000 + i * 10, "a", 1);
   auto events = std::make_shared<const std::vector<Event>>(es);
   auto plan = [&](std::shared_ptr<Flags> flags, std::shared_ptr<Collected> out) {
-    StreamEnvironment env;
-    auto src = env.addSource<Event>([=] { return std::make_unique<PausingEventSource>(events, pauseAt, flags); },
-                                    "Pausing Events");
-    src.uid("events");
-    auto stamped = src.assignTimestampsAndWatermarks(WatermarkStrategy<Event>::forMonotonousTimestamps().withTimestampAssigner(
-        [](const Event& e) { return std::get<0>(e); }));
-    stamped.uid("events-timestamps");
-    auto w = stamped.keyBy(keyOf).window(TumblingEventTimeWindows::of(1000ms)).aggregate(CountAndSum{}, WithWindow{});
-    w.uid("tumbling");
-    collectInto(w, out);
-    return env.takePlan();
+    return pausedTumblingWindows(events, pauseAt, std::move(flags), std::move(out));
   };
   auto flags = std::make_shared<Flags>();
   auto first = std::make_shared<Collected>();
@@ -926,20 +939,7 @@ TEST_P(RescaleCases, AWindowThatFiredBeforeTheCheckpointFiresAgainForALateRecord
   es.emplace_back(1'000'500, "a", 5);  // late, within the allowed lateness
   auto events = std::make_shared<const std::vector<Event>>(es);
   auto plan = [&](std::shared_ptr<Flags> flags, std::shared_ptr<Collected> out, const std::string& assignerUid) {
-    StreamEnvironment env;
-    auto src = env.addSource<Event>([=] { return std::make_unique<PausingEventSource>(events, pauseAt, flags); },
-                                    "Pausing Events");
-    src.uid("events");
-    auto stamped = src.assignTimestampsAndWatermarks(WatermarkStrategy<Event>::forMonotonousTimestamps().withTimestampAssigner(
-        [](const Event& e) { return std::get<0>(e); }));
-    stamped.uid(assignerUid);
-    auto w = stamped.keyBy(keyOf)
-                 .window(TumblingEventTimeWindows::of(1000ms))
-                 .allowedLateness(2000ms)
-                 .aggregate(CountAndSum{}, WithWindow{});
-    w.uid("tumbling");
-    collectInto(w, out);
-    return env.takePlan();
+    return pausedTumblingWindows(events, pauseAt, std::move(flags), std::move(out), assignerUid, 2000ms);
   };
   auto flags = std::make_shared<Flags>();
   auto first = std::make_shared<Collected>();

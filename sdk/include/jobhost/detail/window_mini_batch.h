@@ -45,7 +45,6 @@ class WindowMiniBatch {
   explicit WindowMiniBatch(size_t capacity) : capacity_(std::max<size_t>(1, capacity)) {}
 
   bool empty() const { return entries_.empty(); }
-  size_t size() const { return entries_.size(); }
   /// No room for another accumulator: take() before insert().
   bool full() const { return entries_.size() >= capacity_; }
 

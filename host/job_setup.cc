@@ -89,6 +89,15 @@ int setupJob(const RunOptions& o, JobSetup* s, const PluginOpenOptions& pluginOp
     s->interval = config.getDuration("execution.checkpointing.interval");
     s->autoWatermarkInterval = config.getDuration("pipeline.auto-watermark-interval");
     s->windowMiniBatchSize = config.getInt("pipeline.window.mini-batch.size", 0, 1 << 24);
+    for (const char* key : {"taskmanager.network.memory.buffer-debloat.target",
+                            "taskmanager.network.memory.buffer-debloat.period"})
+      if (config.getDuration(key).count() <= 0)
+        throw ConfigError(std::string(key) + " = '" + config.getString(key) + "' (from " + config.origin(key) +
+                          ") must be longer than 0 ms; to turn debloating off set "
+                          "taskmanager.network.memory.buffer-debloat.enabled: false");
+    if (config.getBool("taskmanager.network.memory.buffer-debloat.enabled"))
+      s->bufferDebloatTarget = config.getDuration("taskmanager.network.memory.buffer-debloat.target");
+    s->bufferDebloatPeriod = config.getDuration("taskmanager.network.memory.buffer-debloat.period");
     s->checkpointTimeout = config.getDuration("execution.checkpointing.timeout");
     s->tolerableFailures =
         static_cast<int>(config.getInt("execution.checkpointing.tolerable-failed-checkpoints", 0, 1000000));

@@ -38,6 +38,9 @@ struct JobSetup {
   std::chrono::milliseconds interval{0};
   std::chrono::milliseconds autoWatermarkInterval{200};  // pipeline.auto-watermark-interval
   int64_t windowMiniBatchSize = 0;                        // pipeline.window.mini-batch.size
+  /// taskmanager.network.memory.buffer-debloat.target, 0 when .enabled is false.
+  std::chrono::milliseconds bufferDebloatTarget{0};
+  std::chrono::milliseconds bufferDebloatPeriod{200};  // taskmanager.network.memory.buffer-debloat.period
   std::string checkpointDir;  // state.checkpoints.dir (absolute)
   std::string savepointDir;   // state.savepoints.dir, may be empty
   bool deleteOnCancel = false;

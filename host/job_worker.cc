@@ -209,6 +209,8 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
   ec.localStateDir = attemptLocalDir(setup, w.jobId, w.attempt);
   ec.autoWatermarkIntervalMs = setup.autoWatermarkInterval.count();
   ec.windowMiniBatchSize = static_cast<size_t>(setup.windowMiniBatchSize);
+  ec.bufferDebloat.target = setup.bufferDebloatTarget;
+  ec.bufferDebloat.period = setup.bufferDebloatPeriod;
   ec.checkpointing = coordinator != nullptr;
   ec.checkpointIntervalMs = coordinator ? setup.interval.count() : 0;
 

@@ -580,6 +580,7 @@ state::Result<std::string> CheckpointCoordinator::triggerSavepoint(const std::st
   target.sharedDir = "";  // self-contained
   target.stopSources = stopSources;
   target.drain = stopSources && drain;
+  target.savepoint = true;
   pending_ = std::move(p);
   spdlog::info("triggering savepoint {} into {}", target.checkpointId, req.storage->describe(req.dir));
   if (!execution_->triggerCheckpoint(target)) {

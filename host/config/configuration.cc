@@ -67,6 +67,14 @@ const std::vector<ConfigKey>& knownConfigKeys() {
        "that fires one of their windows; 0 (the default) writes every record to state. Calls the function's "
        "merge() (reduce: the function itself) for every window kind, which must give what folding the records "
        "one by one gives. 16384 is a good size."},
+      {"taskmanager.network.memory.buffer-debloat.enabled", "true",
+       "Size each input channel to what its task consumes in the debloat target (measured while it runs), so a "
+       "checkpoint barrier waits behind at most that much data; false: every channel holds 512 KiB."},
+      {"taskmanager.network.memory.buffer-debloat.target", "1 s",
+       "Buffer debloating: the time the data in one input channel should take its task to consume. Smaller "
+       "shortens barrier alignment under back-pressure (and the data in flight) at some cost in throughput."},
+      {"taskmanager.network.memory.buffer-debloat.period", "200 ms",
+       "Buffer debloating: how often each task measures its consumption rate and resizes its channels."},
       {"s3.endpoint", nullptr,
        "S3 checkpoint storage (s3://bucket/prefix): the endpoint URL, e.g. http://127.0.0.1:7480. Default: "
        "$AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, else https://s3.<region>.amazonaws.com."},

@@ -5,6 +5,9 @@
 // each with its key group, event timestamp and key), checkpoint barriers, watermarks,
 // idle/active status changes and end-of-partition markers, in order; a full channel
 // blocks a producer of data (back-pressure), the small control events never wait.
+// A channel is full when it holds its capacity in bytes: fixed, or with buffer
+// debloating (buffer_debloat.h) sized to what the consumer takes in the debloat target;
+// producers then also cut their buffers smaller (bufferBytes()).
 // The consumer takes events from channels that are not blocked by barrier alignment
 // (see barrier_aligner.h). Another thread can wake a consumer waiting in next() with
 // wakeUp(), e.g. to hand its task a checkpoint notification (the task's mailbox).
@@ -12,15 +15,18 @@
 // Thread-safety: all methods are thread-safe; one mutex per gate.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "runtime/buffer_debloat.h"
 #include "runtime/task_metrics.h"
 
 namespace jobhost::host {
@@ -37,13 +43,21 @@ struct ChannelEvent {
 
 class InputGate {
  public:
-  InputGate(int channels, size_t capacityPerChannel);
+  /// `capacityBytes`: the most a channel holds before its producer waits (debloating
+  /// only lowers it). A data event is accepted while its channel holds less, so one
+  /// buffer may go over.
+  explicit InputGate(int channels, size_t capacityBytes = kMaxChannelBytes, BufferDebloatOptions debloat = {});
   /// Blocks while the channel is full; the time it waited is added to `backPressured`
   /// (if given: the producer's counter, measured only when it has to wait). Returns false
   /// if the gate was cancelled.
   bool push(int channel, ChannelEvent event, TaskCounter* backPressured = nullptr);
   /// An event from a channel not in `blocked`, without waiting; nullopt if none.
   std::optional<ChannelEvent> tryNext(const std::vector<bool>& blocked);
+  /// A checkpoint barrier at the head of a channel not in `blocked` for which
+  /// `accept(checkpointId)` is true, without waiting; nullopt if there is none. Other
+  /// events stay where they are. `accept` runs with the gate's mutex held.
+  std::optional<ChannelEvent> tryNextBarrier(const std::vector<bool>& blocked,
+                                             const std::function<bool(uint64_t)>& accept);
   /// Waits for an event from a channel not in `blocked`, until `deadline` at the latest.
   /// nullopt once cancelled, at the deadline, or when woken by wakeUp() (then the caller
   /// checks why and calls next() again).
@@ -56,14 +70,31 @@ class InputGate {
   /// Wakes every waiter; later push/next return false/nullopt.
   void cancel();
   int channels() const { return static_cast<int>(queues_.size()); }
+  /// Bytes a producer's buffer for this gate collects before it is sent (changes with
+  /// debloating; any thread).
+  size_t bufferBytes() const { return bufferBytes_.load(std::memory_order_relaxed); }
+  /// Bytes a channel holds before its producer waits, now.
+  size_t capacityBytes() const;
 
  private:
   std::optional<ChannelEvent> takeLocked(const std::vector<bool>& blocked);
-  std::mutex mu_;
+  /// Ends a debloat period once it is over (called with mu_ held, on taking data).
+  void debloatLocked(std::chrono::steady_clock::time_point now);
+  mutable std::mutex mu_;
   std::condition_variable dataReady_;
   std::condition_variable spaceReady_;
   std::vector<std::deque<ChannelEvent>> queues_;  // guarded by mu_
-  size_t capacity_;
+  std::vector<size_t> queuedBytes_;               // per channel, guarded by mu_
+  const size_t maxCapacity_;
+  size_t capacity_;                                // guarded by mu_
+  std::atomic<size_t> bufferBytes_;
+  BufferDebloater debloater_;                      // guarded by mu_
+  // The debloat period in progress: when it began, bytes taken and time spent waiting
+  // for input in it. Guarded by mu_.
+  std::chrono::steady_clock::time_point periodStart_;
+  uint64_t periodBytes_ = 0;
+  std::chrono::nanoseconds periodIdle_{0};
+  bool firstPeriod_ = true;
   size_t rr_ = 0;           // round-robin start, guarded by mu_
   bool cancelled_ = false;  // guarded by mu_
   bool woken_ = false;      // guarded by mu_; set by wakeUp(), consumed by next()

@@ -80,6 +80,9 @@ struct CheckpointTarget {
   /// stop --drain: each source task first delivers kMaxWatermark to its operators and
   /// outputs (every event-time timer and window fires), then the barrier.
   bool drain = false;
+  /// A savepoint: its barrier is taken only after every event-time timer of a watermark
+  /// has fired (a checkpoint's may be taken between them: stream_task.cc).
+  bool savepoint = false;
 };
 
 }  // namespace jobhost::host

@@ -19,8 +19,6 @@
 
 namespace jobhost::host {
 
-/// Bytes a buffer of one channel collects before it is sent.
-constexpr size_t kBufferBytes = 32 * 1024;
 /// The key group field of a record sent through an unkeyed exchange.
 constexpr uint16_t kNoKeyGroup = 0xffff;
 
@@ -38,8 +36,10 @@ class ExchangeWriterImpl : public ExchangeWriter {
                      bool recordsActivate, bool broadcast = false)
       : gates_(std::move(gates)), channel_(channel), subtask_(static_cast<size_t>(subtask)),
         forward_(static_cast<size_t>(producerParallelism) == gates_.size()), broadcast_(broadcast),
-        maxParallelism_(maxParallelism), buffers_(gates_.size()), record_(record), metrics_(metrics),
-        recordsActivate_(recordsActivate) {}
+        maxParallelism_(maxParallelism), buffers_(gates_.size()), limits_(gates_.size()), record_(record),
+        metrics_(metrics), recordsActivate_(recordsActivate) {
+    for (size_t i = 0; i < gates_.size(); ++i) limits_[i] = gates_[i]->bufferBytes();
+  }
   void emit(std::string_view key, std::string_view record) override {
     int kg = keyGroupFor(key, maxParallelism_);
     append(static_cast<size_t>(kg) * gates_.size() / static_cast<size_t>(maxParallelism_), static_cast<uint16_t>(kg),
@@ -91,13 +91,15 @@ class ExchangeWriterImpl : public ExchangeWriter {
     w.writeBytes(key);
     w.writeBytes(record);
     metrics_->recordsOut.add(1);
-    if (b.size() >= kBufferBytes) send(target);
+    if (b.size() >= limits_[target]) send(target);
   }
   void send(size_t target) {
     ChannelEvent e;
     e.kind = ChannelEvent::kData;
     e.data.swap(buffers_[target]);
-    buffers_[target].reserve(kBufferBytes + 1024);
+    // The receiver's buffer size, read once per buffer: it changes with debloating.
+    limits_[target] = gates_[target]->bufferBytes();
+    buffers_[target].reserve(limits_[target] + 1024);
     gates_[target]->push(channel_, std::move(e), &metrics_->backPressuredNanos);
   }
   std::vector<InputGate*> gates_;
@@ -108,6 +110,7 @@ class ExchangeWriterImpl : public ExchangeWriter {
   size_t next_ = 0;
   int maxParallelism_;
   std::vector<std::string> buffers_;
+  std::vector<size_t> limits_;  // per receiver: bytes a buffer collects before it is sent
   const TaskRecordContext* record_;
   TaskMetrics* metrics_;
   bool recordsActivate_;

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "jobhost/state/keyed_backend.h"
+#include "runtime/buffer_debloat.h"
 
 namespace jobhost::host {
 
@@ -23,6 +24,8 @@ struct ExecutionConfig {
   int64_t autoWatermarkIntervalMs = 200;
   /// pipeline.window.mini-batch.size (OperatorContext::windowMiniBatchSize).
   size_t windowMiniBatchSize = 0;
+  /// taskmanager.network.memory.buffer-debloat.*: input channel sizes (buffer_debloat.h).
+  BufferDebloatOptions bufferDebloat;
   /// Checkpoints are taken (a coordinator triggers them). With a transactional sink in the
   /// plan, sources that end then wait for a final checkpoint (job_execution.h).
   bool checkpointing = false;

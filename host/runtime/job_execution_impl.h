@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/barrier_aligner.h"
 #include "runtime/channel.h"
 #include "runtime/exchange_writer_impl.h"
 #include "runtime/job_execution.h"
@@ -95,6 +96,10 @@ struct JobExecution::Impl {
     uint64_t suspendedBy = 0;  // source: the stop checkpoint whose barrier it emitted (0: polling)
     bool inputIdle = false;    // the valve was idle when last looked at (onInputTime)
     bool finalCheckpointDone = false;  // source: a checkpoint after every source ended is complete
+    BarrierAligner* aligner = nullptr;  // input task: runInput's, while it runs
+    // Input task: an input watermark or status change is firing event-time timers, so a
+    // checkpoint barrier may be taken between two of them (takeBarriersBetweenTimers).
+    bool barriersBetweenTimers = false;
     std::chrono::steady_clock::time_point nextPeriodicEmit{};
   };
 
@@ -182,6 +187,8 @@ struct JobExecution::Impl {
   void serviceTime(Task& t);
   std::chrono::steady_clock::time_point nextTimeDeadline(const Task& t) const;
   void onInputTime(Task& t, std::optional<int64_t> w);
+  void onInputTimeTakingBarriers(Task& t, std::optional<int64_t> w);
+  void takeBarriersBetweenTimers(Task& t);
   void flushOutputs(Task& t);
   void finishTask(Task& t);
   void runSource(Task& t);

@@ -19,9 +19,6 @@ using state::Status;
 
 namespace {
 
-/// Buffers an input channel holds before its producer waits (back-pressure).
-constexpr size_t kChannelCapacity = 16;
-
 /// A task's name as Flink names a chain: its operators' names joined by " -> ", the
 /// source's with "Source: " before it (the exchanges between stages are not operators).
 std::string taskName(const Plan& plan, const Stage& stage) {
@@ -69,7 +66,7 @@ Status JobExecution::prepare(const RestoreSource* source) {
       t->stage = static_cast<int>(s);
       t->subtask = i;
       if (x.stages[s].channelCount() > 0) {
-        t->gate = std::make_unique<InputGate>(x.stages[s].channelCount(), kChannelCapacity);
+        t->gate = std::make_unique<InputGate>(x.stages[s].channelCount(), kMaxChannelBytes, x.config.bufferDebloat);
         t->valve = std::make_unique<WatermarkValve>(x.stages[s].channelCount());
       }
       if (!t->gate) ++x.sourceTasks;
@@ -270,6 +267,7 @@ Status JobExecution::prepare(const RestoreSource* source) {
             s.timers = std::make_unique<TaskTimerService>(**b, eventState, processingState, t.record, t.backends,
                                                           s.watermark);
             s.timers->load();
+            if (t.gate) s.timers->setBetweenTimersHook([&x, task = &t] { x.takeBarriersBetweenTimers(*task); });
           } catch (const std::exception& e) {
             return Status::Corruption("cannot restore the timers of " + where + ": " + e.what());
           }

@@ -83,9 +83,14 @@ std::optional<TimerQueue::Timer> TaskTimerService::pop(Queue& q, int64_t bound) 
 }
 
 void TaskTimerService::advanceWatermark(int64_t watermark, Operator& op) {
+  int sinceHook = 0;
   while (auto t = pop(event_, watermark)) {
     record_.timestamp = t->time;
     op.onEventTime(t->time, t->ns);
+    if (betweenTimers_ && ++sinceHook == kTimersBetweenHooks) {
+      sinceHook = 0;
+      betweenTimers_();
+    }
   }
 }
 

@@ -20,6 +20,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -58,8 +59,16 @@ class TaskTimerService : public InternalTimerService {
   /// StateError on a malformed timer entry.
   void load();
   /// Fires every event-time timer at or before `watermark` on `op`, in time order
-  /// (including timers the firing ones register within that bound).
+  /// (including timers the firing ones register within that bound). Calls the
+  /// between-timers hook every kTimersBetweenHooks timers, when one is set.
   void advanceWatermark(int64_t watermark, Operator& op);
+  /// What the task may do between two event-time timers of one watermark: take a
+  /// checkpoint barrier that waits at the head of a channel (stream_task.cc), so that a
+  /// watermark firing many timers does not hold up a checkpoint. The hook runs on this
+  /// thread, between two timers (no operator call in progress); it may persist() and
+  /// register timers.
+  void setBetweenTimersHook(std::function<void()> hook) { betweenTimers_ = std::move(hook); }
+  static constexpr int kTimersBetweenHooks = 64;
   /// Fires the processing-time timers due at `nowMs` that were registered before this
   /// call (one registered while firing waits for the next call, so a timer that re-arms
   /// itself for "now" cannot starve the task).
@@ -98,6 +107,7 @@ class TaskTimerService : public InternalTimerService {
   const int64_t& watermark_;
   Queue event_, processing_;
   std::string scratch_;
+  std::function<void()> betweenTimers_;
 };
 
 /// Milliseconds since the epoch on the wall clock.

@@ -962,6 +962,127 @@ TEST_P(RescaleCases, AWindowThatFiredBeforeTheCheckpointFiresAgainForALateRecord
                                                         text({1'001'000, 1'002'000, "a", 1, 1})}));
 }
 
+/// Registers an event-time timer at each record's timestamp. A timer emits its key
+/// ("twice <key>" if keyed state says it fired before) and marks it fired; unless the
+/// "fast" flag is up each takes a millisecond, so one watermark fires them for seconds.
+struct SlowTimers : KeyedProcessFunction<std::string, Event, std::string> {
+  explicit SlowTimers(std::shared_ptr<Flags> f) : flags(std::move(f)) {}
+  std::shared_ptr<Flags> flags;
+  ValueState<bool> fired{*this, "fired"};
+  void processElement(const Event& e, Context& ctx, Collector<std::string>&) override {
+    ctx.timerService().registerEventTimeTimer(std::get<0>(e));
+  }
+  void onTimer(int64_t, OnTimerContext& ctx, Collector<std::string>& out) override {
+    out.collect(fired.value() ? "twice " + ctx.currentKey() : ctx.currentKey());
+    fired.update(true);
+    flags->raise("firing");
+    if (!flags->up("fast")) std::this_thread::sleep_for(1ms);
+  }
+};
+
+/// Exactly once into `committed` (a transaction is its lines); counts the lines
+/// pre-committed at checkpoint 1 into `atCheckpoint1`.
+struct LinesSink : TwoPhaseCommitSink<std::string, std::string> {
+  LinesSink(std::shared_ptr<Collected> c, std::shared_ptr<std::atomic<size_t>> n)
+      : committed(std::move(c)), atCheckpoint1(std::move(n)) {}
+  std::shared_ptr<Collected> committed;
+  std::shared_ptr<std::atomic<size_t>> atCheckpoint1;
+  std::string beginTransaction() override { return {}; }
+  void invoke(std::string& txn, const std::string& line, int64_t) override { txn += line + "\n"; }
+  void preCommit(std::string&) override {}
+  void preCommitForCheckpoint(std::string& txn, uint64_t id) override {
+    if (id == 1) *atCheckpoint1 += static_cast<size_t>(std::count(txn.begin(), txn.end(), '\n'));
+  }
+  void commit(const std::string& txn) override {
+    for (size_t at = 0, nl; (nl = txn.find('\n', at)) != std::string::npos; at = nl + 1)
+      committed->add(txn.substr(at, nl - at));
+  }
+  void abort(const std::string&) override {}
+};
+
+/// 1500 keys with a record each, then a record whose watermark fires all their timers
+/// (SlowTimers) and, after `pauseAt` (where the first run's source pauses), one more;
+/// the timers' output goes through LinesSink. `expected`: every key once.
+struct SlowTimersJob {
+  static constexpr int kKeys = 1500;
+  std::shared_ptr<const std::vector<Event>> events;
+  size_t pauseAt = 0;
+  std::set<std::string> expected;
+  std::shared_ptr<Collected> committed = std::make_shared<Collected>();
+  std::shared_ptr<std::atomic<size_t>> atCheckpoint1 = std::make_shared<std::atomic<size_t>>(0);
+
+  SlowTimersJob() {
+    std::vector<Event> es;
+    for (int i = 0; i < kKeys; ++i) {
+      char key[16];
+      std::snprintf(key, sizeof key, "k%04d", i);
+      es.emplace_back(1'000 + i, key, 1);
+      expected.insert(key);
+    }
+    es.emplace_back(10'000'000, "z", 1);  // its watermark fires every key's timer; its own fires at the end
+    expected.insert("z");
+    pauseAt = es.size();
+    es.emplace_back(10'000'001, "zz", 1);
+    expected.insert("zz");
+    events = std::make_shared<const std::vector<Event>>(std::move(es));
+  }
+  Plan plan(std::shared_ptr<Flags> flags) const {
+    StreamEnvironment env;
+    auto src = env.addSource<Event>(
+        [events = events, pauseAt = pauseAt, flags] { return std::make_unique<PausingEventSource>(events, pauseAt, flags); },
+        "Pausing Events");
+    src.uid("events");
+    auto stamped = src.assignTimestampsAndWatermarks(WatermarkStrategy<Event>::forMonotonousTimestamps().withTimestampAssigner(
+        [](const Event& e) { return std::get<0>(e); }));
+    stamped.uid("events-timestamps");
+    auto fired = stamped.keyBy(keyOf).process<SlowTimers>([flags] { return std::make_unique<SlowTimers>(flags); });
+    fired.uid("slow-timers");
+    fired.sinkTo(LinesSink(committed, atCheckpoint1)).uid("lines");
+    return env.takePlan();
+  }
+};
+
+TEST_P(RescaleCases, ACheckpointBarrierIsTakenBetweenTheTimersOfAWatermarkAndItsRestoreFiresTheRestOnce) {
+  // One watermark fires a timer for each of 1500 keys, a millisecond each. A checkpoint
+  // triggered meanwhile used to wait behind all of them (its barrier queued in the
+  // channel); now the task takes the barrier between two timers. The snapshot holds the
+  // timers not fired yet, and the output so far is pre-committed with it: restored, the
+  // job fires exactly the rest, and the sink's output is every key once.
+  const RescaleCase& c = GetParam();
+  SlowTimersJob job;
+  auto flags = std::make_shared<Flags>();
+  auto m = runAndCheckpoint(job.plan(flags), config(c.from, c.before), [&] { return flags->up("firing"); }, 1, c.format);
+  EXPECT_GT(job.atCheckpoint1->load(), 0u);
+  EXPECT_LT(job.atCheckpoint1->load(), static_cast<size_t>(SlowTimersJob::kKeys))
+      << "the checkpoint barrier waited until every timer of the watermark had fired";
+  EXPECT_EQ(job.committed->size(), 0u) << "nothing is committed before checkpoint 1 completes";
+  auto again = std::make_shared<Flags>();
+  again->raise("go");
+  again->raise("fast");
+  runToEnd(job.plan(again), config(c.to, c.after), &m);
+  const auto lines = job.committed->get();
+  EXPECT_EQ(std::set<std::string>(lines.begin(), lines.end()), job.expected);
+  EXPECT_EQ(lines.size(), job.expected.size()) << "a key's output was committed twice";
+}
+
+TEST_F(EventTimeTest, ASavepointBarrierWaitsForEveryTimerOfTheWatermark) {
+  // As above, but a savepoint: as in Flink, only checkpoints are taken between timers.
+  SlowTimersJob job;
+  auto flags = std::make_shared<Flags>();
+  JobExecution exec(job.plan(flags), config(2, state::BackendType::kHashMap), &listener_);
+  ASSERT_TRUE(exec.prepare(nullptr).ok());
+  exec.start();
+  ASSERT_TRUE(waitUntil([&] { return flags->up("firing"); }));
+  CheckpointTarget savepoint = target(1, state::SnapshotFormat::kCanonical);
+  savepoint.savepoint = true;
+  ASSERT_TRUE(exec.triggerCheckpoint(savepoint));
+  EXPECT_TRUE(listener_.waitAcks(1, static_cast<size_t>(exec.taskCount()))) << listener_.declines(1);
+  EXPECT_EQ(job.atCheckpoint1->load(), static_cast<size_t>(SlowTimersJob::kKeys))
+      << "a savepoint was taken between the timers of a watermark";
+  exec.cancel();
+  exec.wait();
+}
+
 // Issue 33 item 4: broadcast state. Rules (key -> multiplier) reach every subtask of a
 // keyed broadcast function through the broadcast input; the keyed input is summed per
 // key and, at the end of time, each key's sum is multiplied by its rule. The first run

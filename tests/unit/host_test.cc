@@ -1182,6 +1182,106 @@ TEST(InputGateTest, CancelWakesABlockedProducerAndABlockedConsumer) {
   EXPECT_FALSE(consumer.get().has_value());
 }
 
+TEST(InputGateTest, CapacityCountsBytesNotEvents) {
+  InputGate gate(1, 10);
+  ASSERT_TRUE(gate.push(0, data("12345")));
+  ASSERT_TRUE(gate.push(0, data("1234")));  // 9 bytes held: under 10, accepted
+  auto pushed = std::async(std::launch::async, [&] { return gate.push(0, data("x")); });
+  CancelOnExit guard{gate};
+  EXPECT_EQ(pushed.wait_for(50ms), std::future_status::ready) << "a channel holding 9 of 10 bytes refused data";
+  auto blocked = std::async(std::launch::async, [&] { return gate.push(0, data("y")); });  // 10 held: full
+  EXPECT_EQ(blocked.wait_for(50ms), std::future_status::timeout) << "a channel holding 10 of 10 bytes took more";
+  EXPECT_EQ(gate.next({false})->data, "12345");
+  ASSERT_EQ(blocked.wait_for(2s), std::future_status::ready);
+  EXPECT_TRUE(blocked.get());
+}
+
+// ---------------------------------------------------------------------------------------
+// Buffer debloating
+
+TEST(BufferDebloaterTest, SizesAChannelToTheTargetTimeOfTheMeasuredRate) {
+  BufferDebloater d({.target = 10ms, .period = 200ms});
+  EXPECT_EQ(d.channelBytes(), kMaxChannelBytes) << "a channel starts full-sized";
+  EXPECT_EQ(d.bufferBytes(), kMaxBufferBytes);
+  // 2 MB in 100 ms of busy time: 20 MB/s, 200 kB per 10 ms.
+  ASSERT_TRUE(d.onPeriod(2'000'000, 100ms));
+  EXPECT_DOUBLE_EQ(d.rate(), 20e6);
+  EXPECT_EQ(d.channelBytes(), 200'000u);
+  EXPECT_EQ(d.bufferBytes(), kMaxBufferBytes) << "a quarter of 200 kB is more than a full buffer";
+  // The rate drops to 1 MB/s: the average follows by 30 % per period.
+  ASSERT_TRUE(d.onPeriod(100'000, 100ms));
+  EXPECT_DOUBLE_EQ(d.rate(), 20e6 + 0.3 * (1e6 - 20e6));
+  EXPECT_EQ(d.channelBytes(), static_cast<size_t>(d.rate() * 0.010));
+  for (int i = 0; i < 40; ++i) d.onPeriod(100'000, 100ms);
+  EXPECT_NEAR(static_cast<double>(d.channelBytes()), 10'000, 1'200);  // within the 10 % step
+  EXPECT_NEAR(static_cast<double>(d.bufferBytes()), 2'500, 300);
+}
+
+TEST(BufferDebloaterTest, StaysWithinItsBoundsAndIgnoresWhatSaysNothing) {
+  struct Case {
+    const char* what;
+    uint64_t bytes;
+    std::chrono::nanoseconds busy;
+    size_t channelBytes;
+  };
+  const Case cases[] = {
+      {"a task that consumed nothing in its busy time gets the smallest channel", 0, 200ms,
+       BufferDebloater::kMinChannelBytes},
+      {"a very fast task is capped at the size without debloating", 10'000'000'000, 100ms, kMaxChannelBytes},
+      {"a period with under 1 ms of busy time is ignored", 1, 900us, kMaxChannelBytes},
+  };
+  for (const auto& c : cases) {
+    BufferDebloater d({.target = 10ms, .period = 200ms});
+    d.onPeriod(c.bytes, c.busy);
+    EXPECT_EQ(d.channelBytes(), c.channelBytes) << c.what;
+    EXPECT_GE(d.bufferBytes(), BufferDebloater::kMinBufferBytes) << c.what;
+    EXPECT_LE(d.bufferBytes(), kMaxBufferBytes) << c.what;
+  }
+  BufferDebloater off({.target = 0ms, .period = 200ms});
+  EXPECT_FALSE(off.enabled());
+  EXPECT_FALSE(off.onPeriod(1000, 100ms)) << "debloating off changed a channel";
+  EXPECT_EQ(off.channelBytes(), kMaxChannelBytes);
+  BufferDebloater steady({.target = 10ms, .period = 200ms});
+  ASSERT_TRUE(steady.onPeriod(1'000'000, 100ms));  // 10 MB/s: 100 kB
+  EXPECT_FALSE(steady.onPeriod(1'050'000, 100ms)) << "a change under 10 % resized the channel";
+  EXPECT_EQ(steady.channelBytes(), 100'000u);
+}
+
+// A consumer that takes a 1 KiB buffer every millisecond (about 1 MB/s while busy) from a
+// producer that never stops: with a 10 ms target its channel shrinks to about 10 kB and
+// the producer is asked for buffers of a quarter of that; without debloating the channel
+// keeps its full size.
+TEST(InputGateTest, DebloatingShrinksTheChannelsOfASlowConsumer) {
+  for (bool debloat : {false, true}) {
+    SCOPED_TRACE(debloat ? "debloating on" : "debloating off");
+    InputGate gate(1, kMaxChannelBytes, BufferDebloatOptions{.target = debloat ? 10ms : 0ms, .period = 20ms});
+    std::atomic<bool> stop{false};
+    auto producer = std::async(std::launch::async, [&] {
+      while (!stop && gate.push(0, data(std::string(1024, 'r')))) {
+      }
+    });
+    CancelOnExit guard{gate};
+    const auto until = std::chrono::steady_clock::now() + 300ms;
+    while (std::chrono::steady_clock::now() < until) {
+      ASSERT_TRUE(gate.next({false}));
+      std::this_thread::sleep_for(1ms);  // busy: not waiting in the gate
+    }
+    stop = true;
+    gate.cancel();
+    producer.get();
+    if (debloat) {
+      // 1 KiB per 1-2 ms on a loaded machine: 5-10 kB; the bounds leave room for a
+      // machine ten times slower or faster.
+      EXPECT_LT(gate.capacityBytes(), 100'000u);
+      EXPECT_GE(gate.capacityBytes(), BufferDebloater::kMinChannelBytes);
+      EXPECT_LT(gate.bufferBytes(), kMaxBufferBytes);
+    } else {
+      EXPECT_EQ(gate.capacityBytes(), kMaxChannelBytes);
+      EXPECT_EQ(gate.bufferBytes(), kMaxBufferBytes);
+    }
+  }
+}
+
 TEST(InputGateTest, AfterCancelPushFailsAndNextReturnsNothing) {
   InputGate gate(1, 4);
   ASSERT_TRUE(gate.push(0, data("queued")));

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "jobhost/postgres.h"
+#include "support/fake_operator_context.h"
 #include "support/postgres_server.h"
 
 namespace {
@@ -23,34 +24,10 @@ using Count = std::pair<std::string, int64_t>;
 using Sink = jobhost::PostgresSink<Count>;
 using SinkOp = jobhost::detail::TwoPhaseCommitSinkOp<Sink>;
 
-/// What the host gives a sink: its place (subtask, parallelism, uid) and nothing else.
-class FakeContext : public jobhost::OperatorContext {
+/// What the host gives a sink: its place and nothing else.
+class FakeContext : public jobhost_test::FakeOperatorContext {
  public:
-  FakeContext(int subtask, int parallelism) : subtask_(subtask), parallelism_(parallelism) {}
-  int subtaskIndex() const override { return subtask_; }
-  int parallelism() const override { return parallelism_; }
-  int maxParallelism() const override { return 128; }
-  const std::string& operatorName() const override { return name_; }
-  const std::string& uid() const override { return uid_; }
-  jobhost::KeyedStateAccess& keyedState() override { throw jobhost::StateError("not keyed"); }
-  std::string_view currentKey() const override { return {}; }
-  void setCurrentKey(std::string_view) override {}
-  jobhost::ExchangeWriter& exchange() override { throw std::logic_error("no exchange"); }
-  jobhost::LineSink& stdoutSink() override { throw std::logic_error("no stdout"); }
-  jobhost::LineSink& fileSink(const std::string&) override { throw std::logic_error("no files"); }
-  bool cancelled() const override { return false; }
-  int64_t currentTimestamp() const override { return jobhost::kNoTimestamp; }
-  void setCurrentTimestamp(int64_t) override {}
-  int64_t currentWatermark() const override { return jobhost::kMinWatermark; }
-  jobhost::InternalTimerService& timerService() override { throw jobhost::StateError("no timers"); }
-  void emitWatermark(int64_t) override {}
-  void markIdle() override {}
-  void* sideOutput(const std::string&) override { return nullptr; }
-  int64_t checkpointIntervalMs() const override { return 1000; }
-
- private:
-  int subtask_, parallelism_;
-  std::string name_ = "PostgreSQL Sink", uid_ = "pg";
+  FakeContext(int subtask, int parallelism) : FakeOperatorContext(subtask, parallelism, "PostgreSQL Sink", "pg") {}
 };
 
 class PostgresSinkTest : public ::testing::Test {

@@ -152,6 +152,7 @@ std::vector<OperatorInfo> StageGraph::operators() const {
       info.parallelism = s.parallelism;
       info.states = n.states;
       info.subscription = n.subscription;
+      info.broadcastStates = n.broadcastStates;
       out.push_back(std::move(info));
     }
   return out;

@@ -32,6 +32,8 @@ struct OperatorInfo {
   bool operatorState = false;
   /// A source's subscription (PlanNode::subscription), for the restore check.
   std::string subscription;
+  /// A (keyed) broadcast function's broadcast states (PlanNode::broadcastStates).
+  std::vector<BroadcastStateInfo> broadcastStates;
 };
 
 /// Who reads an output of a node: `consumer`'s input `position`, output `tag` (empty:

@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 
+#include "jobhost/broadcast.h"
 #include "jobhost/kafka_splits.h"
 
 namespace jobhost::host {
@@ -24,6 +25,26 @@ bool holdsPosition(const state::OperatorSnapshot& op) {
 /// Whether the operator can take operator state: a source's position or a (keyed)
 /// broadcast function's broadcast state.
 bool takesOperatorState(const OperatorInfo& target) { return target.source || target.operatorState; }
+
+/// Why the operator state of `op` cannot be the broadcast state `target` takes (another
+/// type under a name, or no broadcast state at all), or "" when it can. Decoded by the
+/// SDK's own reader (jobhost/broadcast.h), which restores it the same way; every subtask
+/// holds the same states, so the first one is read.
+std::string broadcastStateMismatch(const state::OperatorSnapshot& op, const OperatorInfo& target) {
+  if (target.broadcastStates.empty()) return "";
+  detail::BroadcastStates declared;
+  for (const auto& b : target.broadcastStates) declared.declare(b.name, b.keySerializer, b.valueSerializer);
+  for (const auto& sub : op.subtasks) {
+    if (sub.operatorState.empty()) continue;
+    try {
+      declared.restore(sub.operatorState);
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    break;
+  }
+  return "";
+}
 
 /// "operator uid 'counts' (Keyed Aggregation)"
 std::string operatorText(const state::OperatorSnapshot& op) {
@@ -293,6 +314,17 @@ StateAssignment assignState(const state::CheckpointMetadata& metadata, const std
     } else {
       out.action = Action::kRestoreSourcePosition;
       checkSourcePosition(op, *target, allowNonRestoredState, job, out);
+    }
+    // A broadcast state restored under another type would fail in the task; decided
+    // here, before anything is restored, whatever --allow-non-restored-state says (the
+    // operator keeps its uid: nothing is dropped).
+    const bool restoresOperatorState = out.action == Action::kRestoreSourcePosition ||
+                                       (out.action == Action::kRestoreKeyedState && out.withOperatorState);
+    if (restoresOperatorState && target) {
+      if (std::string why = broadcastStateMismatch(op, *target); !why.empty()) {
+        out.action = Action::kError;
+        out.reason = operatorText(op) + ": " + why;
+      }
     }
     a.operators.push_back(std::move(out));
   }

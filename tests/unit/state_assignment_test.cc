@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "jobhost/broadcast.h"
 #include "jobhost/kafka_splits.h"
 #include "../support/contains.h"
 
@@ -176,6 +177,67 @@ TEST(StateAssignment, BroadcastStateWithoutAPlaceIsRefusedOrDroppedAloneWithN) {
   EXPECT_EQ(both.operators[0].action, Action::kRestoreKeyedState) << both.operators[0].reason;
   EXPECT_TRUE(both.operators[0].withOperatorState);
   EXPECT_TRUE(both.operators[0].notes.empty());
+}
+
+/// The operator state a broadcast function with `states` (name, key, value) snapshots.
+std::string broadcastBytes(const std::vector<BroadcastStateInfo>& states) {
+  detail::BroadcastStates b;
+  for (const auto& s : states) b.declare(s.name, s.keySerializer, s.valueSerializer);
+  return b.snapshot();
+}
+
+TEST(StateAssignment, ABroadcastStateOfAnotherTypeOrNoBroadcastStateIsAnErrorBeforeAnythingIsRestored) {
+  const std::vector<BroadcastStateInfo> written = {{"thresholds", "string v1", "i64 v1"}, {"labels", "i64 v1", "string v1"}};
+  auto keyedWithRules = keyedSnapshot("apply", {valueState("counts")});
+  keyedWithRules.subtasks[0].operatorState = broadcastBytes(written);
+  auto unkeyedWithRules = sourceSnapshot("apply", broadcastBytes(written));
+  unkeyedWithRules.name = "Broadcast Process";
+  auto aPosition = sourceSnapshot("apply", std::string(8, '\x01'));  // not broadcast state
+  auto keyedTarget = [](std::vector<BroadcastStateInfo> b) {
+    OperatorInfo o = keyedOperator("apply", {valueState("counts")});
+    o.operatorState = true;
+    o.broadcastStates = std::move(b);
+    return o;
+  };
+  auto unkeyedTarget = [](std::vector<BroadcastStateInfo> b) {
+    OperatorInfo o{"apply", "Broadcast Process", false, false, 1, {}};
+    o.operatorState = true;
+    o.broadcastStates = std::move(b);
+    return o;
+  };
+  struct BroadcastCase {
+    std::string what;
+    state::OperatorSnapshot snapshot;
+    OperatorInfo target;
+    Action action;
+    std::vector<std::string> mentions;
+  };
+  const std::vector<BroadcastCase> cases = {
+      {"the same states: restored with the keyed state", keyedWithRules, keyedTarget(written),
+       Action::kRestoreKeyedState, {}},
+      {"a state the class no longer declares is kept (the SDK carries it on)", keyedWithRules,
+       keyedTarget({written[0]}), Action::kRestoreKeyedState, {}},
+      {"another value type", keyedWithRules, keyedTarget({{"thresholds", "string v1", "f64 v1"}}), Action::kError,
+       {"operator uid 'apply'", "'thresholds'", "string v1 -> i64 v1", "string v1 -> f64 v1", "new uid"}},
+      {"another key type, unkeyed function", unkeyedWithRules, unkeyedTarget({{"labels", "string v1", "string v1"}}),
+       Action::kError, {"'labels'", "i64 v1 -> string v1", "string v1 -> string v1"}},
+      {"the same states, unkeyed function", unkeyedWithRules, unkeyedTarget(written), Action::kRestoreSourcePosition,
+       {}},
+      {"operator state that is not broadcast state", aPosition, unkeyedTarget(written), Action::kError,
+       {"operator uid 'apply'", "not broadcast state"}},
+  };
+  for (const auto& c : cases) {
+    state::CheckpointMetadata m;
+    m.operators = {c.snapshot};
+    for (bool n : {false, true}) {  // -n drops nothing here: the operator is still there
+      StateAssignment a = assignState(m, {c.target}, n);
+      ASSERT_EQ(a.operators.size(), 1u) << c.what;
+      EXPECT_EQ(a.operators[0].action, c.action) << c.what << (n ? " (-n)" : "") << ": " << a.operators[0].reason;
+      for (const auto& word : c.mentions)
+        EXPECT_TRUE(contains(a.operators[0].reason, word)) << c.what << ": '" << word << "' not in: " << a.operators[0].reason;
+      EXPECT_EQ(a.ok(), c.action != Action::kError) << c.what;
+    }
+  }
 }
 
 TEST(StateAssignment, AStateTheClassNoLongerDeclaresIsKeptNotRead) {

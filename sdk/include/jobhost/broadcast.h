@@ -109,6 +109,15 @@ class BroadcastStates {
     return it->second;
   }
 
+  /// The declared states, for the plan (PlanNode::broadcastStates).
+  std::vector<BroadcastStateInfo> infos() const {
+    std::vector<BroadcastStateInfo> out;
+    for (const auto& name : declared_) {
+      const auto& m = maps_.at(name);
+      out.push_back({name, m.keySerializer, m.valueSerializer});
+    }
+    return out;
+  }
   /// "jhbcast", u8 format 1, varint count, then per state: name, key serializer, value
   /// serializer ("string v1", serializerName; bytes each), varint entries, then key and
   /// value bytes per entry. The

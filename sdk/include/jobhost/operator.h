@@ -87,6 +87,14 @@ struct StateDescriptorInfo {
   uint32_t valueSerializerVersion = 0;
 };
 
+/// A broadcast state an operator takes (broadcast(descriptor)): its name and the
+/// serializers of its keys and values as the state records them ("string v1").
+struct BroadcastStateInfo {
+  std::string name;
+  std::string keySerializer;
+  std::string valueSerializer;
+};
+
 class ByteReader;  // serializer.h
 
 /// How the bytes of a user's serializer print, for `jobhost state dump|diff`
@@ -375,6 +383,9 @@ struct PlanNode {
   /// kExchange, not keyed: every record goes to every receiving subtask
   /// (DataStream::broadcast), not to one of them.
   bool broadcastExchange = false;
+  /// A (keyed) broadcast function: the broadcast states it takes, so that a restore
+  /// compares a snapshot's with them before anything is restored.
+  std::vector<BroadcastStateInfo> broadcastStates;
 };
 
 /// The dataflow a job's build() defined.

@@ -1066,6 +1066,7 @@ class BroadcastConnectedStreams {
     n.kind = NodeKind::kOperator;
     n.name = "Broadcast Process";
     n.operatorState = true;  // the broadcast states
+    n.broadcastStates = states_.infos();
     env_->attach(n, first_);
     env_->attach(n, second_);
     n.create = [factory, states = states_](void* down) -> std::unique_ptr<Operator> {
@@ -1104,6 +1105,7 @@ class KeyedBroadcastConnectedStreams {
                                     return std::make_unique<detail::KeyedBroadcastProcessOp<Fn>>(factory(), bs, down);
                                   });
     env_->node(id).operatorState = true;  // the broadcast states
+    env_->node(id).broadcastStates = states_.infos();
     return DataStream<typename Fn::OutputType>(*env_, id);
   }
 

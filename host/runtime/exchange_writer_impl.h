@@ -41,11 +41,13 @@ class ExchangeWriterImpl : public ExchangeWriter {
     for (size_t i = 0; i < gates_.size(); ++i) limits_[i] = gates_[i]->bufferBytes();
   }
   void emit(std::string_view key, std::string_view record) override {
+    metrics_->recordsOut.add(1);
     int kg = keyGroupFor(key, maxParallelism_);
     append(static_cast<size_t>(kg) * gates_.size() / static_cast<size_t>(maxParallelism_), static_cast<uint16_t>(kg),
            key, record);
   }
   void emitAny(std::string_view record) override {
+    metrics_->recordsOut.add(1);  // once, also when every receiver gets a copy
     if (broadcast_) {
       for (size_t i = 0; i < gates_.size(); ++i) append(i, kNoKeyGroup, {}, record);
       return;
@@ -90,7 +92,6 @@ class ExchangeWriterImpl : public ExchangeWriter {
     w.writeI64(record_->timestamp);
     w.writeBytes(key);
     w.writeBytes(record);
-    metrics_->recordsOut.add(1);
     if (b.size() >= limits_[target]) send(target);
   }
   void send(size_t target) {

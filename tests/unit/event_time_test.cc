@@ -1208,7 +1208,19 @@ TEST_F(EventTimeTest, EveryBroadcastRecordReachesEverySubtaskOnceAndEveryOtherRe
         [rules, flags] { return std::make_unique<RuleSource>(rules, flags, ""); }, "Rule Source");
     auto reported = eventSource(env, events, events->size()).connect(ruleStream.broadcast(kMultipliers)).process<Report>();
     collectInto(reported, out);
-    runToEnd(env.takePlan(), config(p, state::BackendType::kHashMap));
+    JobExecution exec(env.takePlan(), config(p, state::BackendType::kHashMap), &listener_);
+    ASSERT_TRUE(exec.prepare(nullptr).ok());
+    exec.start();
+    ASSERT_EQ(exec.wait().kind, ExecutionResult::kFinished);
+    // recordsOut counts what the rule source emitted, not one per receiving subtask (as
+    // Flink's numRecordsOut); each receiver counts its copy in recordsIn.
+    bool sawRuleSource = false;
+    for (const auto& m : exec.taskMetrics())
+      if (m.name.find("Rule Source") != std::string::npos) {
+        sawRuleSource = true;
+        EXPECT_EQ(m.recordsOut, rules.size()) << m.name;
+      }
+    EXPECT_TRUE(sawRuleSource);
     std::multiset<std::string> expected;
     for (const auto& e : *events) expected.insert("value " + std::to_string(std::get<2>(e)));
     for (int i = 0; i < p; ++i)

@@ -1000,7 +1000,7 @@ struct LinesSink : TwoPhaseCommitSink<std::string, std::string> {
   void abort(const std::string&) override {}
 };
 
-/// 1500 keys with a record each, then a record whose watermark fires all their timers
+/// 1500 keys with a record each at one timestamp, then a record whose watermark fires all their timers
 /// (SlowTimers) and, after `pauseAt` (where the first run's source pauses), one more;
 /// the timers' output goes through LinesSink. `expected`: every key once.
 struct SlowTimersJob {
@@ -1016,7 +1016,10 @@ struct SlowTimersJob {
     for (int i = 0; i < kKeys; ++i) {
       char key[16];
       std::snprintf(key, sizeof key, "k%04d", i);
-      es.emplace_back(1'000 + i, key, 1);
+      // One timestamp for every key: no watermark fires a timer until "z" (its watermark
+      // is 999 before), so a single watermark fires all of them, also when a periodic
+      // watermark is emitted while the source is still emitting the keys (a slow build).
+      es.emplace_back(1'000, key, 1);
       expected.insert(key);
     }
     es.emplace_back(10'000'000, "z", 1);  // its watermark fires every key's timer; its own fires at the end

@@ -146,6 +146,29 @@ JobSupervisor::~JobSupervisor() {
   jobLock_.reset();
 }
 
+namespace {
+
+/// JobDirectoryLock::acquire, waiting out an outage of the directory's store (an object
+/// store's lease; isStoreUnavailability) with StoreOutage's backoff: the run's start-up
+/// probed the lock a moment ago, and a store that stops answering now is no reason to end
+/// the run. Returns the last result; *interrupted is set if a signal ended the wait.
+state::Result<JobDirectoryLock> acquireWaitingOutOutages(const std::string& dir, const LockHolder& me,
+                                                         bool* interrupted) {
+  StoreOutage outage;
+  for (;;) {
+    auto lock = JobDirectoryLock::acquire(dir, me);
+    if (!lock.ok() && isStoreUnavailability(lock.status())) {
+      if (sleepUnlessInterrupted(outage.failed(lock.status(), "locking " + dir))) continue;
+      *interrupted = true;
+      return lock;
+    }
+    if (lock.ok()) outage.recovered();
+    return lock;
+  }
+}
+
+}  // namespace
+
 int JobSupervisor::prepare() {
   bool checkpointing = setup_.interval.count() > 0;
   LockHolder me{static_cast<int>(::getpid()), jobId_, setup_.className, "running job"};
@@ -156,11 +179,12 @@ int JobSupervisor::prepare() {
     // Nobody else may write, clean, claim or dispose of it while we own it.
     LockHolder claimer = me;
     claimer.purpose = "claim of " + initial_->directory;
-    auto lock = JobDirectoryLock::acquire(owningDirectory(*initial_), claimer);
+    bool interrupted = false;
+    auto lock = acquireWaitingOutOutages(owningDirectory(*initial_), claimer, &interrupted);
     if (!lock.ok()) {
       std::cerr << "error: cannot claim " << initial_->directory << ": " << lock.status().message()
                 << " (or restore without --restore-mode claim)\n";
-      return kExitUsage;
+      return interrupted ? kExitInterrupted : kExitUsage;
     }
     claimLock_ = std::move(*lock);
   }
@@ -177,10 +201,11 @@ int JobSupervisor::prepare() {
       }
       syncDirectories(jobDir);
     }
-    auto lock = JobDirectoryLock::acquire(jobDir.string(), me);
+    bool interrupted = false;
+    auto lock = acquireWaitingOutOutages(jobDir.string(), me, &interrupted);
     if (!lock.ok()) {
       std::cerr << "error: " << lock.status().message() << "\n";
-      return kExitUsage;
+      return interrupted ? kExitInterrupted : kExitUsage;
     }
     jobLock_ = std::move(*lock);
     jobDir_ = jobDir.string();

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <mutex>
 #include <random>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -125,6 +126,7 @@ class ObjectStoreLease {
       state::Status s = storage_->remove(state::kLockFileName);
       if (!s.ok() && !s.isNotFound()) spdlog::warn("cannot release the lease {}: {}", where(), s.message());
     }
+    if (held_) liveOwners().erase(owner_);
   }
 
   std::string where() const { return storage_->describe(state::kLockFileName); }
@@ -153,6 +155,7 @@ class ObjectStoreLease {
       state::Status s = storage_->put(state::kLockFileName, text());
       if (s.ok()) {
         held_ = true;
+        liveOwners().insert(owner_);
         renewed(started);
         renewer_ = std::thread([this] { renewLoop(); });
         return s;
@@ -167,13 +170,19 @@ class ObjectStoreLease {
       if (lease.expiresMs < wallClockMs()) {
         spdlog::info("replacing the expired lease {} of {} (expired {} s ago)", where(),
                      h ? describeHolder(*h) : std::string("?"), (wallClockMs() - lease.expiresMs) / 1000);
-        (void)storage_->remove(state::kLockFileName);
+        if (state::Status r = removeStale(); !r.ok()) return r;
+        continue;
+      }
+      if (leftBehindByThisProcess(lease, h)) {
+        spdlog::info("replacing the lease {} that this process left behind (releasing it did not reach the store)",
+                     where());
+        if (state::Status r = removeStale(); !r.ok()) return r;
         continue;
       }
       if (holderIsGone(lease, h)) {
         spdlog::info("replacing the lease {} of {}: that process no longer runs on this host", where(),
                      describeHolder(*h));
-        (void)storage_->remove(state::kLockFileName);
+        if (state::Status r = removeStale(); !r.ok()) return r;
         continue;
       }
       if (heldBy) *heldBy = h;
@@ -189,6 +198,47 @@ class ObjectStoreLease {
   }
 
  private:
+  /// The owner ids of the leases this process holds now (ObjectStoreLease objects alive).
+  struct LiveOwners {
+    std::mutex mu;
+    std::set<std::string> ids;
+    void insert(const std::string& id) {
+      std::lock_guard lock(mu);
+      ids.insert(id);
+    }
+    void erase(const std::string& id) {
+      std::lock_guard lock(mu);
+      ids.erase(id);
+    }
+    bool contains(const std::string& id) {
+      std::lock_guard lock(mu);
+      return ids.count(id) != 0;
+    }
+  };
+  static LiveOwners& liveOwners() {
+    static LiveOwners* owners = new LiveOwners;  // never destroyed: leases may outlive static destruction order
+    return *owners;
+  }
+
+  /// A lease of this very process (host and pid ours) that no lease object of ours holds:
+  /// an earlier lock of this process (the start-up probe of a run) was released while the
+  /// store did not answer, and its lease stayed. Taken over at once, as a dead holder's is;
+  /// a lease this process still holds is refused as any other holder's.
+  bool leftBehindByThisProcess(const LeaseText& lease, const std::optional<LockHolder>& h) {
+    return h && h->pid == ::getpid() && lease.host == hostName() && !lease.owner.empty() &&
+           !liveOwners().contains(lease.owner);
+  }
+
+  /// Removes a stale lease before the next conditional put. A remove the store did not
+  /// carry out is returned with its code (Unavailable is waited out by the caller): taken
+  /// as done, the put after it would fail on the stale lease again, and after two tries
+  /// an outage would read as another process acquiring the lease (a final error).
+  state::Status removeStale() {
+    state::Status s = storage_->remove(state::kLockFileName);
+    if (s.ok() || s.isNotFound()) return state::Status::OK();
+    return s.withContext("cannot lock " + dir_ + ": cannot remove the stale lease " + where());
+  }
+
   bool stillOurs() {
     std::string current;
     if (!storage_->get(state::kLockFileName, &current).ok()) return false;
@@ -319,11 +369,7 @@ state::Result<JobDirectoryLock> JobDirectoryLock::acquire(const std::string& dir
   if (state::isObjectStoreUri(dir)) {
     auto storage = state::openStorage(dir);
     if (!storage.ok()) return storage.status();
-    auto lease = std::make_shared<ObjectStoreLease>(std::move(*storage), dir, holderText(me));
-    if (state::Status s = lease->acquire(heldBy); !s.ok()) return s;
-    JobDirectoryLock lock(-1, dir);
-    lock.lease_ = std::move(lease);
-    return lock;
+    return acquireLease(std::move(*storage), dir, me, heldBy);
   }
   std::string path = lockPath(dir);
   int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
@@ -349,6 +395,16 @@ state::Result<JobDirectoryLock> JobDirectoryLock::acquire(const std::string& dir
     return state::fromErrno("cannot write the lock file " + path, err);
   }
   return JobDirectoryLock(fd, dir);
+}
+
+state::Result<JobDirectoryLock> JobDirectoryLock::acquireLease(std::unique_ptr<state::CheckpointStorage> storage,
+                                                               const std::string& dir, const LockHolder& me,
+                                                               std::optional<LockHolder>* heldBy) {
+  auto lease = std::make_shared<ObjectStoreLease>(std::move(storage), dir, holderText(me));
+  if (state::Status s = lease->acquire(heldBy); !s.ok()) return s;
+  JobDirectoryLock lock(-1, dir);
+  lock.lease_ = std::move(lease);
+  return lock;
 }
 
 std::optional<LockHolder> JobDirectoryLock::holder(const std::string& dir) {

@@ -18,8 +18,11 @@
 // window); release deletes it if it is still ours. A holder killed with SIGKILL leaves
 // the lease behind until it expires: an acquirer before then is refused with the holder
 // and the expiry named, unless it runs on the holder's host and the holder's pid no longer
-// exists (then it takes the lease over at once); after the expiry the stale lease is
-// replaced. Guarantee: while the
+// exists, or is the acquirer's own and no lock of it holds the lease any more (its release
+// did not reach the store): then it takes the lease over at once. After the expiry the
+// stale lease is replaced. Removing a stale lease that the store does not carry out is an
+// error with the store's code (Unavailable: wait and try again), never taken for another
+// acquirer. Guarantee: while the
 // holder runs and can reach the store at least once per kLeaseSeconds/3, nobody else
 // acquires the lock; a holder cut off from the store longer than kLeaseSeconds may lose
 // it (it logs an error when a renewal finds the lease gone or someone else's). Workers
@@ -35,6 +38,10 @@
 #include <string>
 
 #include "jobhost/state/status.h"
+
+namespace jobhost::state {
+class CheckpointStorage;
+}
 
 namespace jobhost::host {
 
@@ -64,6 +71,13 @@ class JobDirectoryLock {
   /// (if given) is set. Other errors (cannot create the lock file) name the OS reason.
   static state::Result<JobDirectoryLock> acquire(const std::string& dir, const LockHolder& me,
                                                  std::optional<LockHolder>* heldBy = nullptr);
+  /// The object-store lease of `dir` (see above) on `storage`, the store of `dir` (what
+  /// acquire() does for an s3:// `dir`; tests pass a local or fault-injecting storage, whose
+  /// put() never overwrites either). An error of the store keeps its code: Unavailable
+  /// means the store did not answer, and trying again later may succeed.
+  static state::Result<JobDirectoryLock> acquireLease(std::unique_ptr<state::CheckpointStorage> storage,
+                                                      const std::string& dir, const LockHolder& me,
+                                                      std::optional<LockHolder>* heldBy = nullptr);
   /// Who holds the lock of `dir`, if anyone (nullopt also when `dir` has no lock file).
   /// Does not take it.
   static std::optional<LockHolder> holder(const std::string& dir);

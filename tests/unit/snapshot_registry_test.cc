@@ -9,6 +9,7 @@
 #include <random>
 
 #include "checkpoint/job_directory_lock.h"
+#include "support/fault_injection.h"
 #include "jobhost/state/checkpoint_layout.h"
 #include "jobhost/state/snapshot_registry.h"
 
@@ -276,6 +277,87 @@ TEST(JobDirectoryLock, ASecondHolderIsRefusedWithTheFirstHoldersPidAndClass) {
   first->release();
   EXPECT_FALSE(host::JobDirectoryLock::holder(tmp.path().string()).has_value());
   EXPECT_TRUE(host::JobDirectoryLock::acquire(tmp.path().string(), {1, "", "", "gc"}).ok());
+}
+
+// An object-store lease left by a killed holder (on this host, its pid gone) or expired is
+// removed before the conditional put. A remove that the store does not carry out (an
+// outage) is an outage: Unavailable, which the run waits out. It was ignored: the put
+// failed on the stale lease again, the second remove went through, and after two tries
+// acquire() said "the lease keeps changing; another process is acquiring it", a final
+// error (exit 2) in the middle of an S3 outage (chaos-s3-outages, CI of 9672a27).
+TEST(JobDirectoryLock, AStaleLeaseThatCannotBeRemovedIsAnOutageNotAnotherAcquirer) {
+  char host[256] = {0};
+  ASSERT_EQ(::gethostname(host, sizeof host - 1), 0);
+  pid_t gone = fork();
+  if (gone == 0) _exit(0);
+  ASSERT_EQ(waitpid(gone, nullptr, 0), gone);
+  const int64_t nowMs = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::system_clock::now().time_since_epoch()).count();
+  struct Stale {
+    const char* what;
+    int pid;
+    int64_t expiresMs;
+  };
+  for (const Stale& stale : {Stale{"holder gone", gone, nowMs + 60'000}, Stale{"expired", ::getpid(), nowMs - 1000}}) {
+    SCOPED_TRACE(stale.what);
+    TempDir tmp;
+    auto local = openStorage(tmp.path().string());
+    ASSERT_TRUE(local.ok());
+    std::shared_ptr<CheckpointStorage> base = std::move(*local);
+    ASSERT_TRUE(base->put(kLockFileName, "pid " + std::to_string(stale.pid) + "\njob old\nclass Old\nhost " + host +
+                                             "\nowner old\nexpires " + std::to_string(stale.expiresMs) + "\n")
+                    .ok());
+    auto faulty = std::make_unique<jobhost::testing::FaultInjectionStorage>(base);
+    auto* faults = faulty.get();
+    faults->failNth(jobhost::testing::StorageOp::kRemove, 1, ETIMEDOUT);
+    auto first = host::JobDirectoryLock::acquireLease(std::move(faulty), "s3://bucket/job", {1, "new", "New", "running job"});
+    ASSERT_FALSE(first.ok());
+    EXPECT_TRUE(first.status().isUnavailable()) << first.status().toString();
+    EXPECT_NE(first.status().message().find("stale lease"), std::string::npos) << first.status().message();
+    std::string text;
+    ASSERT_TRUE(base->get(kLockFileName, &text).ok());
+    EXPECT_NE(text.find("owner old"), std::string::npos) << "the stale lease is still there: " << text;
+
+    // The store answers again: the next try replaces the stale lease.
+    auto second = host::JobDirectoryLock::acquireLease(std::make_unique<jobhost::testing::FaultInjectionStorage>(base),
+                                                       "s3://bucket/job", {1, "new", "New", "running job"});
+    ASSERT_TRUE(second.ok()) << second.status().toString();
+    ASSERT_TRUE(base->get(kLockFileName, &text).ok());
+    EXPECT_NE(text.find("job new"), std::string::npos) << text;
+  }
+}
+
+// A run probes its job directory's lock at start-up and releases it before the supervisor
+// takes it for good. If the probe's release does not reach the store (an outage), its
+// lease stays, naming this very process, which is alive: the supervisor was refused ("in
+// use by job … (pid <ours>)", exit 2) until the lease expired. A lease of this process that
+// no lock of it holds is taken over at once; one it still holds is refused as before.
+TEST(JobDirectoryLock, ALeaseThisProcessFailedToReleaseIsTakenOverAtOnce) {
+  TempDir tmp;
+  auto local = openStorage(tmp.path().string());
+  ASSERT_TRUE(local.ok());
+  std::shared_ptr<CheckpointStorage> base = std::move(*local);
+  auto probeStorage = std::make_unique<jobhost::testing::FaultInjectionStorage>(base);
+  auto* probeFaults = probeStorage.get();
+  auto probe = host::JobDirectoryLock::acquireLease(std::move(probeStorage), "s3://bucket/job",
+                                                    {1, "job1", "WordCount", "start of a run"});
+  ASSERT_TRUE(probe.ok()) << probe.status().toString();
+  // While the probe holds it, a second lock of this process is refused.
+  auto refused = host::JobDirectoryLock::acquireLease(std::make_unique<jobhost::testing::FaultInjectionStorage>(base),
+                                                      "s3://bucket/job", {1, "job1", "WordCount", "running job"});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(refused.status().isInvalidArgument()) << refused.status().toString();
+  probeFaults->failNth(jobhost::testing::StorageOp::kRemove, 1, ECONNRESET);
+  probe->release();
+  std::string text;
+  ASSERT_TRUE(base->get(kLockFileName, &text).ok()) << "the failed release left the lease";
+  EXPECT_NE(text.find("start of a run"), std::string::npos) << text;
+
+  auto job = host::JobDirectoryLock::acquireLease(std::make_unique<jobhost::testing::FaultInjectionStorage>(base),
+                                                  "s3://bucket/job", {1, "job1", "WordCount", "running job"});
+  ASSERT_TRUE(job.ok()) << job.status().toString();
+  ASSERT_TRUE(base->get(kLockFileName, &text).ok());
+  EXPECT_NE(text.find("purpose running job"), std::string::npos) << text;
 }
 
 TEST(JobDirectoryLock, IsReleasedByTheKernelWhenTheHolderDies) {

@@ -79,20 +79,22 @@ class WindowMiniBatch {
   int64_t earliestFiring() const { return earliestFiring_; }
 
   /// Every accumulator, sorted by key group, key and pane (the state's order: neighbours
-  /// in RocksDB, one key's panes together, older panes first); empty afterwards.
-  std::vector<Entry> take() {
-    std::vector<Entry> out;
-    out.swap(entries_);
-    std::sort(out.begin(), out.end(), [](const Entry& a, const Entry& b) {
+  /// in RocksDB, one key's panes together, older panes first); empty afterwards. The
+  /// entries stay valid until the next take(). The two vectors trade places, so a flush
+  /// allocates no new array of `capacity` entries (a 1–2 MB malloc per flush made glibc
+  /// consolidate its free lists: 4 % of NexmarkQ7's window thread).
+  std::vector<Entry>& take() {
+    taken_.clear();
+    taken_.swap(entries_);
+    std::sort(taken_.begin(), taken_.end(), [](const Entry& a, const Entry& b) {
       if (a.keyGroup != b.keyGroup) return a.keyGroup < b.keyGroup;
       if (int c = a.key.compare(b.key); c != 0) return c < 0;
       return a.pane.start < b.pane.start;
     });
     std::fill(slots_.begin(), slots_.end(), 0);
-    entries_.reserve(out.size());
     last_ = std::numeric_limits<size_t>::max();
     earliestFiring_ = std::numeric_limits<int64_t>::max();
-    return out;
+    return taken_;
   }
 
  private:
@@ -117,6 +119,7 @@ class WindowMiniBatch {
 
   size_t capacity_;
   std::vector<Entry> entries_;
+  std::vector<Entry> taken_;  // what the last take() returned
   std::vector<uint32_t> slots_;  // 1 + index into entries_, 0: empty
   size_t last_ = std::numeric_limits<size_t>::max();
   int64_t earliestFiring_ = std::numeric_limits<int64_t>::max();

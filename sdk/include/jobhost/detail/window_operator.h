@@ -246,7 +246,7 @@ class WindowOp : public NamedOp, public Collector<T> {
       flushKey_.assign(ctx_->currentKey());
       const int flushGroup = ctx_->currentKeyGroup();
       const int64_t flushTimestamp = ctx_->currentTimestamp();
-      auto entries = batch_->take();
+      auto& entries = batch_->take();  // valid until the next take(): nothing here adds to the batch
       const typename WindowMiniBatch<Acc>::Entry* previous = nullptr;
       for (auto& e : entries) {
         if (previous == nullptr || previous->keyGroup != e.keyGroup || previous->key != e.key)

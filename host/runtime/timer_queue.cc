@@ -11,24 +11,77 @@
 
 namespace jobhost::host {
 
-size_t TimerQueue::Hash::hash(int64_t time, int keyGroup, std::string_view key, std::string_view ns) {
-  uint64_t h = XXH3_64bits_withSeed(key.data(), key.size(), static_cast<uint64_t>(time) * 0x9E3779B97F4A7C15ULL +
-                                                              static_cast<uint64_t>(keyGroup));
-  return static_cast<size_t>(XXH3_64bits_withSeed(ns.data(), ns.size(), h));
+uint64_t TimerQueue::hashOf(const Timer& t) {
+  uint64_t h = XXH3_64bits_withSeed(t.key.data(), t.key.size(), static_cast<uint64_t>(t.time) * 0x9E3779B97F4A7C15ULL +
+                                                                    static_cast<uint64_t>(t.keyGroup));
+  return XXH3_64bits_withSeed(t.ns.data(), t.ns.size(), h);
 }
 
 TimerQueue::~TimerQueue() = default;
 
+TimerQueue::Entry* TimerQueue::find(const Timer& t, uint64_t hash) const {
+  if (slots_.empty()) return nullptr;
+  const size_t mask = slots_.size() - 1;
+  for (size_t i = hash & mask;; i = (i + 1) & mask) {
+    const Slot& slot = slots_[i];
+    if (slot.entry == nullptr) return nullptr;
+    if (slot.hash == hash && same(*slot.entry, t)) return slot.entry;
+  }
+}
+
+void TimerQueue::grow() {
+  std::vector<Slot> old = std::move(slots_);
+  slots_.assign(old.empty() ? 64 : old.size() * 2, Slot{});
+  const size_t mask = slots_.size() - 1;
+  for (const Slot& slot : old) {
+    if (slot.entry == nullptr) continue;
+    size_t i = slot.hash & mask;
+    while (slots_[i].entry != nullptr) i = (i + 1) & mask;
+    slots_[i] = slot;
+  }
+}
+
 const TimerQueue::Entry& TimerQueue::findOrInsert(const Timer& t) {
-  auto it = entries_.find(t);
-  if (it != entries_.end()) return *it;
-  Entry e;
-  e.time = t.time;
-  e.keyGroup = t.keyGroup;
-  e.keyLength = static_cast<uint32_t>(t.key.size());
-  e.bytes.reserve(t.key.size() + t.ns.size());
-  e.bytes.append(t.key).append(t.ns);
-  return *entries_.insert(std::move(e)).first;
+  const uint64_t hash = hashOf(t);
+  if (Entry* found = find(t, hash)) return *found;
+  if ((used_ + 1) * 4 > slots_.size() * 3) grow();
+  Entry* e;
+  if (!spare_.empty()) {
+    e = spare_.back();
+    spare_.pop_back();
+  } else {
+    e = &pool_.emplace_back();
+  }
+  e->time = t.time;
+  e->keyGroup = t.keyGroup;
+  e->keyLength = static_cast<uint32_t>(t.key.size());
+  e->bytes.assign(t.key).append(t.ns);  // reuses a spare entry's buffer
+  e->live = e->persisted = e->queued = e->dirty = false;
+  e->hash = hash;
+  const size_t mask = slots_.size() - 1;
+  size_t i = hash & mask;
+  while (slots_[i].entry != nullptr) i = (i + 1) & mask;
+  slots_[i] = Slot{hash, e};
+  ++used_;
+  return *e;
+}
+
+void TimerQueue::erase(const Entry& e) {
+  const size_t mask = slots_.size() - 1;
+  size_t i = e.hash & mask;
+  while (slots_[i].entry != &e) i = (i + 1) & mask;  // it is in the index
+  // Backward shift: move each later entry of the run whose home is not between the hole
+  // and itself (cyclically) into the hole.
+  for (size_t j = (i + 1) & mask; slots_[j].entry != nullptr; j = (j + 1) & mask) {
+    const size_t home = slots_[j].hash & mask;
+    const bool homeInHoleToJ = i <= j ? (home > i && home <= j) : (home > i || home <= j);
+    if (homeInHoleToJ) continue;
+    slots_[i] = slots_[j];
+    i = j;
+  }
+  slots_[i] = Slot{};
+  --used_;
+  spare_.push_back(const_cast<Entry*>(&e));
 }
 
 void TimerQueue::enqueue(const Entry& e) {
@@ -50,7 +103,7 @@ void TimerQueue::markDirty(const Entry& e) {
 
 void TimerQueue::maybeErase(const Entry& e) {
   if (e.live || e.persisted || e.queued || e.dirty || &e == fired_) return;
-  entries_.erase(entries_.find(Timer{e.time, e.keyGroup, e.key(), e.ns()}));
+  erase(e);
 }
 
 void TimerQueue::releaseFired() {
@@ -86,9 +139,9 @@ void TimerQueue::addPersisted(const Timer& t) {
 }
 
 bool TimerQueue::remove(const Timer& t) {
-  auto it = entries_.find(t);
-  if (it == entries_.end() || !it->live) return false;
-  const Entry& e = *it;
+  const Entry* found = find(t, hashOf(t));
+  if (found == nullptr || !found->live) return false;
+  const Entry& e = *found;
   setLive(e, false);
   auto b = buckets_.find(e.time);
   if (b != buckets_.end() && e.queued) {
@@ -155,7 +208,10 @@ void TimerQueue::clear() {
   fired_ = nullptr;
   dirty_.clear();
   buckets_.clear();
-  entries_.clear();
+  slots_.clear();
+  used_ = 0;
+  pool_.clear();
+  spare_.clear();
   live_ = 0;
   unsynced_ = 0;
 }

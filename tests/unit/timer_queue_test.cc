@@ -59,6 +59,53 @@ TEST(TimerQueueTest, TimersFireInTimeThenKeyGroupKeyAndNamespaceOrderOnceEach) {
   EXPECT_FALSE(q.pop(INT64_MAX));
 }
 
+// The index is an open-addressed table whose erase shifts the following entries back, and
+// whose forgotten entries are reused: many rounds of registering, deleting, firing and
+// persisting over a small key space (long probe runs, wrap-arounds, growth, reuse) must
+// agree with a std::set at every step, including what persist() hands out.
+TEST(TimerQueueTest, AgreesWithASetOverManyRoundsOfAddRemoveFireAndPersist) {
+  struct Shape {
+    int rounds, ops, times, keys, namespaces;
+  };
+  // Large: growth and long runs. Small: a few dozen timers in a 64-slot table, so runs
+  // wrap around its end and erasing shifts entries across it.
+  for (const Shape& shape : {Shape{60, 2000, 40, 90, 40}, Shape{400, 40, 6, 4, 3}}) {
+  SCOPED_TRACE(shape.ops);
+  std::mt19937 rng(11);
+  std::set<Id> model, persisted;
+  TimerQueue q;
+  int64_t watermark = 0;
+  for (int round = 0; round < shape.rounds; ++round) {
+    for (int i = 0; i < shape.ops; ++i) {
+      Id id{watermark + static_cast<int64_t>(rng() % shape.times), static_cast<int>(rng() % 3),
+            "k" + std::to_string(rng() % shape.keys),
+            rng() % 2 ? std::string() : std::string(rng() % shape.namespaces, 'n')};  // short and heap-sized
+      if (rng() % 3 == 0) {
+        ASSERT_EQ(q.remove(timer(id)), model.erase(id) == 1) << "round " << round;
+      } else {
+        ASSERT_EQ(q.add(timer(id)), model.insert(id).second) << "round " << round;
+      }
+    }
+    ASSERT_EQ(q.size(), model.size());
+    watermark += 1 + static_cast<int64_t>(rng() % (shape.times / 3 + 1));
+    std::vector<Id> expected;
+    for (auto it = model.begin(); it != model.end() && std::get<0>(*it) <= watermark;) {
+      expected.push_back(*it);
+      it = model.erase(it);
+    }
+    ASSERT_EQ(popAll(q, watermark), expected) << "round " << round;
+    if (round % 4 == 3) {
+      q.persist([&](bool put, const TimerQueue::Timer& t) {
+        if (put) EXPECT_TRUE(persisted.insert(idOf(t)).second);
+        else EXPECT_EQ(persisted.erase(idOf(t)), 1u);
+      });
+      ASSERT_EQ(persisted, model) << "round " << round;
+    }
+  }
+  ASSERT_EQ(popAll(q, INT64_MAX), std::vector<Id>(model.begin(), model.end()));
+  }
+}
+
 TEST(TimerQueueTest, ATimerRegisteredWhileItsTimeFiresFiresInThePassInItsPlace) {
   TimerQueue q;
   q.add({10, 0, "b", ""});

@@ -28,6 +28,7 @@
 #include "job_supervisor.h"
 #include "runtime/restart_strategy.h"
 #include "signal_handling.h"
+#include "startup_wait.h"
 #include "ui/health_server.h"
 
 namespace jobhost::host {
@@ -39,30 +40,6 @@ namespace {
 /// Returned by the start-up steps below when the store did not answer and `jobhost run`
 /// waited for it: do the whole decision again.
 constexpr int kTryAgain = -1;
-
-/// The start of `jobhost run` against a store that does not answer: waits with backoff
-/// (a job a scheduler restarts during an outage must not crash-loop) — or, for a dry run
-/// (`jobhost check`), gives up at once. retry() is true when the caller should try again
-/// (after the pause); false when it should report `s` (and, if interrupted(), exit 130).
-class StartupWait {
- public:
-  explicit StartupWait(bool enabled) : enabled_(enabled) {}
-  bool retry(const state::Status& s, const std::string& what) {
-    if (!enabled_ || !isStoreUnavailability(s)) return false;
-    if (!sleepUnlessInterrupted(outage_.failed(s, what))) {
-      interrupted_ = true;
-      return false;
-    }
-    return true;
-  }
-  void answered() { outage_.recovered(); }
-  bool interrupted() const { return interrupted_; }
-
- private:
-  const bool enabled_;
-  bool interrupted_ = false;
-  StoreOutage outage_;
-};
 
 /// --job-id / --restore latest / --max-checkpoint-age: checks them against each other and
 /// the job's directory, and for --restore latest sets *snapshot to the checkpoint to

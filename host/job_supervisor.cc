@@ -27,6 +27,7 @@
 #include "runtime/worker_protocol.capnp.h"
 #include "log_format.h"
 #include "signal_handling.h"
+#include "startup_wait.h"
 #include "wall_clock.h"
 
 namespace jobhost::host {
@@ -149,22 +150,15 @@ JobSupervisor::~JobSupervisor() {
 namespace {
 
 /// JobDirectoryLock::acquire, waiting out an outage of the directory's store (an object
-/// store's lease; isStoreUnavailability) with StoreOutage's backoff: the run's start-up
-/// probed the lock a moment ago, and a store that stops answering now is no reason to end
-/// the run. Returns the last result; *interrupted is set if a signal ended the wait.
+/// store's lease) as the run's start-up does: it probed the lock a moment ago, and a store
+/// that stops answering now is no reason to end the run. `wait` says whether a signal
+/// ended the wait (interrupted()).
 state::Result<JobDirectoryLock> acquireWaitingOutOutages(const std::string& dir, const LockHolder& me,
-                                                         bool* interrupted) {
-  StoreOutage outage;
-  for (;;) {
-    auto lock = JobDirectoryLock::acquire(dir, me);
-    if (!lock.ok() && isStoreUnavailability(lock.status())) {
-      if (sleepUnlessInterrupted(outage.failed(lock.status(), "locking " + dir))) continue;
-      *interrupted = true;
-      return lock;
-    }
-    if (lock.ok()) outage.recovered();
-    return lock;
-  }
+                                                         StartupWait& wait) {
+  auto lock = JobDirectoryLock::acquire(dir, me);
+  while (!lock.ok() && wait.retry(lock.status(), "locking " + dir)) lock = JobDirectoryLock::acquire(dir, me);
+  if (lock.ok()) wait.answered();
+  return lock;
 }
 
 }  // namespace
@@ -179,12 +173,12 @@ int JobSupervisor::prepare() {
     // Nobody else may write, clean, claim or dispose of it while we own it.
     LockHolder claimer = me;
     claimer.purpose = "claim of " + initial_->directory;
-    bool interrupted = false;
-    auto lock = acquireWaitingOutOutages(owningDirectory(*initial_), claimer, &interrupted);
+    StartupWait wait(true);
+    auto lock = acquireWaitingOutOutages(owningDirectory(*initial_), claimer, wait);
     if (!lock.ok()) {
       std::cerr << "error: cannot claim " << initial_->directory << ": " << lock.status().message()
                 << " (or restore without --restore-mode claim)\n";
-      return interrupted ? kExitInterrupted : kExitUsage;
+      return wait.interrupted() ? kExitInterrupted : kExitUsage;
     }
     claimLock_ = std::move(*lock);
   }
@@ -201,11 +195,11 @@ int JobSupervisor::prepare() {
       }
       syncDirectories(jobDir);
     }
-    bool interrupted = false;
-    auto lock = acquireWaitingOutOutages(jobDir.string(), me, &interrupted);
+    StartupWait wait(true);
+    auto lock = acquireWaitingOutOutages(jobDir.string(), me, wait);
     if (!lock.ok()) {
       std::cerr << "error: " << lock.status().message() << "\n";
-      return interrupted ? kExitInterrupted : kExitUsage;
+      return wait.interrupted() ? kExitInterrupted : kExitUsage;
     }
     jobLock_ = std::move(*lock);
     jobDir_ = jobDir.string();

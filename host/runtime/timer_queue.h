@@ -10,7 +10,8 @@
 //    slot, one for the entry; std::unordered_set's chained nodes cost a miss more per
 //    lookup and a malloc per timer: ~10 % of NexmarkQ5 under perf). Entries live in a pool
 //    with stable addresses (buckets and the dirty list point to them) and are reused, key
-//    buffer included, after a timer is forgotten;
+//    buffer included, after a timer is forgotten; the pool and the table keep the size of
+//    their peak (the most timers known at once) until clear();
 //  - timers are grouped by time, one bucket per distinct time in an ordered map; a bucket
 //    is sorted by (key group, key, namespace) when its time comes (again, for the part not
 //    yet fired, if timers join it while it fires), so timers fire in Flink's order: time,
@@ -106,7 +107,7 @@ class TimerQueue {
     mutable bool persisted = false;  // the backend holds it
     mutable bool queued = false;     // its time's bucket still lists it
     mutable bool dirty = false;      // listed in dirty_
-    uint64_t hash = 0;               // Hash::hash of the identity
+    uint64_t hash = 0;               // hashOf() of the identity
     std::string_view key() const { return std::string_view(bytes).substr(0, keyLength); }
     std::string_view ns() const { return std::string_view(bytes).substr(keyLength); }
   };

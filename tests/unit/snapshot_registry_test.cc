@@ -279,6 +279,17 @@ TEST(JobDirectoryLock, ASecondHolderIsRefusedWithTheFirstHoldersPidAndClass) {
   EXPECT_TRUE(host::JobDirectoryLock::acquire(tmp.path().string(), {1, "", "", "gc"}).ok());
 }
 
+// The store of an object-store lease in the tests below: local storage, whose put() never
+// overwrites either, wrapped per lock so that a test can fail that lock's calls.
+std::shared_ptr<CheckpointStorage> leaseStore(const TempDir& tmp) {
+  auto local = openStorage(tmp.path().string());
+  EXPECT_TRUE(local.ok());
+  return std::move(*local);
+}
+std::unique_ptr<jobhost::testing::FaultInjectionStorage> faultable(std::shared_ptr<CheckpointStorage> base) {
+  return std::make_unique<jobhost::testing::FaultInjectionStorage>(std::move(base));
+}
+
 // An object-store lease left by a killed holder (on this host, its pid gone) or expired is
 // removed before the conditional put. A remove that the store does not carry out (an
 // outage) is an outage: Unavailable, which the run waits out. It was ignored: the put
@@ -301,13 +312,11 @@ TEST(JobDirectoryLock, AStaleLeaseThatCannotBeRemovedIsAnOutageNotAnotherAcquire
   for (const Stale& stale : {Stale{"holder gone", gone, nowMs + 60'000}, Stale{"expired", ::getpid(), nowMs - 1000}}) {
     SCOPED_TRACE(stale.what);
     TempDir tmp;
-    auto local = openStorage(tmp.path().string());
-    ASSERT_TRUE(local.ok());
-    std::shared_ptr<CheckpointStorage> base = std::move(*local);
+    std::shared_ptr<CheckpointStorage> base = leaseStore(tmp);
     ASSERT_TRUE(base->put(kLockFileName, "pid " + std::to_string(stale.pid) + "\njob old\nclass Old\nhost " + host +
                                              "\nowner old\nexpires " + std::to_string(stale.expiresMs) + "\n")
                     .ok());
-    auto faulty = std::make_unique<jobhost::testing::FaultInjectionStorage>(base);
+    auto faulty = faultable(base);
     auto* faults = faulty.get();
     faults->failNth(jobhost::testing::StorageOp::kRemove, 1, ETIMEDOUT);
     auto first = host::JobDirectoryLock::acquireLease(std::move(faulty), "s3://bucket/job", {1, "new", "New", "running job"});
@@ -319,7 +328,7 @@ TEST(JobDirectoryLock, AStaleLeaseThatCannotBeRemovedIsAnOutageNotAnotherAcquire
     EXPECT_NE(text.find("owner old"), std::string::npos) << "the stale lease is still there: " << text;
 
     // The store answers again: the next try replaces the stale lease.
-    auto second = host::JobDirectoryLock::acquireLease(std::make_unique<jobhost::testing::FaultInjectionStorage>(base),
+    auto second = host::JobDirectoryLock::acquireLease(faultable(base),
                                                        "s3://bucket/job", {1, "new", "New", "running job"});
     ASSERT_TRUE(second.ok()) << second.status().toString();
     ASSERT_TRUE(base->get(kLockFileName, &text).ok());
@@ -334,16 +343,14 @@ TEST(JobDirectoryLock, AStaleLeaseThatCannotBeRemovedIsAnOutageNotAnotherAcquire
 // no lock of it holds is taken over at once; one it still holds is refused as before.
 TEST(JobDirectoryLock, ALeaseThisProcessFailedToReleaseIsTakenOverAtOnce) {
   TempDir tmp;
-  auto local = openStorage(tmp.path().string());
-  ASSERT_TRUE(local.ok());
-  std::shared_ptr<CheckpointStorage> base = std::move(*local);
-  auto probeStorage = std::make_unique<jobhost::testing::FaultInjectionStorage>(base);
+  std::shared_ptr<CheckpointStorage> base = leaseStore(tmp);
+  auto probeStorage = faultable(base);
   auto* probeFaults = probeStorage.get();
   auto probe = host::JobDirectoryLock::acquireLease(std::move(probeStorage), "s3://bucket/job",
                                                     {1, "job1", "WordCount", "start of a run"});
   ASSERT_TRUE(probe.ok()) << probe.status().toString();
   // While the probe holds it, a second lock of this process is refused.
-  auto refused = host::JobDirectoryLock::acquireLease(std::make_unique<jobhost::testing::FaultInjectionStorage>(base),
+  auto refused = host::JobDirectoryLock::acquireLease(faultable(base),
                                                       "s3://bucket/job", {1, "job1", "WordCount", "running job"});
   ASSERT_FALSE(refused.ok());
   EXPECT_TRUE(refused.status().isInvalidArgument()) << refused.status().toString();
@@ -353,7 +360,7 @@ TEST(JobDirectoryLock, ALeaseThisProcessFailedToReleaseIsTakenOverAtOnce) {
   ASSERT_TRUE(base->get(kLockFileName, &text).ok()) << "the failed release left the lease";
   EXPECT_NE(text.find("start of a run"), std::string::npos) << text;
 
-  auto job = host::JobDirectoryLock::acquireLease(std::make_unique<jobhost::testing::FaultInjectionStorage>(base),
+  auto job = host::JobDirectoryLock::acquireLease(faultable(base),
                                                   "s3://bucket/job", {1, "job1", "WordCount", "running job"});
   ASSERT_TRUE(job.ok()) << job.status().toString();
   ASSERT_TRUE(base->get(kLockFileName, &text).ok());

@@ -400,7 +400,7 @@ class HeapBackend : public KeyedStateBackend {
           }
           HeapState& st = states_[static_cast<size_t>(map[static_cast<size_t>(e.stateIndex)])];
           KgTable& t = ownTable(st.tables[static_cast<size_t>(e.keyGroup - options_.range.start)]);
-          if (st.descriptor.kind == StateKind::kMap) t.maps.writable(e.key)[std::string(e.userKey)] = e.value;
+          if (st.descriptor.kind == StateKind::kMap) t.maps.writable(e.key)[e.userKey] = e.value;
           else t.values.insertOrAssign(e.key, e.value);
           return Status::OK();
         });

@@ -32,7 +32,6 @@
 #include <mutex>
 #include <optional>
 #include <random>
-#include <unordered_map>
 
 #include "flat_table.h"
 #include "map_entries.h"

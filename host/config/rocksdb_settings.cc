@@ -30,6 +30,7 @@ state::RocksDbOptions rocksDbOptionsFrom(const Configuration& config) {
   o.writeBufferSize = bytesOf(config, "state.backend.rocksdb.writebuffer.size", uint64_t{64} << 10, uint64_t{64} << 30);
   o.writeBufferCount = static_cast<int>(config.getInt("state.backend.rocksdb.writebuffer.count", 1, 64));
   o.blockCacheSize = bytesOf(config, "state.backend.rocksdb.block.cache-size", 0, uint64_t{1} << 40);
+  o.entryCacheSize = bytesOf(config, "state.backend.rocksdb.entry-cache.size", 0, uint64_t{1} << 40);
   o.transferThreads = static_cast<int>(config.getInt("state.backend.rocksdb.checkpoint.transfer.thread.num", 1, 64));
   const std::string key = "state.backend.rocksdb.compaction.style";
   std::string style = config.getString(key);

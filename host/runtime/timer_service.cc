@@ -66,7 +66,7 @@ void TaskTimerService::persist() {
     q->timers.persist([&](bool put, const TimerQueue::Timer& t) {
       backend_.setCurrentKey(t.keyGroup, t.key);
       detail::encodeTimer(scratch_, t.time, t.ns);
-      if (put) backend_.mapPut(q->state, scratch_, {});
+      if (put) backend_.mapPutAbsent(q->state, scratch_, {});  // persist() writes a timer once
       else backend_.mapRemove(q->state, scratch_);
     });
   }

@@ -70,6 +70,7 @@
 #include "jobhost/state/snapshot_file.h"
 #include "parallel_transfer.h"
 #include "rocksdb_checkpoint_copy.h"
+#include "rocksdb_entry_cache.h"
 
 namespace jobhost::state {
 
@@ -589,7 +590,10 @@ class IncrementalAsyncSnapshot : public AsyncSnapshot {
 class RocksDbBackend final : public KeyedStateBackend {
  public:
   explicit RocksDbBackend(const BackendOptions& options)
-      : options_(options), inst_(std::make_shared<DbInstance>()), backendId_(randomHexId(16)) {
+      : options_(options),
+        inst_(std::make_shared<DbInstance>()),
+        backendId_(randomHexId(16)),
+        cache_(options.rocksdb.entryCacheSize) {
     writeOptions_.disableWAL = true;
     inst_->cfOptions = makeCfOptions(options_.rocksdb, rocksdb::NewLRUCache(options_.rocksdb.blockCacheSize));
   }
@@ -650,6 +654,8 @@ class RocksDbBackend final : public KeyedStateBackend {
   using KeyedStateAccess::mapGet;
   bool get(int state, std::string_view* out) override {
     auto* cf = valueCf(state, "get");
+    // ListState values are merges of their appends: never cached.
+    if (states_[state].kind == StateKind::kValue) return cachedGet(state, cf, valueKey_, out, "get");
     rocksdb::Status s = inst_->db->Get(readOptions_, cf, valueKey_, &got_);
     if (s.IsNotFound()) return false;
     check(s, state, "get");
@@ -659,6 +665,12 @@ class RocksDbBackend final : public KeyedStateBackend {
 
   void put(int state, std::string_view value) override {
     auto* cf = valueCf(state, "put");
+    if (states_[state].kind == StateKind::kValue && cache_.enabled()) {
+      EntryCache::makeKey(&cacheKey_, state, valueKey_);
+      cache_.put(cacheKey_, state, value);
+      evictIfFull(state, "put");
+      return;
+    }
     check(inst_->db->Put(writeOptions_, cf, valueKey_, rocksdb::Slice(value.data(), value.size())),
           state, "put");
   }
@@ -674,10 +686,18 @@ class RocksDbBackend final : public KeyedStateBackend {
   void clear(int state) override {
     auto* cf = cfFor(state, "clear");
     if (states_[state].kind != StateKind::kMap) {
+      if (states_[state].kind == StateKind::kValue && cache_.enabled()) {
+        EntryCache::makeKey(&cacheKey_, state, valueKey_);
+        cache_.remove(cacheKey_, state);
+        evictIfFull(state, "clear");
+        return;
+      }
       check(inst_->db->Delete(writeOptions_, cf, valueKey_), state, "clear");
       return;
     }
-    // Point deletes of the key's entries (no range tombstone per clear()).
+    // Point deletes of the key's entries (no range tombstone per clear()), after the
+    // cache's own writes reached the DB; the cache then knows them deleted.
+    flushCache(state, "clear");
     std::string upper;
     bool bounded = layout::prefixSuccessor(mapPrefix_, &upper);
     rocksdb::Slice upperSlice(upper);
@@ -687,6 +707,10 @@ class RocksDbBackend final : public KeyedStateBackend {
     batch_.Clear();
     for (it->Seek(mapPrefix_); it->Valid() && it->key().starts_with(mapPrefix_); it->Next()) {
       batch_.Delete(cf, it->key()).PermitUncheckedError();
+      if (cache_.enabled()) {
+        EntryCache::makeKey(&cacheKey_, state, std::string_view(it->key().data(), it->key().size()));
+        cache_.deletedInDb(cacheKey_);
+      }
     }
     check(it->status(), state, "clear");
     it.reset();
@@ -697,29 +721,47 @@ class RocksDbBackend final : public KeyedStateBackend {
   bool mapGet(int state, std::string_view userKey, std::string_view* out) override {
     auto* cf = mapCf(state, "mapGet");
     mapKey_.assign(mapPrefix_).append(userKey);
-    rocksdb::Status s = inst_->db->Get(readOptions_, cf, mapKey_, &got_);
-    if (s.IsNotFound()) return false;
-    check(s, state, "mapGet");
-    *out = got_;
-    return true;
+    return cachedGet(state, cf, mapKey_, out, "mapGet");
   }
 
   void mapPut(int state, std::string_view userKey, std::string_view value) override {
     auto* cf = mapCf(state, "mapPut");
     mapKey_.assign(mapPrefix_).append(userKey);
+    if (cache_.enabled()) {
+      EntryCache::makeKey(&cacheKey_, state, mapKey_);
+      cache_.put(cacheKey_, state, value);
+      evictIfFull(state, "mapPut");
+      return;
+    }
     check(inst_->db->Put(writeOptions_, cf, mapKey_, rocksdb::Slice(value.data(), value.size())),
           state, "mapPut");
+  }
+
+  void mapPutAbsent(int state, std::string_view userKey, std::string_view value) override {
+    if (!cache_.enabled()) return mapPut(state, userKey, value);
+    mapCf(state, "mapPut");
+    mapKey_.assign(mapPrefix_).append(userKey);
+    EntryCache::makeKey(&cacheKey_, state, mapKey_);
+    cache_.putAbsent(cacheKey_, state, value);
+    evictIfFull(state, "mapPut");
   }
 
   void mapRemove(int state, std::string_view userKey) override {
     auto* cf = mapCf(state, "mapRemove");
     mapKey_.assign(mapPrefix_).append(userKey);
+    if (cache_.enabled()) {
+      EntryCache::makeKey(&cacheKey_, state, mapKey_);
+      cache_.remove(cacheKey_, state);
+      evictIfFull(state, "mapRemove");
+      return;
+    }
     check(inst_->db->Delete(writeOptions_, cf, mapKey_), state, "mapRemove");
   }
 
   void mapForEach(int state,
                   const std::function<bool(std::string_view, std::string_view)>& fn) override {
     auto* cf = mapCf(state, "mapForEach");
+    flushCache(state, "mapForEach");  // the iterator reads the DB
     // Locals, not members: fn may call back into this backend (even mapForEach).
     const std::string prefix = mapPrefix_;
     std::string upper;
@@ -742,6 +784,17 @@ class RocksDbBackend final : public KeyedStateBackend {
   void mapAppend(int state, std::string_view userKey, std::string_view element) override {
     auto* cf = mapCf(state, "mapAppend");
     mapKey_.assign(mapPrefix_).append(userKey);
+    if (cache_.enabled()) {
+      // The merge applies to what the DB holds: write the cached change first, then let
+      // the DB be the only copy of this entry.
+      EntryCache::makeKey(&cacheKey_, state, mapKey_);
+      if (const EntryCache::Entry* e = cache_.takeDirty(cacheKey_)) {
+        check(e->present ? inst_->db->Put(writeOptions_, cf, mapKey_, rocksdb::Slice(e->value))
+                         : inst_->db->Delete(writeOptions_, cf, mapKey_),
+              state, "mapAppend");
+      }
+      cache_.forget(cacheKey_);
+    }
     check(inst_->db->Merge(writeOptions_, cf, mapKey_, rocksdb::Slice(element.data(), element.size())), state,
           "mapAppend");
   }
@@ -755,6 +808,7 @@ class RocksDbBackend final : public KeyedStateBackend {
     // Not open yet: nothing was written nor restored (both open it), so there is nothing
     // to visit, and a read must not create the instance.
     if (options_.range.empty() || inst_->db == nullptr) return;
+    flushCache(state, "forEachEntry");
     const bool isMap = states_[state].kind == StateKind::kMap;
     std::string lower, upper;
     layout::appendKeyGroup(&lower, options_.range.start);
@@ -810,6 +864,10 @@ class RocksDbBackend final : public KeyedStateBackend {
     if (request.storage == nullptr)
       return Status::InvalidArgument("rocksdb snapshot: no checkpoint storage");
     if (Status s = ensureOpen(); !s.ok()) return s;
+    // The snapshot reads the DB: the cache's changes go there first.
+    if (rocksdb::Status rs = writeCache(); !rs.ok())
+      return fromRocks(rs, "rocksdb checkpoint " + std::to_string(request.checkpointId) +
+                               ": writing the entry cache failed");
     const bool incremental = request.format == SnapshotFormat::kNative && options_.incremental;
     if (!incremental) {
       const rocksdb::Snapshot* snap = inst_->db->GetSnapshot();
@@ -901,6 +959,58 @@ class RocksDbBackend final : public KeyedStateBackend {
     auto* cf = cfFor(state, op);
     if (states_[state].kind != StateKind::kMap) kindError(state, op, "MapState");
     return cf;
+  }
+
+  // --- the entry cache (rocksdb_entry_cache.h) --------------------------------------
+
+  /// get/mapGet of a point entry: from the cache when it knows the key, else from the DB
+  /// (and the cache learns the answer, absent included).
+  bool cachedGet(int state, rocksdb::ColumnFamilyHandle* cf, const std::string& dbKey, std::string_view* out,
+                 const char* op) {
+    if (cache_.enabled()) {
+      EntryCache::makeKey(&cacheKey_, state, dbKey);
+      if (const EntryCache::Entry* e = cache_.find(cacheKey_)) {
+        if (!e->present) return false;
+        got_.assign(e->value);  // the view must outlive later cache changes
+        *out = got_;
+        return true;
+      }
+    }
+    rocksdb::Status s = inst_->db->Get(readOptions_, cf, dbKey, &got_);
+    const bool found = !s.IsNotFound();
+    if (found) check(s, state, op);
+    if (cache_.enabled()) {
+      cache_.loaded(cacheKey_, state, found ? &got_ : nullptr);
+      evictIfFull(state, op);
+    }
+    if (!found) return false;
+    *out = got_;
+    return true;
+  }
+
+  /// Writes the cache's dirty entries to the DB in one batch; they stay cached.
+  rocksdb::Status writeCache() {
+    if (cache_.dirtyCount() == 0 || inst_->db == nullptr) return rocksdb::Status::OK();
+    cacheBatch_.Clear();
+    cache_.flush([&](int st, std::string_view key, const std::string* value) {
+      rocksdb::ColumnFamilyHandle* cf = inst_->cfs[st];
+      rocksdb::Slice k(key.data(), key.size());
+      rocksdb::Status s = value != nullptr ? cacheBatch_.Put(cf, k, rocksdb::Slice(*value)) : cacheBatch_.Delete(cf, k);
+      if (!s.ok()) throw std::runtime_error("rocksdb state backend: batching the entry cache failed: " + s.ToString());
+    });
+    rocksdb::Status s =
+        cacheBatch_.Count() > 0 ? inst_->db->Write(writeOptions_, &cacheBatch_) : rocksdb::Status::OK();
+    cacheBatch_.Clear();
+    return s;
+  }
+
+  void flushCache(int state, const char* op) { check(writeCache(), state, op); }
+
+  /// Past its size the cache is written, then half of it dropped.
+  void evictIfFull(int state, const char* op) {
+    if (!cache_.full()) return;
+    flushCache(state, op);
+    cache_.evictHalf();
   }
 
   [[noreturn]] void kindError(int state, const char* op, const char* wanted) {
@@ -1004,6 +1114,9 @@ class RocksDbBackend final : public KeyedStateBackend {
   std::string mapPrefix_;  // kg | varint(len) | key
   std::string mapKey_;     // mapPrefix_ | userKey
   std::string got_;  // the value get()/mapGet() returned last (their views point into it)
+  std::string cacheKey_;  // state handle | DB key
+  EntryCache cache_;
+  rocksdb::WriteBatch cacheBatch_;
   rocksdb::WriteBatch batch_;
   rocksdb::WriteOptions writeOptions_;
   rocksdb::ReadOptions readOptions_;
@@ -1046,6 +1159,7 @@ Status RocksDbBackend::restore(const RestoreInput& input) {
   if (input.storage == nullptr)
     return Status::InvalidArgument("rocksdb restore: no checkpoint storage");
   CheckpointStorage& st = *input.storage;
+  cache_.clear();  // the restored state replaces whatever the cache knew
   for (const auto& d : input.states) {
     if (Status s = registerRestored(d); !s.ok()) return s;
   }

@@ -17,6 +17,7 @@ TEST(RocksDbSettings, DefaultsAreFlinks) {
   EXPECT_EQ(o.blockCacheSize, 8u << 20);
   EXPECT_EQ(o.compactionStyle, state::RocksDbOptions::CompactionStyle::kLevel);
   EXPECT_EQ(o.transferThreads, 4);
+  EXPECT_EQ(o.entryCacheSize, 16u << 20);  // ours: Flink has no entry cache
 }
 
 TEST(RocksDbSettings, ValuesAreReadInFlinksSpelling) {
@@ -26,6 +27,7 @@ TEST(RocksDbSettings, ValuesAreReadInFlinksSpelling) {
   c.setFromArgument("state.backend.rocksdb.block.cache-size=1gb");
   c.setFromArgument("state.backend.rocksdb.compaction.style=universal");
   c.setFromArgument("state.backend.rocksdb.checkpoint.transfer.thread.num=1");
+  c.setFromArgument("state.backend.rocksdb.entry-cache.size=0");
   const state::RocksDbOptions o = rocksDbOptionsFrom(c);
   EXPECT_EQ(o.writeBufferSize, 128u << 20);
   EXPECT_EQ(o.writeBufferCount, 3);
@@ -33,6 +35,7 @@ TEST(RocksDbSettings, ValuesAreReadInFlinksSpelling) {
   EXPECT_EQ(o.compactionStyle, state::RocksDbOptions::CompactionStyle::kUniversal);
   EXPECT_STREQ(state::compactionStyleName(o.compactionStyle), "UNIVERSAL");
   EXPECT_EQ(o.transferThreads, 1);
+  EXPECT_EQ(o.entryCacheSize, 0u);
 }
 
 TEST(RocksDbSettings, EachBadValueIsOneConfigErrorNamingKeyValueOriginAndWhatIsAccepted) {
@@ -47,6 +50,7 @@ TEST(RocksDbSettings, EachBadValueIsOneConfigErrorNamingKeyValueOriginAndWhatIsA
       {"state.backend.rocksdb.writebuffer.count=0", {"writebuffer.count", "out of range [1, 64]"}},
       {"state.backend.rocksdb.writebuffer.count=two", {"writebuffer.count", "not an integer"}},
       {"state.backend.rocksdb.block.cache-size=8 parsecs", {"block.cache-size", "not a memory size"}},
+      {"state.backend.rocksdb.entry-cache.size=lots", {"entry-cache.size", "'lots'", "not a memory size"}},
       {"state.backend.rocksdb.compaction.style=TIERED", {"compaction.style", "'TIERED'", "LEVEL, UNIVERSAL or FIFO"}},
       {"state.backend.rocksdb.checkpoint.transfer.thread.num=0", {"transfer.thread.num", "out of range [1, 64]"}},
   };

@@ -59,6 +59,9 @@ struct RocksDbOptions {
   /// Threads that upload a checkpoint's files and download them on restore
   /// (state.backend.rocksdb.checkpoint.transfer.thread.num). Default 4.
   int transferThreads = 4;
+  /// Write-back cache of ValueState values and MapState entries in front of the DB, per
+  /// backend instance (.entry-cache.size; rocksdb_entry_cache.h). 0 turns it off. Default 16 MiB.
+  uint64_t entryCacheSize = 16u << 20;
 };
 
 /// "LEVEL", "UNIVERSAL", "FIFO" (the configuration's spelling).
@@ -123,6 +126,13 @@ class KeyedStateBackend : public KeyedStateAccess {
  public:
   /// Sets the key of the record being processed. `keyGroup` is in range().
   virtual void setCurrentKey(int keyGroup, std::string_view key) = 0;
+  /// mapPut() of an entry the caller knows the current key does not have (the timer
+  /// service writing a timer it has not written before). A backend may skip what it does
+  /// for an existing entry: RocksDB's entry cache writes nothing, not even a tombstone, for
+  /// such an entry removed again before the cache is written.
+  virtual void mapPutAbsent(int state, std::string_view userKey, std::string_view value) {
+    mapPut(state, userKey, value);
+  }
   virtual const KeyGroupRange& range() const = 0;
   virtual BackendType type() const = 0;
   /// States registered so far (declaration order).

@@ -1,0 +1,265 @@
+// The RocksDB backend's entry cache: a bounded write-back cache of point entries (ValueState
+// values and MapState entries) in front of the DB (state.backend.rocksdb.entry-cache.size).
+//
+// Why: every state access of the RocksDB backend was a RocksDB call, and the profiles of
+// the Nexmark joins and windows (docs/benchmarks.md) spent most of their time in the
+// memtable's skip list: a window's entry was Put when the window opened, read when it
+// fired and Deleted right after, all within one checkpoint interval. Kafka Streams puts a
+// record cache in front of its RocksDB stores for the same reason. Here a read is served
+// from the cache when it knows the entry, a write stays in the cache until the next flush,
+// and the flush writes the net change of each key in one WriteBatch. An entry the cache
+// read as absent from the DB, then put and removed again before a flush, never reaches
+// the DB at all (no Put, no tombstone).
+//
+// The cache is flushed (its dirty entries written, the cache kept) before anything reads
+// the DB in bulk: a snapshot's sync phase, mapForEach, a MapState's clear() and
+// forEachEntry. It is flushed and emptied when its entries exceed the configured size.
+// It knows nothing of RocksDB: flush() hands each net change to the caller, which writes
+// it (rocksdb_backend.cc). ListState values (Merge) are never cached; a MapState entry
+// that gets a merge (mapAppend) is written through and forgotten first.
+//
+// Keys: the state handle (4 bytes, big-endian) then the DB key, so one table serves every
+// column family. Single-threaded: the task thread that owns the backend.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <absl/container/flat_hash_map.h>
+#include <absl/container/inlined_vector.h>
+#ifndef XXH_INLINE_ALL
+#define XXH_INLINE_ALL  // as flat_table.h: the header-only XXH3, inlined
+#endif
+#include <xxhash.h>
+
+namespace jobhost::state {
+
+class EntryCache {
+ public:
+  /// A cache key held inline up to 40 bytes: state handle, key group, key and user key of
+  /// the usual int64 key with a window as user key (4 + 2 + 1 + 8 + 16) fit.
+  using Key = absl::InlinedVector<char, 40>;
+
+  struct Entry {
+    std::string value;
+    int state = 0;
+    bool known = true;      // false: forgotten (the DB is the truth; find() ignores it)
+    bool present = false;   // the entry exists (value valid); false: no entry
+    bool dirty = false;     // differs from the DB; in dirty_ until the next flush
+    bool dbMayHave = true;  // the DB may hold this key (false: known absent there)
+    bool listed = false;    // its key is in dirty_ (at most once)
+  };
+
+  /// capacityBytes 0 disables the cache (enabled() false; the backend goes to the DB).
+  explicit EntryCache(uint64_t capacityBytes) : capacity_(capacityBytes) {}
+
+  bool enabled() const { return capacity_ > 0; }
+  uint64_t bytes() const { return bytes_; }
+  size_t size() const { return map_.size(); }
+  size_t dirtyCount() const { return dirty_.size(); }
+
+  /// Builds the cache key of (state, dbKey) into *out.
+  static void makeKey(std::string* out, int state, std::string_view dbKey) {
+    out->resize(4 + dbKey.size());
+    const auto s = static_cast<uint32_t>(state);
+    (*out)[0] = static_cast<char>(s >> 24);
+    (*out)[1] = static_cast<char>(s >> 16);
+    (*out)[2] = static_cast<char>(s >> 8);
+    (*out)[3] = static_cast<char>(s);
+    if (!dbKey.empty()) std::memcpy(out->data() + 4, dbKey.data(), dbKey.size());
+  }
+  static std::string_view dbKeyOf(std::string_view cacheKey) { return cacheKey.substr(4); }
+
+  /// The entry the cache knows for `cacheKey`, or nullptr (then read the DB and call
+  /// loaded()).
+  const Entry* find(std::string_view cacheKey) const {
+    auto it = map_.find(cacheKey);
+    if (it == map_.end() || !it->second.known) return nullptr;
+    return &it->second;
+  }
+
+  /// What the DB holds for a key find() did not know: `value`, or nullptr for none.
+  void loaded(std::string_view cacheKey, int state, const std::string* value) {
+    Entry& e = slot(cacheKey, state);
+    e.known = true;
+    e.dirty = false;  // a forgotten entry is never dirty (forget() clears it)
+    e.present = value != nullptr;
+    e.dbMayHave = value != nullptr;
+    setValue(e, value != nullptr ? std::string_view(*value) : std::string_view());
+  }
+
+  void put(std::string_view cacheKey, int state, std::string_view value) {
+    Entry& e = slot(cacheKey, state);
+    makeKnown(e);
+    e.present = true;
+    setValue(e, value);
+    markDirty(cacheKey, e);
+  }
+
+  /// put() of a key the caller knows the DB does not hold (and the cache holds no
+  /// change of): removed again before a flush, it costs the DB nothing.
+  void putAbsent(std::string_view cacheKey, int state, std::string_view value) {
+    Entry& e = slot(cacheKey, state);
+    const bool pending = e.known && e.dirty;
+    put(cacheKey, state, value);
+    if (!pending) e.dbMayHave = false;
+  }
+
+  void remove(std::string_view cacheKey, int state) {
+    Entry& e = slot(cacheKey, state);
+    makeKnown(e);
+    e.present = false;
+    setValue(e, {});
+    if (e.dbMayHave) {
+      markDirty(cacheKey, e);
+    } else {
+      e.dirty = false;  // never written to the DB and gone again: nothing to write (it may
+                        // stay listed; flush() skips entries no longer dirty)
+    }
+  }
+
+  /// The DB now holds no entry under `cacheKey` (a MapState clear() deleted it there).
+  void deletedInDb(std::string_view cacheKey) {
+    auto it = map_.find(cacheKey);
+    if (it == map_.end()) return;
+    Entry& e = it->second;
+    e.known = true;
+    e.present = false;
+    e.dirty = false;
+    e.dbMayHave = false;
+    setValue(e, {});
+  }
+
+  /// Drops what the cache knows of `cacheKey`. A dirty entry must have been written first
+  /// (takeDirty()).
+  void forget(std::string_view cacheKey) {
+    auto it = map_.find(cacheKey);
+    if (it == map_.end()) return;
+    it->second.known = false;
+    it->second.dirty = false;
+    setValue(it->second, {});
+  }
+
+  /// The dirty entry of `cacheKey`, marked clean as if written, or nullptr. The caller
+  /// writes it (`present` ? Put(value) : Delete) before anything else reads the key.
+  const Entry* takeDirty(std::string_view cacheKey) {
+    auto it = map_.find(cacheKey);
+    if (it == map_.end() || !it->second.known || !it->second.dirty) return nullptr;
+    Entry& e = it->second;
+    e.dirty = false;
+    e.dbMayHave = e.present;
+    return &e;
+  }
+
+  /// Hands every dirty entry's net change to write(state, dbKey, value) (value nullptr:
+  /// delete) and marks it clean. The entries stay cached. If write throws, the entries not
+  /// yet handed over stay dirty (the backend is failed then anyway).
+  template <class Write>
+  void flush(Write&& write) {
+    size_t i = 0;
+    try {
+      for (; i < dirty_.size(); ++i) {
+        const std::string_view k(dirty_[i].data(), dirty_[i].size());
+        auto it = map_.find(k);
+        if (it == map_.end()) continue;
+        Entry& e = it->second;
+        if (e.dirty) {
+          write(e.state, dbKeyOf(k), e.present ? &e.value : nullptr);
+          e.dirty = false;
+          e.dbMayHave = e.present;
+        }
+        e.listed = false;
+      }
+    } catch (...) {
+      dirty_.erase(dirty_.begin(), dirty_.begin() + static_cast<std::ptrdiff_t>(i));
+      throw;
+    }
+    dirty_.clear();
+  }
+
+  /// True when the entries exceed the configured size: flush, then evictHalf().
+  bool full() const { return bytes_ > capacity_; }
+
+  /// Drops the forgotten entries and about half of the others (every other one in the
+  /// table's order, which is its hash order: no recency kept, none needed to stay cheap).
+  /// Only after flush(): a dirty entry dropped would be a lost write.
+  void evictHalf() {
+    size_t n = 0;
+    absl::erase_if(map_, [&](const auto& kv) {
+      const Entry& e = kv.second;
+      if (e.known && (n++ & 1) == 0) return false;
+      bytes_ -= kv.first.size() + kEntryOverhead + e.value.size();
+      return true;
+    });
+  }
+
+  /// Forgets everything. Dirty entries are lost: flush() first unless the state is
+  /// being replaced (restore).
+  void clear() {
+    map_.clear();
+    dirty_.clear();
+    bytes_ = 0;
+  }
+
+ private:
+  // Per-entry bookkeeping counted against the capacity besides key and value bytes.
+  static constexpr uint64_t kEntryOverhead = 96;
+
+  struct Hash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return XXH3_64bits(s.data(), s.size()); }
+    size_t operator()(const Key& k) const { return XXH3_64bits(k.data(), k.size()); }
+  };
+  struct Eq {
+    using is_transparent = void;
+    static std::string_view view(std::string_view s) { return s; }
+    static std::string_view view(const Key& k) { return {k.data(), k.size()}; }
+    template <class A, class B>
+    bool operator()(const A& a, const B& b) const {
+      return view(a) == view(b);
+    }
+  };
+
+  /// A forgotten entry becomes known again as "not read from the DB": absent here, the
+  /// DB may hold it.
+  void makeKnown(Entry& e) {
+    if (e.known) return;
+    e.known = true;
+    e.present = false;
+    e.dirty = false;
+    e.dbMayHave = true;
+    setValue(e, {});
+  }
+
+  Entry& slot(std::string_view cacheKey, int state) {
+    auto it = map_.find(cacheKey);
+    if (it != map_.end()) return it->second;
+    Entry& e = map_.emplace(Key(cacheKey.begin(), cacheKey.end()), Entry{}).first->second;
+    e.state = state;
+    bytes_ += cacheKey.size() + kEntryOverhead;
+    return e;
+  }
+
+  void setValue(Entry& e, std::string_view v) {
+    bytes_ -= e.value.size();
+    e.value.assign(v.data(), v.size());
+    bytes_ += e.value.size();
+  }
+
+  void markDirty(std::string_view cacheKey, Entry& e) {
+    e.dirty = true;
+    if (e.listed) return;
+    e.listed = true;
+    dirty_.emplace_back(cacheKey.begin(), cacheKey.end());
+  }
+
+  uint64_t capacity_;
+  uint64_t bytes_ = 0;
+  absl::flat_hash_map<Key, Entry, Hash, Eq> map_;
+  std::vector<Key> dirty_;  // the listed entries' keys (some may be clean again)
+};
+
+}  // namespace jobhost::state

@@ -705,17 +705,19 @@ class RocksDbBackend final : public KeyedStateBackend {
     if (bounded) ro.iterate_upper_bound = &upperSlice;
     std::unique_ptr<rocksdb::Iterator> it(inst_->db->NewIterator(ro, cf));
     batch_.Clear();
+    std::vector<std::string> deleted;  // their cache keys, told to the cache once deleted
     for (it->Seek(mapPrefix_); it->Valid() && it->key().starts_with(mapPrefix_); it->Next()) {
       batch_.Delete(cf, it->key()).PermitUncheckedError();
       if (cache_.enabled()) {
         EntryCache::makeKey(&cacheKey_, state, std::string_view(it->key().data(), it->key().size()));
-        cache_.deletedInDb(cacheKey_);
+        deleted.push_back(cacheKey_);
       }
     }
     check(it->status(), state, "clear");
     it.reset();
     if (batch_.Count() > 0) check(inst_->db->Write(writeOptions_, &batch_), state, "clear");
     batch_.Clear();
+    for (const std::string& k : deleted) cache_.deletedInDb(k);
   }
 
   bool mapGet(int state, std::string_view userKey, std::string_view* out) override {
@@ -788,12 +790,12 @@ class RocksDbBackend final : public KeyedStateBackend {
       // The merge applies to what the DB holds: write the cached change first, then let
       // the DB be the only copy of this entry.
       EntryCache::makeKey(&cacheKey_, state, mapKey_);
-      if (const EntryCache::Entry* e = cache_.takeDirty(cacheKey_)) {
+      if (const EntryCache::Entry* e = cache_.dirtyEntry(cacheKey_)) {
         check(e->present ? inst_->db->Put(writeOptions_, cf, mapKey_, rocksdb::Slice(e->value))
                          : inst_->db->Delete(writeOptions_, cf, mapKey_),
               state, "mapAppend");
       }
-      cache_.forget(cacheKey_);
+      cache_.forget(cacheKey_);  // only once the DB holds its change
     }
     check(inst_->db->Merge(writeOptions_, cf, mapKey_, rocksdb::Slice(element.data(), element.size())), state,
           "mapAppend");
@@ -991,17 +993,27 @@ class RocksDbBackend final : public KeyedStateBackend {
   /// Writes the cache's dirty entries to the DB in one batch; they stay cached.
   rocksdb::Status writeCache() {
     if (cache_.dirtyCount() == 0 || inst_->db == nullptr) return rocksdb::Status::OK();
+    // The entries are marked written only once the batch is (a failed write leaves them
+    // dirty for the next flush: the checkpoint that failed is declined, the job goes on).
     cacheBatch_.Clear();
-    cache_.flush([&](int st, std::string_view key, const std::string* value) {
-      rocksdb::ColumnFamilyHandle* cf = inst_->cfs[st];
-      rocksdb::Slice k(key.data(), key.size());
-      rocksdb::Status s = value != nullptr ? cacheBatch_.Put(cf, k, rocksdb::Slice(*value)) : cacheBatch_.Delete(cf, k);
-      if (!s.ok()) throw std::runtime_error("rocksdb state backend: batching the entry cache failed: " + s.ToString());
-    });
-    rocksdb::Status s =
-        cacheBatch_.Count() > 0 ? inst_->db->Write(writeOptions_, &cacheBatch_) : rocksdb::Status::OK();
+    rocksdb::Status result;
+    struct Failed {};
+    try {
+      cache_.flush(
+          [&](int st, std::string_view key, const std::string* value) {
+            rocksdb::ColumnFamilyHandle* cf = inst_->cfs[st];
+            rocksdb::Slice k(key.data(), key.size());
+            result = value != nullptr ? cacheBatch_.Put(cf, k, rocksdb::Slice(*value)) : cacheBatch_.Delete(cf, k);
+            if (!result.ok()) throw Failed{};
+          },
+          [&] {
+            result = inst_->db->Write(writeOptions_, &cacheBatch_);
+            if (!result.ok()) throw Failed{};
+          });
+    } catch (const Failed&) {
+    }
     cacheBatch_.Clear();
-    return s;
+    return result;
   }
 
   void flushCache(int state, const char* op) { check(writeCache(), state, op); }

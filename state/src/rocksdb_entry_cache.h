@@ -134,7 +134,7 @@ class EntryCache {
   }
 
   /// Drops what the cache knows of `cacheKey`. A dirty entry must have been written first
-  /// (takeDirty()).
+  /// (dirtyEntry()).
   void forget(std::string_view cacheKey) {
     auto it = map_.find(cacheKey);
     if (it == map_.end()) return;
@@ -143,39 +143,35 @@ class EntryCache {
     setValue(it->second, {});
   }
 
-  /// The dirty entry of `cacheKey`, marked clean as if written, or nullptr. The caller
-  /// writes it (`present` ? Put(value) : Delete) before anything else reads the key.
-  const Entry* takeDirty(std::string_view cacheKey) {
+  /// The dirty entry of `cacheKey`, or nullptr. A caller that writes it to the DB itself
+  /// (`present` ? Put(value) : Delete) calls forget() once that write succeeded.
+  const Entry* dirtyEntry(std::string_view cacheKey) const {
     auto it = map_.find(cacheKey);
     if (it == map_.end() || !it->second.known || !it->second.dirty) return nullptr;
-    Entry& e = it->second;
-    e.dirty = false;
-    e.dbMayHave = e.present;
-    return &e;
+    return &it->second;
   }
 
   /// Hands every dirty entry's net change to write(state, dbKey, value) (value nullptr:
-  /// delete) and marks it clean. The entries stay cached. If write throws, the entries not
-  /// yet handed over stay dirty (the backend is failed then anyway).
-  template <class Write>
-  void flush(Write&& write) {
-    size_t i = 0;
-    try {
-      for (; i < dirty_.size(); ++i) {
-        const std::string_view k(dirty_[i].data(), dirty_[i].size());
-        auto it = map_.find(k);
-        if (it == map_.end()) continue;
-        Entry& e = it->second;
-        if (e.dirty) {
-          write(e.state, dbKeyOf(k), e.present ? &e.value : nullptr);
-          e.dirty = false;
-          e.dbMayHave = e.present;
-        }
-        e.listed = false;
-      }
-    } catch (...) {
-      dirty_.erase(dirty_.begin(), dirty_.begin() + static_cast<std::ptrdiff_t>(i));
-      throw;
+  /// delete), then calls commit(), which makes them durable in the DB (one batch); only
+  /// then are the entries marked clean. They stay cached. If write or commit throws,
+  /// nothing changes: every entry stays dirty, to be written by a later flush.
+  template <class Write, class Commit>
+  void flush(Write&& write, Commit&& commit) {
+    for (const Key& key : dirty_) {
+      const std::string_view k(key.data(), key.size());
+      auto it = map_.find(k);
+      if (it == map_.end() || !it->second.dirty) continue;
+      const Entry& e = it->second;
+      write(e.state, dbKeyOf(k), e.present ? &e.value : nullptr);
+    }
+    commit();
+    for (const Key& key : dirty_) {
+      auto it = map_.find(std::string_view(key.data(), key.size()));
+      if (it == map_.end()) continue;
+      Entry& e = it->second;
+      if (e.dirty) e.dbMayHave = e.present;
+      e.dirty = false;
+      e.listed = false;
     }
     dirty_.clear();
   }

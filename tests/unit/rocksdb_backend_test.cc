@@ -4,6 +4,7 @@
 // State contents are compared through "dumps": a canonical (key-group file) snapshot of a
 // backend read back with readKeyGroups, so the comparison sees every entry of the range.
 #include "rocksdb_backend.h"
+#include "rocksdb_entry_cache.h"
 
 #include <gtest/gtest.h>
 #include <rocksdb/db.h>
@@ -683,6 +684,39 @@ TEST_F(RocksDbBackendTest, AnEntryPutAsAbsentOverAPendingDeleteIsStillDeletedInT
   std::string_view v;
   EXPECT_FALSE(b->mapGet(2, "t", &v));
   EXPECT_EQ(dump(*b), Model{});
+}
+
+// A flush whose batch the DB refused (a full disk declines the checkpoint, the job goes
+// on) leaves every entry dirty: the next flush writes the same changes, and an entry the
+// DB still holds is not taken for absent.
+TEST(EntryCacheTest, AFailedCommitLeavesEveryChangeForTheNextFlush) {
+  EntryCache cache(1u << 20);
+  std::string a, b;
+  EntryCache::makeKey(&a, 0, "a");
+  EntryCache::makeKey(&b, 2, "b");
+  const std::string v1 = "v1", t = "";
+  cache.loaded(a, 0, &v1);  // the DB holds a = v1 and b
+  cache.loaded(b, 2, &t);
+  cache.put(a, 0, "v2");
+  cache.remove(b, 2);
+  std::vector<std::string> written;
+  auto record = [&](int state, std::string_view key, const std::string* value) {
+    written.push_back(std::to_string(state) + ":" + std::string(key) + "=" + (value ? *value : "<deleted>"));
+  };
+  EXPECT_THROW(cache.flush(record, [] { throw std::runtime_error("No space left on device"); }), std::runtime_error);
+  EXPECT_EQ(cache.dirtyCount(), 2u);
+  ASSERT_NE(cache.find(b), nullptr);
+  EXPECT_TRUE(cache.find(b)->dirty);
+  written.clear();
+  cache.flush(record, [] {});
+  std::sort(written.begin(), written.end());
+  EXPECT_EQ(written, (std::vector<std::string>{"0:a=v2", "2:b=<deleted>"}));
+  EXPECT_EQ(cache.dirtyCount(), 0u);
+  // Written now: a later remove of a needs a delete in the DB.
+  cache.remove(a, 0);
+  written.clear();
+  cache.flush(record, [] {});
+  EXPECT_EQ(written, (std::vector<std::string>{"0:a=<deleted>"}));
 }
 
 // ---------------------------------------------------------------------------------------

@@ -176,8 +176,9 @@ class EntryCache {
     dirty_.clear();
   }
 
-  /// True when the entries exceed the configured size: flush, then evictHalf().
-  bool full() const { return bytes_ > capacity_; }
+  /// True when the entries (and the dirty list, one key per dirty entry) exceed the
+  /// configured size: flush, then evictHalf().
+  bool full() const { return bytes_ + dirty_.size() * sizeof(Key) > capacity_; }
 
   /// Drops the forgotten entries and about half of the others (every other one in the
   /// table's order, which is its hash order: no recency kept, none needed to stay cheap).

@@ -255,6 +255,7 @@ bool CheckpointCoordinator::triggerCheckpoint() {
   target.storage = storage_;
   target.exclusiveDir = chkDir(p.id);
   target.sharedDir = "shared";
+  target.lastCompleted = retained_.empty() ? 0 : retained_.back();
   pending_ = std::move(p);
   spdlog::debug("triggering checkpoint {}", target.checkpointId);
   if (!execution_->triggerCheckpoint(target)) {

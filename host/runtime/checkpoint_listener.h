@@ -83,6 +83,11 @@ struct CheckpointTarget {
   /// A savepoint: its barrier is taken only after every event-time timer of a watermark
   /// has fired (a checkpoint's may be taken between them: stream_task.cc).
   bool savepoint = false;
+  /// The newest checkpoint the coordinator had completed when it triggered this one (0:
+  /// none). Incremental backends base this snapshot on it even if its completion has not
+  /// reached them yet (subtask_checkpoint.cc): the coordinator may already have deleted
+  /// the files of the one before it.
+  uint64_t lastCompleted = 0;
 };
 
 }  // namespace jobhost::host

@@ -135,6 +135,12 @@ void JobExecution::Impl::performCheckpoint(Task& t, uint64_t id, uint64_t alignm
     req.sharedDir = target.sharedDir;
     req.filePrefix = n->uid + "-" + std::to_string(t.subtask);
     req.aborted = active->aborted;
+    // The base of an incremental snapshot is the newest completed checkpoint, which the
+    // coordinator names in the target: its notification (notifyTasks) may still be on its
+    // way, and a base older than it may reference files the coordinator deleted when it
+    // subsumed that older checkpoint. Applying it here first is what the notification
+    // would do; the notification then finds nothing left to do.
+    if (target.lastCompleted != 0) t.backends[b]->notifyCheckpointComplete(target.lastCompleted);
     auto a = t.backends[b]->snapshotSync(req);
     if (!a.ok()) {
       failure = a.status();

@@ -89,7 +89,8 @@ check "after the plugin: job arguments (any file)" "plugins/my_jobs.so plugins/n
 
 backend_keys="state.backend.type= state.backend.incremental= state.backend.rocksdb.writebuffer.size=
   state.backend.rocksdb.writebuffer.count= state.backend.rocksdb.block.cache-size=
-  state.backend.rocksdb.compaction.style= state.backend.rocksdb.checkpoint.transfer.thread.num="
+  state.backend.rocksdb.entry-cache.size= state.backend.rocksdb.compaction.style=
+  state.backend.rocksdb.checkpoint.transfer.thread.num="
 check "-D keys" "$backend_keys" "$(complete_last jobhost run -D state.backend.)"
 check "-D keys (info)" "$backend_keys" "$(complete_last jobhost info -D state.backend.)"
 check "-D rocksdb keys" "state.backend.rocksdb.writebuffer.size= state.backend.rocksdb.writebuffer.count=" \

@@ -575,6 +575,55 @@ TEST_F(JobExecutionTest, ACompletedCheckpointReachesTheBackendSoLaterIncremental
   EXPECT_EQ(exec.wait().kind, ExecutionResult::kFinished);
 }
 
+// The chaos-s3-outages kill loop restored a checkpoint whose shared file was gone: the
+// completion of checkpoint 2 had not reached the backend (it goes through the uploader and
+// the task's mailbox) when checkpoint 3 was taken, so 3 reused files of checkpoint 1 that
+// 2 did not reference, and the coordinator had deleted them when 2 subsumed 1. A
+// checkpoint's target names the newest completed one, and the backends take it as their
+// base before they snapshot, whether its notification arrived yet or not.
+TEST_F(JobExecutionTest, ACheckpointIsBasedOnTheNewestCompletedOneEvenBeforeItsNotificationArrives) {
+  auto script = std::make_shared<Script>();
+  StreamEnvironment env;
+  scriptedSource(env, script, emitThenIdle(500)).keyBy(itself).reduce(latest).uid("latest").addSink([](const std::string&) {});
+  RecordingListener listener;
+  JobExecution exec(env.takePlan(), config(1, state::BackendType::kRocksDb, /*incremental=*/true), &listener);
+  ScriptRelease release{*script};  // before exec goes: no job thread stays held
+  ASSERT_TRUE(exec.prepare(nullptr).ok());
+  exec.start();
+  ASSERT_TRUE(script->waitMarked("emitted"));
+  // 1 and 2 both complete before any notification: 2 uploads its own copies.
+  ASSERT_TRUE(exec.triggerCheckpoint(target(1)));
+  ASSERT_TRUE(listener.waitAcks(1, 2));
+  CheckpointTarget second = target(2);
+  second.lastCompleted = 1;
+  ASSERT_TRUE(exec.triggerCheckpoint(second));
+  ASSERT_TRUE(listener.waitAcks(2, 2));
+  // The completion of 1 arrives late; that of 2 not at all before 3 (2 subsumed 1).
+  exec.notifyCheckpointComplete(1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // let it reach the task
+  CheckpointTarget third = target(3);
+  third.lastCompleted = 2;
+  ASSERT_TRUE(exec.triggerCheckpoint(third));
+  ASSERT_TRUE(listener.waitAcks(3, 2));
+  auto sharedOf = [&](uint64_t id) {
+    std::vector<TaskSnapshot> acks = listener.acks(id);
+    const TaskSnapshot* snap = listener.ackOf(acks, 1);
+    std::set<std::string> paths;
+    if (!snap || snap->operators.empty()) return paths;
+    if (auto* h = std::get_if<state::IncrementalStateHandle>(&snap->operators.front().second.keyed))
+      for (const auto& f : h->sharedFiles) paths.insert(f.file.path);
+    return paths;
+  };
+  const std::set<std::string> first = sharedOf(1), two = sharedOf(2), three = sharedOf(3);
+  ASSERT_FALSE(two.empty());
+  for (const auto& f : three) {
+    EXPECT_TRUE(two.count(f) == 1 || first.count(f) == 0)
+        << f << ": checkpoint 3 references a file of checkpoint 1 that checkpoint 2 does not (deleted when 2 subsumed 1)";
+  }
+  script->open("finish");
+  EXPECT_EQ(exec.wait().kind, ExecutionResult::kFinished);
+}
+
 TEST_F(JobExecutionTest, EveryKeyedOperatorReportsItsBackendsStatesWithItsSnapshot) {
   auto script = std::make_shared<Script>();
   StreamEnvironment env;

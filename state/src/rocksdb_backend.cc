@@ -666,10 +666,7 @@ class RocksDbBackend final : public KeyedStateBackend {
   void put(int state, std::string_view value) override {
     auto* cf = valueCf(state, "put");
     if (states_[state].kind == StateKind::kValue && cache_.enabled()) {
-      EntryCache::makeKey(&cacheKey_, state, valueKey_);
-      cache_.put(cacheKey_, state, value);
-      evictIfFull(state, "put");
-      return;
+      return cacheWrite(state, valueKey_, CacheWrite::kPut, value, "put");
     }
     check(inst_->db->Put(writeOptions_, cf, valueKey_, rocksdb::Slice(value.data(), value.size())),
           state, "put");
@@ -687,10 +684,7 @@ class RocksDbBackend final : public KeyedStateBackend {
     auto* cf = cfFor(state, "clear");
     if (states_[state].kind != StateKind::kMap) {
       if (states_[state].kind == StateKind::kValue && cache_.enabled()) {
-        EntryCache::makeKey(&cacheKey_, state, valueKey_);
-        cache_.remove(cacheKey_, state);
-        evictIfFull(state, "clear");
-        return;
+        return cacheWrite(state, valueKey_, CacheWrite::kRemove, {}, "clear");
       }
       check(inst_->db->Delete(writeOptions_, cf, valueKey_), state, "clear");
       return;
@@ -729,34 +723,22 @@ class RocksDbBackend final : public KeyedStateBackend {
   void mapPut(int state, std::string_view userKey, std::string_view value) override {
     auto* cf = mapCf(state, "mapPut");
     mapKey_.assign(mapPrefix_).append(userKey);
-    if (cache_.enabled()) {
-      EntryCache::makeKey(&cacheKey_, state, mapKey_);
-      cache_.put(cacheKey_, state, value);
-      evictIfFull(state, "mapPut");
-      return;
-    }
+    if (cache_.enabled()) return cacheWrite(state, mapKey_, CacheWrite::kPut, value, "mapPut");
     check(inst_->db->Put(writeOptions_, cf, mapKey_, rocksdb::Slice(value.data(), value.size())),
           state, "mapPut");
   }
 
   void mapPutAbsent(int state, std::string_view userKey, std::string_view value) override {
     if (!cache_.enabled()) return mapPut(state, userKey, value);
-    mapCf(state, "mapPut");
+    mapCf(state, "mapPutAbsent");
     mapKey_.assign(mapPrefix_).append(userKey);
-    EntryCache::makeKey(&cacheKey_, state, mapKey_);
-    cache_.putAbsent(cacheKey_, state, value);
-    evictIfFull(state, "mapPut");
+    cacheWrite(state, mapKey_, CacheWrite::kPutAbsent, value, "mapPutAbsent");
   }
 
   void mapRemove(int state, std::string_view userKey) override {
     auto* cf = mapCf(state, "mapRemove");
     mapKey_.assign(mapPrefix_).append(userKey);
-    if (cache_.enabled()) {
-      EntryCache::makeKey(&cacheKey_, state, mapKey_);
-      cache_.remove(cacheKey_, state);
-      evictIfFull(state, "mapRemove");
-      return;
-    }
+    if (cache_.enabled()) return cacheWrite(state, mapKey_, CacheWrite::kRemove, {}, "mapRemove");
     check(inst_->db->Delete(writeOptions_, cf, mapKey_), state, "mapRemove");
   }
 
@@ -988,6 +970,20 @@ class RocksDbBackend final : public KeyedStateBackend {
     if (!found) return false;
     *out = got_;
     return true;
+  }
+
+  enum class CacheWrite { kPut, kPutAbsent, kRemove };
+
+  /// A point write of (state, dbKey) into the cache (the DB sees it at the next flush);
+  /// `op` names the state operation in errors of the eviction's write.
+  void cacheWrite(int state, const std::string& dbKey, CacheWrite how, std::string_view value, const char* op) {
+    EntryCache::makeKey(&cacheKey_, state, dbKey);
+    switch (how) {
+      case CacheWrite::kPut: cache_.put(cacheKey_, state, value); break;
+      case CacheWrite::kPutAbsent: cache_.putAbsent(cacheKey_, state, value); break;
+      case CacheWrite::kRemove: cache_.remove(cacheKey_, state); break;
+    }
+    evictIfFull(state, op);
   }
 
   /// Writes the cache's dirty entries to the DB in one batch; they stay cached.

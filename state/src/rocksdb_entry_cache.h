@@ -20,8 +20,17 @@
 //
 // Keys: the state handle (4 bytes, big-endian) then the DB key, so one table serves every
 // column family. Single-threaded: the task thread that owns the backend.
+//
+// Its size counts what it really holds (measured with mallinfo2 in
+// EntryCacheTest.ItsMemoryStaysWithinItsConfiguredSize): the hash table's slot array at its
+// current capacity (a slot per entry at 7/16 to 7/8 load, whatever the entries hold), the
+// heap parts of keys and values (past the inline key and the string's own buffer) and the
+// dirty list. The table is never grown past the size: full() already says so when the next
+// new key would double it beyond. While the table grows, its old array lives on for the
+// moment of the rehash; that transient is not counted.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -41,7 +50,8 @@ class EntryCache {
  public:
   /// A cache key held inline up to 40 bytes: state handle, key group, key and user key of
   /// the usual int64 key with a window as user key (4 + 2 + 1 + 8 + 16) fit.
-  using Key = absl::InlinedVector<char, 40>;
+  static constexpr size_t kInlineKey = 40;
+  using Key = absl::InlinedVector<char, kInlineKey>;
 
   struct Entry {
     std::string value;
@@ -57,7 +67,8 @@ class EntryCache {
   explicit EntryCache(uint64_t capacityBytes) : capacity_(capacityBytes) {}
 
   bool enabled() const { return capacity_ > 0; }
-  uint64_t bytes() const { return bytes_; }
+  /// The memory the cache holds, as counted against its size: table, heap parts, dirty list.
+  uint64_t bytes() const { return tableBytes(map_.capacity()) + heapBytes_ + dirty_.capacity() * sizeof(Key); }
   size_t size() const { return map_.size(); }
   size_t dirtyCount() const { return dirty_.size(); }
 
@@ -173,12 +184,20 @@ class EntryCache {
       e.dirty = false;
       e.listed = false;
     }
+    for (const Key& key : dirty_) heapBytes_ -= keyHeap(key.size());
     dirty_.clear();
   }
 
-  /// True when the entries (and the dirty list, one key per dirty entry) exceed the
-  /// configured size: flush, then evictHalf().
-  bool full() const { return bytes_ + dirty_.size() * sizeof(Key) > capacity_; }
+  /// True when the cache holds more than its configured size, or when the next new key
+  /// would grow the table past it: flush, then evictHalf().
+  bool full() const {
+    const uint64_t held = bytes();
+    if (held > capacity_) return true;
+    const size_t cap = map_.capacity();
+    if (!mayGrow(cap, map_.size())) return false;
+    // The next insertion may double the table (absl: capacity 2^k - 1 -> 2^(k+1) - 1).
+    return held - tableBytes(cap) + tableBytes(cap * 2 + 1) > capacity_;
+  }
 
   /// Drops the forgotten entries and about half of the others (every other one in the
   /// table's order, which is its hash order: no recency kept, none needed to stay cheap).
@@ -188,9 +207,14 @@ class EntryCache {
     absl::erase_if(map_, [&](const auto& kv) {
       const Entry& e = kv.second;
       if (e.known && (n++ & 1) == 0) return false;
-      bytes_ -= kv.first.size() + kEntryOverhead + e.value.size();
+      heapBytes_ -= keyHeap(kv.first.size()) + valueHeap(e.value);
       return true;
     });
+    // The dirty list, empty after the flush, gives its array back. The table keeps its
+    // capacity (erased slots are reused) unless the table alone is past the size (a
+    // smaller size set, or a table grown at the one-group sizes): then it shrinks to fit.
+    dirty_.shrink_to_fit();
+    if (bytes() > capacity_) map_.rehash(0);
   }
 
   /// Forgets everything. Dirty entries are lost: flush() first unless the state is
@@ -198,12 +222,30 @@ class EntryCache {
   void clear() {
     map_.clear();
     dirty_.clear();
-    bytes_ = 0;
+    heapBytes_ = 0;
   }
 
  private:
-  // Per-entry bookkeeping counted against the capacity besides key and value bytes.
-  static constexpr uint64_t kEntryOverhead = 96;
+  /// The slot array of a table of `capacity` slots: a slot and a control byte each.
+  static uint64_t tableBytes(size_t capacity) {
+    return capacity == 0 ? 0 : capacity * (sizeof(typename Table::value_type) + 1) + 16;
+  }
+  /// Whether inserting one more key may grow a table of `capacity` holding `size`. Erased
+  /// slots stay tombstones until a rehash, so absl grows a table whose free slots ran out
+  /// whenever more than 25/32 of it is live (below that it rehashes in place), and a
+  /// table of up to one group (16 slots) at any size.
+  static bool mayGrow(size_t capacity, size_t size) { return capacity <= 16 || size * 32 >= capacity * 25; }
+  /// What malloc hands out for n bytes: its chunk header, rounded to 16.
+  static uint64_t chunk(uint64_t n) { return std::max<uint64_t>(32, (n + 8 + 15) & ~uint64_t{15}); }
+  /// A key's heap part: none inline; past it InlinedVector allocates at least twice the
+  /// inline capacity.
+  static uint64_t keyHeap(size_t size) {
+    return size <= kInlineKey ? 0 : chunk(std::max<size_t>(size, 2 * kInlineKey));
+  }
+  /// A value's heap part: none within the string's own buffer.
+  static uint64_t valueHeap(const std::string& v) {
+    return v.capacity() <= std::string().capacity() ? 0 : chunk(v.capacity() + 1);
+  }
 
   struct Hash {
     using is_transparent = void;
@@ -219,6 +261,7 @@ class EntryCache {
       return view(a) == view(b);
     }
   };
+  using Table = absl::flat_hash_map<Key, Entry, Hash, Eq>;
 
   /// A forgotten entry becomes known again as "not read from the DB": absent here, the
   /// DB may hold it.
@@ -236,14 +279,18 @@ class EntryCache {
     if (it != map_.end()) return it->second;
     Entry& e = map_.emplace(Key(cacheKey.begin(), cacheKey.end()), Entry{}).first->second;
     e.state = state;
-    bytes_ += cacheKey.size() + kEntryOverhead;
+    heapBytes_ += keyHeap(cacheKey.size());
     return e;
   }
 
   void setValue(Entry& e, std::string_view v) {
-    bytes_ -= e.value.size();
-    e.value.assign(v.data(), v.size());
-    bytes_ += e.value.size();
+    heapBytes_ -= valueHeap(e.value);
+    if (v.empty() && e.value.capacity() > 64) {
+      std::string().swap(e.value);  // a removed entry gives a large buffer back
+    } else {
+      e.value.assign(v.data(), v.size());
+    }
+    heapBytes_ += valueHeap(e.value);
   }
 
   void markDirty(std::string_view cacheKey, Entry& e) {
@@ -251,11 +298,12 @@ class EntryCache {
     if (e.listed) return;
     e.listed = true;
     dirty_.emplace_back(cacheKey.begin(), cacheKey.end());
+    heapBytes_ += keyHeap(cacheKey.size());
   }
 
   uint64_t capacity_;
-  uint64_t bytes_ = 0;
-  absl::flat_hash_map<Key, Entry, Hash, Eq> map_;
+  uint64_t heapBytes_ = 0;  // heap parts of the table's keys and values and the dirty list's keys
+  Table map_;
   std::vector<Key> dirty_;  // the listed entries' keys (some may be clean again)
 };
 

@@ -533,16 +533,59 @@ ScriptedSource::Step emitThenIdle(int n) {
   };
 }
 
+/// A transactional sink that discards its records and marks "notified-<id>" when the
+/// completion of checkpoint `id` reaches its task: its commit runs in the mail that
+/// notifies the task's backends, right after them (subtask_checkpoint.cc's notifyTasks).
+/// So a test waits for a notification to reach a backend chained before it, without
+/// sleeping.
+class NotificationMarkingSink : public TwoPhaseCommitSink<std::string, int64_t> {
+ public:
+  explicit NotificationMarkingSink(std::shared_ptr<Script> script) : script_(std::move(script)) {}
+  int64_t beginTransaction() override { return 0; }
+  void invoke(int64_t&, const std::string&, int64_t) override {}
+  void preCommit(int64_t&) override {}
+  void preCommitForCheckpoint(int64_t& txn, uint64_t checkpointId) override { txn = static_cast<int64_t>(checkpointId); }
+  void commit(const int64_t& txn) override { script_->mark("notified-" + std::to_string(txn)); }
+  void abort(const int64_t&) override {}
+
+ private:
+  std::shared_ptr<Script> script_;
+};
+
+/// The job of the checkpoint-base tests, on RocksDB with incremental checkpoints at p=1:
+/// a source that emits 500 keys then idles until "finish" opens (task 0), and a keyed
+/// reduce chained with a NotificationMarkingSink (task 1).
+Plan incrementalReduceJob(const std::shared_ptr<Script>& script) {
+  StreamEnvironment env;
+  scriptedSource(env, script, emitThenIdle(500))
+      .keyBy(itself)
+      .reduce(latest)
+      .uid("latest")
+      .sinkTo(NotificationMarkingSink(script))
+      .uid("marks");
+  return env.takePlan();
+}
+
+/// The shared files of the keyed stage's (task 1's) incremental snapshot in checkpoint `id`.
+std::vector<state::SharedFileRef> sharedFilesOf(RecordingListener& listener, uint64_t id) {
+  std::vector<TaskSnapshot> acks = listener.acks(id);
+  const TaskSnapshot* snap = listener.ackOf(acks, 1);
+  if (!snap) return {};
+  for (const auto& [uid, op] : snap->operators) {
+    if (auto* h = std::get_if<state::IncrementalStateHandle>(&op.keyed)) return h->sharedFiles;
+  }
+  return {};
+}
+
 TEST_F(JobExecutionTest, ACompletedCheckpointReachesTheBackendSoLaterIncrementalCheckpointsReuseItsFiles) {
   // Notifications go to each backend on its task's thread, via the task's mailbox (a
   // task waiting for input is woken for it). Whatever was notified before a checkpoint's
   // reports arrived is applied before the next barrier, so checkpoint 3 of an unchanged
   // state only references files that earlier checkpoints uploaded.
   auto script = std::make_shared<Script>();
-  StreamEnvironment env;
-  scriptedSource(env, script, emitThenIdle(500)).keyBy(itself).reduce(latest).uid("latest").addSink([](const std::string&) {});
   RecordingListener listener;
-  JobExecution exec(env.takePlan(), config(1, state::BackendType::kRocksDb, /*incremental=*/true), &listener);
+  JobExecution exec(incrementalReduceJob(script), config(1, state::BackendType::kRocksDb, /*incremental=*/true),
+                    &listener);
   ScriptRelease release{*script};  // before exec goes: no job thread stays held
   ASSERT_TRUE(exec.prepare(nullptr).ok());
   exec.start();
@@ -552,22 +595,15 @@ TEST_F(JobExecutionTest, ACompletedCheckpointReachesTheBackendSoLaterIncremental
     ASSERT_TRUE(listener.waitAcks(id, 2)) << "checkpoint " << id;
     if (id < 3) exec.notifyCheckpointComplete(id);
   }
-  auto handleOf = [&](uint64_t id) -> state::IncrementalStateHandle {
-    std::vector<TaskSnapshot> acks = listener.acks(id);
-    const TaskSnapshot* snap = listener.ackOf(acks, 1);
-    if (!snap || snap->operators.empty()) return {};
-    auto* h = std::get_if<state::IncrementalStateHandle>(&snap->operators.front().second.keyed);
-    return h ? *h : state::IncrementalStateHandle{};
-  };
   // Checkpoint 2 may or may not have seen the completion of 1 (it raced with the
   // uploader's delivery); checkpoint 3 has seen it, so it uploads nothing of its own.
-  state::IncrementalStateHandle first = handleOf(1), second = handleOf(2), third = handleOf(3);
-  ASSERT_FALSE(first.sharedFiles.empty());
+  const auto first = sharedFilesOf(listener, 1), second = sharedFilesOf(listener, 2), third = sharedFilesOf(listener, 3);
+  ASSERT_FALSE(first.empty());
   std::set<std::string> earlier;
-  for (const auto* h : {&first, &second})
-    for (const auto& f : h->sharedFiles) earlier.insert(f.file.path);
-  ASSERT_EQ(third.sharedFiles.size(), first.sharedFiles.size());
-  for (const auto& f : third.sharedFiles) {
+  for (const auto* files : {&first, &second})
+    for (const auto& f : *files) earlier.insert(f.file.path);
+  ASSERT_EQ(third.size(), first.size());
+  for (const auto& f : third) {
     EXPECT_LT(f.createdByCheckpoint, 3u) << f.file.path << " was uploaded again";
     EXPECT_TRUE(earlier.count(f.file.path)) << f.file.path;
   }
@@ -583,10 +619,9 @@ TEST_F(JobExecutionTest, ACompletedCheckpointReachesTheBackendSoLaterIncremental
 // base before they snapshot, whether its notification arrived yet or not.
 TEST_F(JobExecutionTest, ACheckpointIsBasedOnTheNewestCompletedOneEvenBeforeItsNotificationArrives) {
   auto script = std::make_shared<Script>();
-  StreamEnvironment env;
-  scriptedSource(env, script, emitThenIdle(500)).keyBy(itself).reduce(latest).uid("latest").addSink([](const std::string&) {});
   RecordingListener listener;
-  JobExecution exec(env.takePlan(), config(1, state::BackendType::kRocksDb, /*incremental=*/true), &listener);
+  JobExecution exec(incrementalReduceJob(script), config(1, state::BackendType::kRocksDb, /*incremental=*/true),
+                    &listener);
   ScriptRelease release{*script};  // before exec goes: no job thread stays held
   ASSERT_TRUE(exec.prepare(nullptr).ok());
   exec.start();
@@ -598,24 +633,23 @@ TEST_F(JobExecutionTest, ACheckpointIsBasedOnTheNewestCompletedOneEvenBeforeItsN
   second.lastCompleted = 1;
   ASSERT_TRUE(exec.triggerCheckpoint(second));
   ASSERT_TRUE(listener.waitAcks(2, 2));
-  // The completion of 1 arrives late; that of 2 not at all before 3 (2 subsumed 1).
+  // The completion of 1 arrives late, and reaches the backend before 3; that of 2 not
+  // at all before 3 (2 subsumed 1).
   exec.notifyCheckpointComplete(1);
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // let it reach the task
+  ASSERT_TRUE(script->waitMarked("notified-1"));
   CheckpointTarget third = target(3);
   third.lastCompleted = 2;
   ASSERT_TRUE(exec.triggerCheckpoint(third));
   ASSERT_TRUE(listener.waitAcks(3, 2));
-  auto sharedOf = [&](uint64_t id) {
-    std::vector<TaskSnapshot> acks = listener.acks(id);
-    const TaskSnapshot* snap = listener.ackOf(acks, 1);
-    std::set<std::string> paths;
-    if (!snap || snap->operators.empty()) return paths;
-    if (auto* h = std::get_if<state::IncrementalStateHandle>(&snap->operators.front().second.keyed))
-      for (const auto& f : h->sharedFiles) paths.insert(f.file.path);
-    return paths;
+  auto paths = [](const std::vector<state::SharedFileRef>& files) {
+    std::set<std::string> out;
+    for (const auto& f : files) out.insert(f.file.path);
+    return out;
   };
-  const std::set<std::string> first = sharedOf(1), two = sharedOf(2), three = sharedOf(3);
+  const std::set<std::string> first = paths(sharedFilesOf(listener, 1)), two = paths(sharedFilesOf(listener, 2)),
+                              three = paths(sharedFilesOf(listener, 3));
   ASSERT_FALSE(two.empty());
+  ASSERT_FALSE(three.empty());
   for (const auto& f : three) {
     EXPECT_TRUE(two.count(f) == 1 || first.count(f) == 0)
         << f << ": checkpoint 3 references a file of checkpoint 1 that checkpoint 2 does not (deleted when 2 subsumed 1)";

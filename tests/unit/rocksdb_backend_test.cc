@@ -733,7 +733,15 @@ TEST(EntryCacheTest, AFailedCommitLeavesEveryChangeForTheNextFlush) {
 // counts. Before the table, the heap parts and the dirty list were counted as they are,
 // a 16 MiB cache held about 30 MiB. Keys and values on both sides of the inline sizes.
 TEST(EntryCacheTest, ItsMemoryStaysWithinItsConfiguredSize) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if !defined(JOBHOST_SANITIZED_ALLOCATOR) && (defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__))
+#define JOBHOST_SANITIZED_ALLOCATOR 1
+#endif
+#if !defined(JOBHOST_SANITIZED_ALLOCATOR) && defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+#define JOBHOST_SANITIZED_ALLOCATOR 1
+#endif
+#endif
+#ifdef JOBHOST_SANITIZED_ALLOCATOR
   GTEST_SKIP() << "the sanitizers' allocators keep their own books: mallinfo2 does not see the cache's memory";
 #else
   auto inUse = [] {

@@ -211,6 +211,7 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
   ec.windowMiniBatchSize = static_cast<size_t>(setup.windowMiniBatchSize);
   ec.bufferDebloat.target = setup.bufferDebloatTarget;
   ec.bufferDebloat.period = setup.bufferDebloatPeriod;
+  ec.unalignedCheckpoints = setup.unalignedCheckpoints;
   ec.checkpointing = coordinator != nullptr;
   ec.checkpointIntervalMs = coordinator ? setup.interval.count() : 0;
 

@@ -431,6 +431,15 @@ void CheckpointCoordinator::finalizeLocked(Pending p) {
     m.operators.push_back(std::move(op));
   }
   uint64_t maxSync = 0;
+  for (const auto& ack : p.acks)
+    for (const auto& [uid, owner] : ack.channelStateOwners)
+      if (std::none_of(m.operators.begin(), m.operators.end(), [&](const auto& op) { return op.uid == uid; })) {
+        state::OperatorSnapshot op;  // an exchange holding in-flight records (unaligned)
+        op.uid = uid;
+        op.name = owner.first;
+        op.parallelism = owner.second;
+        m.operators.push_back(std::move(op));
+      }
   for (auto& ack : p.acks) {
     maxSync = std::max(maxSync, ack.syncMicros);
     m.stats.alignmentMicros = std::max(m.stats.alignmentMicros, ack.alignmentMicros);

@@ -47,6 +47,8 @@ PreflightReport runPreflight(const PreflightInput& in) {
       case StateAssignment::Action::kRestoreSourcePosition:
         for (const auto& n : op.notes) add(PreflightFinding::kNote, "source", n);
         continue;
+      case StateAssignment::Action::kRestoreChannelState:
+        continue;  // in-flight records: read from _metadata itself, no file to check
       case StateAssignment::Action::kRestoreKeyedState:
         for (const auto& n : op.notes) add(PreflightFinding::kNote, "operator", n);
         break;

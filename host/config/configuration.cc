@@ -36,6 +36,12 @@ const std::vector<ConfigKey>& knownConfigKeys() {
       {"execution.checkpointing.tolerable-failed-checkpoints", "0",
        "Consecutive failed checkpoints tolerated before the job fails."},
       {"execution.checkpointing.timeout", "10 min", "A checkpoint not complete after this long is aborted."},
+      {"execution.checkpointing.unaligned", "false",
+       "Unaligned checkpoints (Flink's FLIP-76): a checkpoint barrier overtakes the records queued in each input "
+       "channel and a task snapshots at the first barrier, without waiting for the others; the records it overtook "
+       "or took before the last barrier are stored in the checkpoint (metadata format version 2) and processed "
+       "first on restore, at any parallelism. Under back-pressure checkpoints no longer wait for full channels. "
+       "Savepoints stay aligned."},
       {"execution.stop-with-savepoint-on-sigterm", "false",
        "SIGTERM (and Ctrl-C) stop the job with a savepoint into state.savepoints.dir, as `jobhost stop` does, instead "
        "of cancelling it (if the savepoint fails, the job is cancelled)."},

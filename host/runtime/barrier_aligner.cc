@@ -9,22 +9,42 @@ namespace jobhost::host {
 BarrierAligner::BarrierAligner(int channels) {
   if (channels < 1) throw std::invalid_argument("BarrierAligner needs at least one channel, got " + std::to_string(channels));
   blocked_.assign(static_cast<size_t>(channels), false);
+  arrived_.assign(static_cast<size_t>(channels), false);
   ended_.assign(static_cast<size_t>(channels), false);
 }
 
-std::optional<uint64_t> BarrierAligner::onBarrier(int channel, uint64_t checkpointId) {
+bool BarrierAligner::accept(int channel, uint64_t checkpointId, bool unaligned, uint64_t* abandonedUnaligned) {
   auto c = static_cast<size_t>(channel);
-  if (ended_[c]) return std::nullopt;  // nothing arrives after an end marker
-  if (checkpointId < newest_ || (checkpointId == newest_ && !inProgress_)) return std::nullopt;  // stale
+  if (ended_[c]) return false;  // nothing arrives after an end marker
+  if (checkpointId < newest_ || (checkpointId == newest_ && !inProgress_)) return false;  // stale
   if (checkpointId > newest_) {
     // A newer checkpoint: the unfinished alignment (if any) is abandoned.
+    if (inProgress_ && unaligned_) *abandonedUnaligned = newest_;
     unblockLive();
     newest_ = checkpointId;
     inProgress_ = true;
+    unaligned_ = unaligned;
     alignmentStart_ = std::chrono::steady_clock::now();
   }
-  blocked_[c] = true;
+  arrived_[c] = true;
+  blocked_[c] = !unaligned_;
+  return true;
+}
+
+std::optional<uint64_t> BarrierAligner::onBarrier(int channel, uint64_t checkpointId) {
+  uint64_t abandoned = 0;
+  if (!accept(channel, checkpointId, false, &abandoned)) return std::nullopt;
   return maybeComplete();
+}
+
+BarrierAligner::UnalignedStep BarrierAligner::onUnalignedBarrier(int channel, uint64_t checkpointId) {
+  UnalignedStep step;
+  const bool first = checkpointId > newest_;
+  if (!accept(channel, checkpointId, true, &step.abandoned)) return step;
+  step.accepted = checkpointId;
+  if (first) step.snapshot = checkpointId;
+  if (auto done = maybeComplete()) step.complete = *done;
+  return step;
 }
 
 std::optional<uint64_t> BarrierAligner::onEndOfChannel(int channel) {
@@ -32,15 +52,17 @@ std::optional<uint64_t> BarrierAligner::onEndOfChannel(int channel) {
   if (ended_[c]) return std::nullopt;
   ended_[c] = true;
   blocked_[c] = true;
+  arrived_[c] = true;
   ++endedCount_;
   return maybeComplete();
 }
 
 std::optional<uint64_t> BarrierAligner::maybeComplete() {
   if (!inProgress_) return std::nullopt;
-  for (size_t c = 0; c < blocked_.size(); ++c)
-    if (!blocked_[c]) return std::nullopt;  // a live channel has not delivered the barrier
+  for (size_t c = 0; c < arrived_.size(); ++c)
+    if (!arrived_[c]) return std::nullopt;  // a live channel has not delivered the barrier
   inProgress_ = false;
+  lastUnaligned_ = unaligned_;
   unblockLive();
   lastAlignmentMicros_ = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - alignmentStart_).count());
@@ -48,7 +70,7 @@ std::optional<uint64_t> BarrierAligner::maybeComplete() {
 }
 
 void BarrierAligner::unblockLive() {
-  for (size_t c = 0; c < blocked_.size(); ++c) blocked_[c] = ended_[c];
+  for (size_t c = 0; c < blocked_.size(); ++c) blocked_[c] = arrived_[c] = ended_[c];
 }
 
 }  // namespace jobhost::host

@@ -22,6 +22,14 @@
 //    when the checkpoint was withdrawn meanwhile: a downstream task with several inputs
 //    aligns on it, and a missing barrier would block its channels for good.
 //
+// Unaligned checkpoints (onUnalignedBarrier): the barrier of an unaligned checkpoint
+// blocks no channel. The task snapshots at its first barrier (`snapshot`), records the
+// data it then takes from channels whose barrier has not arrived yet (recording()), and
+// the checkpoint's channel state is complete once every live channel has delivered the
+// barrier or ended (`complete`). The abandonment rules above hold for both kinds; an
+// abandoned unaligned checkpoint is reported (`abandoned`) so that the task drops what it
+// recorded.
+//
 // Thread-safety: not thread-safe; owned and used by one task thread.
 #pragma once
 
@@ -42,9 +50,30 @@ class BarrierAligner {
   /// nullopt otherwise (still waiting, or a stale barrier that was ignored).
   std::optional<uint64_t> onBarrier(int channel, uint64_t checkpointId);
 
+  /// What an unaligned barrier means for the task. Each field is a checkpoint id, 0 for
+  /// nothing; several may be set at once (a task with one channel: snapshot and complete).
+  struct UnalignedStep {
+    uint64_t abandoned = 0;  // an unaligned checkpoint in progress is given up (a newer barrier)
+    uint64_t snapshot = 0;   // the first barrier of this checkpoint: snapshot now
+    uint64_t accepted = 0;   // the barrier counts (not stale): its overtaken data belongs to the channel state
+    uint64_t complete = 0;   // every live channel delivered it: the channel state is complete
+  };
+  /// The barrier of unaligned checkpoint `checkpointId` arrived on `channel`.
+  UnalignedStep onUnalignedBarrier(int channel, uint64_t checkpointId);
+
   /// `channel` delivered its end marker. Returns the checkpoint whose alignment this
-  /// completes (the other live channels had all delivered its barrier), else nullopt.
+  /// completes (the other live channels had all delivered its barrier), else nullopt;
+  /// for an unaligned checkpoint (lastCompletedUnaligned()) its channel state is complete.
   std::optional<uint64_t> onEndOfChannel(int channel);
+
+  /// Whether the checkpoint onBarrier/onEndOfChannel last reported complete was unaligned.
+  bool lastCompletedUnaligned() const { return lastUnaligned_; }
+
+  /// True while data taken from `channel` belongs to the channel state of the unaligned
+  /// checkpoint in progress (its snapshot is taken, its barrier has not arrived there).
+  bool recording(int channel) const {
+    return inProgress_ && unaligned_ && !arrived_[static_cast<size_t>(channel)];
+  }
 
   /// Per channel: true while the task must not read from it (its barrier arrived and
   /// the alignment is not complete, or it has ended). Index = channel.
@@ -68,8 +97,15 @@ class BarrierAligner {
   std::optional<uint64_t> maybeComplete();
   void unblockLive();
 
+  /// A barrier of checkpoint newest_ (a newer one than in progress: abandons it).
+  /// Returns false for a stale barrier.
+  bool accept(int channel, uint64_t checkpointId, bool unaligned, uint64_t* abandonedUnaligned);
+
   std::vector<bool> blocked_;
+  std::vector<bool> arrived_;  // the barrier of newest_ arrived, or the channel ended
   std::vector<bool> ended_;
+  bool unaligned_ = false;     // newest_ is an unaligned checkpoint
+  bool lastUnaligned_ = false;
   int endedCount_ = 0;
   uint64_t newest_ = 0;      // the newest barrier seen on any channel
   bool inProgress_ = false;  // newest_ is being aligned

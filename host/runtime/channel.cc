@@ -1,6 +1,7 @@
 #include "runtime/channel.h"
 
 #include <algorithm>
+#include <iterator>
 
 namespace jobhost::host {
 
@@ -20,12 +21,12 @@ size_t InputGate::capacityBytes() const {
   return capacity_;
 }
 
-bool InputGate::push(int channel, ChannelEvent event, TaskCounter* backPressured) {
+bool InputGate::push(int channel, ChannelEvent event, TaskCounter* backPressured, bool noWait) {
   std::unique_lock lock(mu_);
   const auto c = static_cast<size_t>(channel);
   // Barriers, watermarks, status and end markers never wait: they are tiny and must not
   // deadlock alignment.
-  if (event.kind == ChannelEvent::kData && !cancelled_ && queuedBytes_[c] >= capacity_) {
+  if (event.kind == ChannelEvent::kData && !noWait && !cancelled_ && queuedBytes_[c] >= capacity_) {
     const auto waitStart = std::chrono::steady_clock::now();
     spaceReady_.wait(lock, [&] { return cancelled_ || queuedBytes_[c] < capacity_; });
     if (backPressured)
@@ -35,7 +36,21 @@ bool InputGate::push(int channel, ChannelEvent event, TaskCounter* backPressured
   if (cancelled_) return false;
   event.channel = channel;
   queuedBytes_[c] += event.data.size();
-  queues_[c].push_back(std::move(event));
+  auto& q = queues_[c];
+  if (event.kind == ChannelEvent::kBarrier && event.unaligned) {
+    // Overtake everything back to the last barrier or end marker, copying the data.
+    auto at = q.end();
+    while (at != q.begin()) {
+      auto prev = std::prev(at);
+      if (prev->kind == ChannelEvent::kBarrier || prev->kind == ChannelEvent::kEnd) break;
+      at = prev;
+    }
+    for (auto it = at; it != q.end(); ++it)
+      if (it->kind == ChannelEvent::kData) event.overtaken.push_back(it->data);
+    q.insert(at, std::move(event));
+  } else {
+    q.push_back(std::move(event));
+  }
   dataReady_.notify_one();
   return true;
 }

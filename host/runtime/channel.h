@@ -12,6 +12,13 @@
 // (see barrier_aligner.h). Another thread can wake a consumer waiting in next() with
 // wakeUp(), e.g. to hand its task a checkpoint notification (the task's mailbox).
 //
+// Unaligned checkpoints (FLIP-76): a barrier pushed with `unaligned` set does not queue
+// behind the data in its channel: it overtakes the data, watermarks and status events
+// queued there (not an earlier barrier or end marker) and carries a copy of the data it
+// overtook (`overtaken`), which stays queued and is processed after it. The consumer
+// stores those copies in the checkpoint (stream_task.cc): they were sent before the
+// barrier but are processed after the snapshot.
+//
 // Thread-safety: all methods are thread-safe; one mutex per gate.
 #pragma once
 
@@ -39,6 +46,10 @@ struct ChannelEvent {
   std::string data;
   int channel = 0;  // set by the gate on delivery
   int64_t value = 0;
+  /// kBarrier: an unaligned checkpoint's barrier (see the file comment).
+  bool unaligned = false;
+  /// kBarrier with `unaligned`: the data buffers it overtook in its channel, oldest first.
+  std::vector<std::string> overtaken;
 };
 
 class InputGate {
@@ -47,10 +58,11 @@ class InputGate {
   /// only lowers it). A data event is accepted while its channel holds less, so one
   /// buffer may go over.
   explicit InputGate(int channels, size_t capacityBytes = kMaxChannelBytes, BufferDebloatOptions debloat = {});
-  /// Blocks while the channel is full; the time it waited is added to `backPressured`
-  /// (if given: the producer's counter, measured only when it has to wait). Returns false
-  /// if the gate was cancelled.
-  bool push(int channel, ChannelEvent event, TaskCounter* backPressured = nullptr);
+  /// Blocks while the channel is full (unless `noWait`: the data an unaligned barrier
+  /// follows at once); the time it waited is added to `backPressured` (if given: the
+  /// producer's counter, measured only when it has to wait). An unaligned barrier
+  /// overtakes what is queued (file comment). Returns false if the gate was cancelled.
+  bool push(int channel, ChannelEvent event, TaskCounter* backPressured = nullptr, bool noWait = false);
   /// An event from a channel not in `blocked`, without waiting; nullopt if none.
   std::optional<ChannelEvent> tryNext(const std::vector<bool>& blocked);
   /// A checkpoint barrier at the head of a channel not in `blocked` for which

@@ -31,8 +31,11 @@ struct TaskSnapshot {
   std::map<std::string, std::vector<StateDescriptorInfo>> states;
   uint64_t syncMicros = 0;
   /// Barrier alignment: from the first barrier of this checkpoint on any input channel
-  /// to the last (0 for a source or a task with one input channel).
+  /// to the last (0 for a source or a task with one input channel, or unaligned).
   uint64_t alignmentMicros = 0;
+  /// Unaligned checkpoints: the exchanges in `operators` that are there only for their
+  /// in-flight records (no stateful operator has their uid): uid -> name, parallelism.
+  std::map<std::string, std::pair<std::string, int>> channelStateOwners;
 };
 
 /// Receives the tasks' checkpoint reports. Called on the execution's uploader thread,

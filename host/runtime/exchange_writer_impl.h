@@ -54,36 +54,49 @@ class ExchangeWriterImpl : public ExchangeWriter {
     }
     append(forward_ ? subtask_ : next_++ % gates_.size(), kNoKeyGroup, {}, record);
   }
-  void flush() {
+  /// `noWait`: into full channels too (the data an unaligned barrier follows at once).
+  void flush(bool noWait = false) {
     for (size_t i = 0; i < buffers_.size(); ++i)
-      if (!buffers_[i].empty()) send(i);
+      if (!buffers_[i].empty()) send(i, noWait);
   }
-  /// Barriers and end markers.
-  void broadcast(ChannelEvent::Kind kind, uint64_t id) {
-    flush();
-    for (auto* g : gates_) g->push(channel_, ChannelEvent{kind, id, {}, 0, 0});
+  /// Barriers and end markers. An unaligned barrier (channel.h) does not wait for room
+  /// behind a full channel: it overtakes what is queued there.
+  void broadcast(ChannelEvent::Kind kind, uint64_t id, bool unaligned = false) {
+    flush(unaligned);
+    for (auto* g : gates_) {
+      ChannelEvent e = control(kind, id, 0);
+      e.unaligned = unaligned;
+      g->push(channel_, std::move(e));
+    }
   }
   void broadcastWatermark(int64_t watermark) {
     activate();
     flush();
-    for (auto* g : gates_) g->push(channel_, ChannelEvent{ChannelEvent::kWatermark, 0, {}, 0, watermark});
+    for (auto* g : gates_) g->push(channel_, control(ChannelEvent::kWatermark, 0, watermark));
   }
   /// Tells the receivers not to wait for this producer's watermark until it emits again.
   void markIdle() {
     if (idle_) return;
     flush();
     idle_ = true;
-    for (auto* g : gates_) g->push(channel_, ChannelEvent{ChannelEvent::kStatus, 0, {}, 0, 1});
+    for (auto* g : gates_) g->push(channel_, control(ChannelEvent::kStatus, 0, 1));
   }
   /// The receivers wait for this producer's watermark again (also done by any record or
   /// watermark it sends).
   void activate() {
     if (!idle_) return;
     idle_ = false;
-    for (auto* g : gates_) g->push(channel_, ChannelEvent{ChannelEvent::kStatus, 0, {}, 0, 0});
+    for (auto* g : gates_) g->push(channel_, control(ChannelEvent::kStatus, 0, 0));
   }
 
  private:
+  static ChannelEvent control(ChannelEvent::Kind kind, uint64_t id, int64_t value) {
+    ChannelEvent e;
+    e.kind = kind;
+    e.checkpointId = id;
+    e.value = value;
+    return e;
+  }
   void append(size_t target, uint16_t kg, std::string_view key, std::string_view record) {
     if (recordsActivate_) activate();
     std::string& b = buffers_[target];
@@ -94,14 +107,14 @@ class ExchangeWriterImpl : public ExchangeWriter {
     w.writeBytes(record);
     if (b.size() >= limits_[target]) send(target);
   }
-  void send(size_t target) {
+  void send(size_t target, bool noWait = false) {
     ChannelEvent e;
     e.kind = ChannelEvent::kData;
     e.data.swap(buffers_[target]);
     // The receiver's buffer size, read once per buffer: it changes with debloating.
     limits_[target] = gates_[target]->bufferBytes();
     buffers_[target].reserve(limits_[target] + 1024);
-    gates_[target]->push(channel_, std::move(e), &metrics_->backPressuredNanos);
+    gates_[target]->push(channel_, std::move(e), &metrics_->backPressuredNanos, noWait);
   }
   std::vector<InputGate*> gates_;
   int channel_;

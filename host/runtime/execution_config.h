@@ -31,6 +31,9 @@ struct ExecutionConfig {
   bool checkpointing = false;
   /// execution.checkpointing.interval (OperatorContext::checkpointIntervalMs); 0: none.
   int64_t checkpointIntervalMs = 0;
+  /// execution.checkpointing.unaligned: checkpoint barriers (not a savepoint's) overtake
+  /// the records in the channels, which are stored in the snapshot (channel_state.h).
+  bool unalignedCheckpoints = false;
 };
 
 }  // namespace jobhost::host

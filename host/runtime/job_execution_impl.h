@@ -101,6 +101,20 @@ struct JobExecution::Impl {
     // checkpoint barrier may be taken between two of them (takeBarriersBetweenTimers).
     bool barriersBetweenTimers = false;
     std::chrono::steady_clock::time_point nextPeriodicEmit{};
+    /// Input task, unaligned checkpoints: the checkpoint whose snapshot is taken while its
+    /// channel state is still being collected (barrier_aligner.h). `channels`: per gate
+    /// channel the data buffers that belong to it, in order; `upload` runs the
+    /// asynchronous part and acknowledges, queued once the channel state is complete.
+    struct PendingChannelState {
+      uint64_t id = 0;
+      std::vector<std::vector<std::string>> channels;
+      std::shared_ptr<TaskSnapshot> snap;
+      std::function<void()> upload;
+    };
+    std::optional<PendingChannelState> pendingChannelState;
+    /// Restored in-flight records of an unaligned checkpoint, processed before any input
+    /// (kData events, `channel` one of the input's channels). Cleared once processed.
+    std::vector<ChannelEvent> restoredInFlight;
   };
 
   Plan plan;
@@ -171,7 +185,13 @@ struct JobExecution::Impl {
   void uploaderLoop();
   void notifyTasks(uint64_t id, bool complete);
   std::optional<ActiveCheckpoint> activeCheckpoint(uint64_t id);
-  void performCheckpoint(Task& t, uint64_t id, uint64_t alignmentMicros);
+  /// `unaligned`: an input task snapshots at an unaligned checkpoint's first barrier (its
+  /// acknowledgement waits for the channel state, finishChannelState), and forwards an
+  /// unaligned barrier. For a source it is decided from the checkpoint's target.
+  void performCheckpoint(Task& t, uint64_t id, uint64_t alignmentMicros, bool unaligned = false);
+  /// The channel state of unaligned checkpoint `id` is complete: stored in its snapshot,
+  /// whose upload is queued.
+  void finishChannelState(Task& t, uint64_t id);
 
   // --- The task loop (stream_task.cc) ------------------------------------------------
   void post(Task& t, std::function<void()> fn);
@@ -193,6 +213,8 @@ struct JobExecution::Impl {
   void finishTask(Task& t);
   void runSource(Task& t);
   void processData(Task& t, const ChannelEvent& ev);
+  /// A barrier taken from the gate: aligned (BarrierAligner::onBarrier) or unaligned.
+  void onBarrierEvent(Task& t, ChannelEvent& ev);
   void runInput(Task& t);
   void runTask(Task& t);
 };

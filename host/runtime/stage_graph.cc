@@ -158,8 +158,28 @@ std::vector<OperatorInfo> StageGraph::operators() const {
   return out;
 }
 
+std::vector<OperatorInfo> StageGraph::restoreTargets() const {
+  std::vector<OperatorInfo> out = operators();
+  for (const auto& s : stages_)
+    for (const auto& g : s.channels) {
+      const PlanNode& n = plan_->nodes[static_cast<size_t>(g.exchange)];
+      auto it = std::find_if(out.begin(), out.end(), [&](const OperatorInfo& o) { return o.uid == n.uid; });
+      if (it == out.end()) {
+        OperatorInfo info;
+        info.uid = n.uid;
+        info.name = n.name;
+        info.parallelism = s.parallelism;
+        info.channelReceiver = true;
+        out.push_back(std::move(info));
+        it = out.end() - 1;
+      }
+      it->inputs = std::max(it->inputs, static_cast<int>(g.position) + 1);
+    }
+  return out;
+}
+
 std::vector<OperatorInfo> describeOperators(const Plan& plan, int parallelism) {
-  return StageGraph(plan, parallelism).operators();
+  return StageGraph(plan, parallelism).restoreTargets();
 }
 
 std::string validateOperatorUid(std::string_view uid) {

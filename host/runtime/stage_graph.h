@@ -34,6 +34,11 @@ struct OperatorInfo {
   std::string subscription;
   /// A (keyed) broadcast function's broadcast states (PlanNode::broadcastStates).
   std::vector<BroadcastStateInfo> broadcastStates;
+  /// An exchange: its receivers restore the in-flight records an unaligned checkpoint
+  /// stored for them (StageGraph::restoreTargets()). `inputs`: how many inputs it has
+  /// (a union has several).
+  bool channelReceiver = false;
+  int inputs = 0;
 };
 
 /// Who reads an output of a node: `consumer`'s input `position`, output `tag` (empty:
@@ -89,6 +94,9 @@ class StageGraph {
   size_t stageReceiving(int exchange) const;
   /// The stateful and source operators, stage by stage, as metadata records them.
   std::vector<OperatorInfo> operators() const;
+  /// operators() and then every exchange (channelReceiver): where a snapshot's state may
+  /// go, including an unaligned checkpoint's in-flight records.
+  std::vector<OperatorInfo> restoreTargets() const;
 
  private:
   const Plan* plan_;
@@ -96,7 +104,7 @@ class StageGraph {
   std::vector<Stage> stages_;
 };
 
-/// StageGraph(plan, parallelism).operators(); throws as StageGraph does.
+/// StageGraph(plan, parallelism).restoreTargets(); throws as StageGraph does.
 std::vector<OperatorInfo> describeOperators(const Plan& plan, int parallelism);
 
 /// Empty if `uid` may name an operator, else why not. A uid names files and directories

@@ -18,6 +18,21 @@ bool holdsKeyedState(const state::OperatorSnapshot& op) {
   return std::any_of(op.subtasks.begin(), op.subtasks.end(), [](const auto& s) { return s.keyed.index() != 0; });
 }
 
+bool holdsChannelState(const state::OperatorSnapshot& op) {
+  return std::any_of(op.subtasks.begin(), op.subtasks.end(), [](const auto& s) { return !s.inputChannels.empty(); });
+}
+
+/// "412 records in 9 buffers" of an operator's in-flight records.
+std::string inFlightText(const state::OperatorSnapshot& op) {
+  size_t buffers = 0, bytes = 0;
+  for (const auto& s : op.subtasks)
+    for (const auto& b : s.inputChannels) {
+      ++buffers;
+      bytes += b.data.size();
+    }
+  return std::to_string(buffers) + (buffers == 1 ? " buffer, " : " buffers, ") + std::to_string(bytes) + " bytes";
+}
+
 bool holdsPosition(const state::OperatorSnapshot& op) {
   return std::any_of(op.subtasks.begin(), op.subtasks.end(), [](const auto& s) { return !s.operatorState.empty(); });
 }
@@ -212,7 +227,8 @@ StateAssignment assignState(const state::CheckpointMetadata& metadata, const std
   std::map<std::string, const OperatorInfo*> byUid;
   for (const auto& p : plan) byUid[p.uid] = &p;
   std::string planUids;
-  for (const auto& p : plan) planUids += (planUids.empty() ? "'" : ", '") + p.uid + "'";
+  for (const auto& p : plan)
+    if (!p.channelReceiver) planUids += (planUids.empty() ? "'" : ", '") + p.uid + "'";
 
   StateAssignment a;
   for (const auto& op : metadata.operators) {
@@ -223,7 +239,32 @@ StateAssignment assignState(const state::CheckpointMetadata& metadata, const std
     auto it = byUid.find(op.uid);
     const OperatorInfo* target = it == byUid.end() ? nullptr : it->second;
 
-    if (!keyed && !position) {
+    if (holdsChannelState(op) && !keyed && !position) {
+      int inputs = 0;
+      for (const auto& s : op.subtasks)
+        for (const auto& b : s.inputChannels) inputs = std::max(inputs, b.input + 1);
+      std::string why;
+      if (target == nullptr) why = "no exchange of " + job + " has that uid";
+      else if (!target->channelReceiver) why = "in " + job + " that uid is " + roleText(*target) + ", not an exchange";
+      else if (inputs > target->inputs)
+        why = "the records were sent to input " + std::to_string(inputs) + " of the exchange, which in " + job +
+              " has " + std::to_string(target->inputs);
+      if (why.empty()) {
+        out.action = Action::kRestoreChannelState;
+      } else if (allowNonRestoredState) {
+        out.action = Action::kSkip;
+        out.droppedState = true;
+        out.reason = "the in-flight records of " + operatorText(op) + " (" + inFlightText(op) +
+                     ", stored by an unaligned checkpoint) are dropped: " + why +
+                     "; --allow-non-restored-state is set, so the restored job never sees them";
+      } else {
+        out.action = Action::kError;
+        out.reason = operatorText(op) + " holds in-flight records of an unaligned checkpoint (" + inFlightText(op) +
+                     ") but " + why + "; the job's shape changed since the checkpoint. Restore with the job that "
+                     "wrote it (then take an aligned savepoint, `jobhost savepoint`, before changing the job), or add "
+                     "--allow-non-restored-state (-n) to drop those records";
+      }
+    } else if (!keyed && !position) {
       out.action = Action::kSkip;
       out.reason = operatorText(op) + " holds no state in the snapshot; nothing to restore";
     } else if (target == nullptr) {

@@ -18,6 +18,11 @@
 //
 // Rules:
 //   - Operators are matched by uid only.
+//   - In-flight records (an unaligned checkpoint's InputChannelStateHandle) restore into
+//     the exchange with the same uid that has the input they were sent to, at any
+//     parallelism (task_setup.cc redistributes them by key group). Without such an
+//     exchange the job's shape changed: an error unless allowNonRestoredState, which
+//     drops them (those records are lost to the restored job, and said so).
 //   - An operator "holds state" if a subtask has a keyed state handle (keyed state, even
 //     for an operator that declares no state: the handle's files are never guessed
 //     empty) or a non-empty source position. An operator that holds none is skipped
@@ -50,6 +55,7 @@ struct StateAssignment {
   enum class Action {
     kRestoreKeyedState,      // into the plan's keyed operator with this uid
     kRestoreSourcePosition,  // into the plan's source (or operator with operator state) with this uid
+    kRestoreChannelState,    // in-flight records of an unaligned checkpoint, into the plan's exchange with this uid
     kSkip,                   // nothing is restored; `reason` says why
     kError,                  // the restore must not start; `reason` says what and how to fix
   };

@@ -202,10 +202,34 @@ void JobExecution::Impl::takeBarriersBetweenTimers(Task& t) {
     auto active = activeCheckpoint(id);
     return !active || !active->target.savepoint;
   };
-  while (auto ev = t.gate->tryNextBarrier(t.aligner->blocked(), notSavepoint))
-    if (auto aligned = t.aligner->onBarrier(ev->channel, ev->checkpointId))
-      performCheckpoint(t, *aligned, t.aligner->lastAlignmentMicros());
+  while (auto ev = t.gate->tryNextBarrier(t.aligner->blocked(), notSavepoint)) onBarrierEvent(t, *ev);
   t.barriersBetweenTimers = true;
+}
+
+/// Aligned: checkpoints once every channel delivered the barrier. Unaligned: snapshots
+/// at the first, forwards the barrier at once, and collects the channel state — the data
+/// each barrier overtook, and what the task takes from a channel before its barrier
+/// (runInput) — until every channel delivered it (barrier_aligner.h).
+void JobExecution::Impl::onBarrierEvent(Task& t, ChannelEvent& ev) {
+  BarrierAligner& a = *t.aligner;
+  if (!ev.unaligned) {
+    if (auto aligned = a.onBarrier(ev.channel, ev.checkpointId)) performCheckpoint(t, *aligned, a.lastAlignmentMicros());
+    return;
+  }
+  const auto step = a.onUnalignedBarrier(ev.channel, ev.checkpointId);
+  if (step.abandoned && t.pendingChannelState && t.pendingChannelState->id == step.abandoned) {
+    // A newer barrier: the older checkpoint was aborted upstream. What it holds is
+    // dropped unreported, as an abandoned alignment snapshots nothing.
+    spdlog::debug("checkpoint {}: task {} {} abandons its channel state for checkpoint {}", ev.checkpointId, t.name,
+                  t.label, step.abandoned);
+    t.pendingChannelState.reset();
+  }
+  if (step.snapshot) performCheckpoint(t, step.snapshot, 0, /*unaligned=*/true);
+  if (step.accepted && t.pendingChannelState && t.pendingChannelState->id == step.accepted) {
+    auto& recorded = t.pendingChannelState->channels[static_cast<size_t>(ev.channel)];
+    for (auto& d : ev.overtaken) recorded.push_back(std::move(d));
+  }
+  if (step.complete) finishChannelState(t, step.complete);
 }
 
 void JobExecution::Impl::flushOutputs(Task& t) {
@@ -306,6 +330,13 @@ void JobExecution::Impl::runInput(Task& t) {
     Task& t;
     ~Detach() { t.aligner = nullptr; }
   } detach{t};
+  // An unaligned checkpoint's in-flight records come before any new input.
+  for (const auto& ev : t.restoredInFlight) {
+    if (cancelled.load(std::memory_order_relaxed)) return;
+    processData(t, ev);
+  }
+  t.restoredInFlight.clear();
+  t.restoredInFlight.shrink_to_fit();
   while (!cancelled.load(std::memory_order_relaxed)) {
     auto ev = t.gate->tryNext(aligner.blocked());
     if (!ev) {
@@ -323,10 +354,13 @@ void JobExecution::Impl::runInput(Task& t) {
     std::optional<uint64_t> aligned;
     switch (ev->kind) {
       case ChannelEvent::kData:
+        // Sent before the barrier of the unaligned checkpoint whose snapshot is taken.
+        if (t.pendingChannelState && aligner.recording(ev->channel))
+          t.pendingChannelState->channels[static_cast<size_t>(ev->channel)].push_back(ev->data);
         processData(t, *ev);
         break;
       case ChannelEvent::kBarrier:
-        aligned = aligner.onBarrier(ev->channel, ev->checkpointId);
+        onBarrierEvent(t, *ev);
         break;
       case ChannelEvent::kEnd:
         onInputTime(t, t.valve->onEnd(ev->channel));
@@ -339,7 +373,10 @@ void JobExecution::Impl::runInput(Task& t) {
         onInputTimeTakingBarriers(t, t.valve->onStatus(ev->channel, ev->value != 0));
         break;
     }
-    if (aligned) performCheckpoint(t, *aligned, aligner.lastAlignmentMicros());
+    if (aligned) {
+      if (aligner.lastCompletedUnaligned()) finishChannelState(t, *aligned);
+      else performCheckpoint(t, *aligned, aligner.lastAlignmentMicros());
+    }
     if (aligner.allEnded()) {
       finishTask(t);
       return;

@@ -80,15 +80,17 @@ std::optional<JobExecution::Impl::ActiveCheckpoint> JobExecution::Impl::activeCh
 /// input task: its barrier is aligned). The synchronous part runs here, the
 /// asynchronous part on the uploader. The barrier is forwarded in every case, also
 /// when the checkpoint was withdrawn: downstream tasks align on it.
-void JobExecution::Impl::performCheckpoint(Task& t, uint64_t id, uint64_t alignmentMicros) {
+void JobExecution::Impl::performCheckpoint(Task& t, uint64_t id, uint64_t alignmentMicros, bool unaligned) {
   std::optional<ActiveCheckpoint> active = activeCheckpoint(id);
+  // A source starts the barrier of each kind: savepoints stay aligned (as in Flink).
+  if (!t.gate) unaligned = config.unalignedCheckpoints && !(active && active->target.savepoint);
   // stop --drain: the end of time before the barrier, so every window fires first.
   if (active && active->target.drain && !t.gate)
     for (int h : t.heads) advance(t, h, kMaxWatermark);
   // Lines of records before the barrier reach the OS before anyone learns of it.
   flushLineSinks(t);
   auto broadcastBarrier = [&] {
-    for (auto& w : t.writers) w->broadcast(ChannelEvent::kBarrier, id);
+    for (auto& w : t.writers) w->broadcast(ChannelEvent::kBarrier, id, unaligned);
   };
   if (!active) {
     broadcastBarrier();
@@ -164,7 +166,7 @@ void JobExecution::Impl::performCheckpoint(Task& t, uint64_t id, uint64_t alignm
     return;
   }
   auto parts = std::make_shared<decltype(asyncParts)>(std::move(asyncParts));
-  enqueueUpload([this, id, snap, parts, aborted = active->aborted, keepAlive = target.storage] {
+  auto upload = [this, id, snap, parts, aborted = active->aborted, keepAlive = target.storage] {
     // Not started yet: its files would only be cleaned up again. Nothing to report.
     if (aborted->load(std::memory_order_acquire)) return;
     // Started: report exactly once, when nothing is being written any more. Each
@@ -178,7 +180,39 @@ void JobExecution::Impl::performCheckpoint(Task& t, uint64_t id, uint64_t alignm
       snap->operators[slot].second.keyed = std::move(*h);
     }
     listener->acknowledge(id, std::move(*snap));
-  });
+  };
+  if (unaligned && t.gate) {
+    // Acknowledged once the channel state is complete (finishChannelState).
+    t.pendingChannelState.emplace();
+    t.pendingChannelState->id = id;
+    t.pendingChannelState->channels.resize(static_cast<size_t>(t.gate->channels()));
+    t.pendingChannelState->snap = snap;
+    t.pendingChannelState->upload = std::move(upload);
+    return;
+  }
+  enqueueUpload(std::move(upload));
+}
+
+void JobExecution::Impl::finishChannelState(Task& t, uint64_t id) {
+  if (!t.pendingChannelState || t.pendingChannelState->id != id) return;  // withdrawn, or failed: nothing waits
+  Task::PendingChannelState p = std::move(*t.pendingChannelState);
+  t.pendingChannelState.reset();
+  const Stage& st = stages[static_cast<size_t>(t.stage)];
+  // One entry per exchange (by uid) holding this subtask's buffers of all its inputs.
+  std::map<std::string, state::SubtaskSnapshot> byExchange;
+  for (const auto& g : st.channels) {
+    const PlanNode& n = plan.nodes[static_cast<size_t>(g.exchange)];
+    for (int c = 0; c < g.count; ++c) {
+      auto& buffers = p.channels[static_cast<size_t>(g.firstChannel + c)];
+      if (buffers.empty()) continue;
+      state::SubtaskSnapshot& sub = byExchange[n.uid];
+      sub.index = t.subtask;
+      for (auto& data : buffers) sub.inputChannels.push_back({static_cast<int>(g.position), c, std::move(data)});
+      p.snap->channelStateOwners[n.uid] = {n.name, st.parallelism};
+    }
+  }
+  for (auto& [uid, sub] : byExchange) p.snap->operators.emplace_back(uid, std::move(sub));
+  enqueueUpload(std::move(p.upload));
 }
 
 bool JobExecution::triggerCheckpoint(const CheckpointTarget& target) {

@@ -49,6 +49,48 @@ Status restoreError(const Status& s, const std::string& what) {
     default: return Status::IOError(what);
   }
 }
+/// The in-flight records (unaligned checkpoint) of input `input` of exchange snapshot
+/// `op` that subtask `subtask` of `parallelism` processes on restore, as buffers in the
+/// exchange's wire format. At the parallelism that wrote them each subtask takes its
+/// own. Rescaled, a keyed record goes to the subtask owning its key group, as a new
+/// record would; an unkeyed one to the old subtask's index modulo the new parallelism;
+/// a broadcast exchange's buffers, which every old subtask held a copy of, from old
+/// subtask 0 to every subtask, like broadcast state (state_assignment.h). Throws
+/// SerializationError for a buffer that does not parse.
+std::vector<std::string> inFlightRecordsFor(const state::OperatorSnapshot& op, int input, bool broadcast,
+                                            int parallelism, int subtask, int maxParallelism) {
+  std::vector<std::string> out;
+  const bool same = op.parallelism == parallelism;
+  for (const auto& sub : op.subtasks)
+    for (const auto& b : sub.inputChannels) {
+      if (b.input != input) continue;
+      if (same || broadcast) {
+        if (sub.index == (same ? subtask : 0)) out.push_back(b.data);
+        continue;
+      }
+      std::string kept;
+      ByteWriter w(kept);
+      ByteReader r(b.data);
+      while (!r.atEnd()) {
+        const uint16_t kg = r.readFixed<uint16_t>();
+        const int64_t ts = r.readI64();
+        std::string_view key = r.readBytes();
+        std::string_view rec = r.readBytes();
+        const int owner = kg != kNoKeyGroup ? state::subtaskForKeyGroup(maxParallelism, parallelism, kg)
+                                            : sub.index % parallelism;
+        if (kg != kNoKeyGroup && kg >= maxParallelism)
+          throw SerializationError("key group " + std::to_string(kg) + " beyond max parallelism " +
+                                   std::to_string(maxParallelism));
+        if (owner != subtask) continue;
+        w.writeFixed<uint16_t>(kg);
+        w.writeI64(ts);
+        w.writeBytes(key);
+        w.writeBytes(rec);
+      }
+      if (!kept.empty()) out.push_back(std::move(kept));
+    }
+  return out;
+}
 }  // namespace
 
 Status JobExecution::prepare(const RestoreSource* source) {
@@ -75,9 +117,10 @@ Status JobExecution::prepare(const RestoreSource* source) {
     }
   }
   // What is restored where: exactly what the restore preflight reported (one owner).
-  std::map<std::string, const state::OperatorSnapshot*> restoredKeyed, restoredOperatorState;
+  std::map<std::string, const state::OperatorSnapshot*> restoredKeyed, restoredOperatorState, restoredChannels;
   if (source) {
-    StateAssignment assignment = assignState(*source->metadata, x.operatorInfos, source->allowNonRestoredState);
+    StateAssignment assignment =
+        assignState(*source->metadata, x.graph.restoreTargets(), source->allowNonRestoredState);
     if (!assignment.ok()) {
       std::string all;
       for (const auto& e : assignment.errors()) all += (all.empty() ? "" : "; ") + e;
@@ -87,6 +130,7 @@ Status JobExecution::prepare(const RestoreSource* source) {
       if (op.action == StateAssignment::Action::kRestoreKeyedState) restoredKeyed[op.snapshot->uid] = op.snapshot;
       if (op.action == StateAssignment::Action::kRestoreSourcePosition || op.withOperatorState)
         restoredOperatorState[op.snapshot->uid] = op.snapshot;
+      if (op.action == StateAssignment::Action::kRestoreChannelState) restoredChannels[op.snapshot->uid] = op.snapshot;
     }
   }
   for (auto& tp : x.tasks) {
@@ -125,6 +169,25 @@ Status JobExecution::prepare(const RestoreSource* source) {
       t.slots.push_back(std::move(s));
     }
     for (int h : st.heads) t.heads.push_back(slotOfNode.at(h));
+    for (const auto& g : st.channels) {
+      const PlanNode& ex = plan.nodes[static_cast<size_t>(g.exchange)];
+      auto it = restoredChannels.find(ex.uid);
+      if (it == restoredChannels.end()) continue;
+      try {
+        for (auto& data : inFlightRecordsFor(*it->second, static_cast<int>(g.position), ex.broadcastExchange,
+                                             st.parallelism, t.subtask, x.config.maxParallelism)) {
+          ChannelEvent ev;
+          ev.kind = ChannelEvent::kData;
+          ev.channel = g.firstChannel;  // any channel of the input: they feed the same receiver
+          ev.data = std::move(data);
+          t.restoredInFlight.push_back(std::move(ev));
+        }
+      } catch (const std::exception& e) {
+        return Status::Corruption("cannot restore the in-flight records of exchange '" + ex.uid + "' (" + ex.name +
+                                  ") " + t.label + ": " + e.what() +
+                                  "; the checkpoint is damaged: restore from another checkpoint or savepoint");
+      }
+    }
     t.channelHead.assign(static_cast<size_t>(st.channelCount()), -1);
     for (const auto& g : st.channels)
       for (int c = 0; c < g.count; ++c) t.channelHead[static_cast<size_t>(g.firstChannel + c)] = slotOfNode.at(g.exchange);

@@ -76,6 +76,20 @@ struct SubtaskSnapshot {
     incremental @4 :IncrementalRemoteKeyedStateHandle;
     incrementalKeyGroups @5 :IncrementalKeyGroupsStateHandle;
   }
+  # An unaligned checkpoint's in-flight records (InputChannelStateHandle): what this
+  # subtask's input channels held, or took after its snapshot, before each channel's
+  # barrier. Only on the operator that is the exchange receiving them. Format version 2.
+  inputChannels @6 :List(InputChannelBuffer);
+}
+
+# One buffer of in-flight records from producing subtask `fromSubtask` into input
+# `input` of the exchange. `data` is the exchange's wire format, record after record:
+# key group (u16 LE, 0xffff: unkeyed), event timestamp (i64 LE), key and record (each a
+# varint length and the bytes).
+struct InputChannelBuffer {
+  input @0 :UInt32;
+  fromSubtask @1 :UInt32;
+  data @2 :Data;
 }
 
 struct FileRef {

@@ -139,6 +139,13 @@ std::vector<FileRef> CheckpointMetadata::referencedFiles() const {
   return out;
 }
 
+bool CheckpointMetadata::hasChannelState() const {
+  for (const auto& op : operators)
+    for (const auto& st : op.subtasks)
+      if (!st.inputChannels.empty()) return true;
+  return false;
+}
+
 const OperatorSnapshot* CheckpointMetadata::findOperator(const std::string& uid) const {
   for (const auto& op : operators)
     if (op.uid == uid) return &op;
@@ -148,7 +155,12 @@ const OperatorSnapshot* CheckpointMetadata::findOperator(const std::string& uid)
 Result<std::string> serializeMetadata(const CheckpointMetadata& m, const std::string& dir) {
   capnp::MallocMessageBuilder message;
   auto root = message.initRoot<schema::CheckpointMetadata>();
-  root.setFormatVersion(m.formatVersion);
+  // A snapshot with in-flight records needs a reader that restores them (version 2);
+  // without them it stays readable by every release (see kMetadataFormatVersion).
+  const uint32_t version =
+      m.hasChannelState() ? std::max(m.formatVersion, kMetadataFormatVersion)
+                          : std::min(m.formatVersion, kMetadataFormatVersionWithoutChannelState);
+  root.setFormatVersion(version);
   root.setJobId(m.jobId);
   root.setCheckpointId(m.checkpointId);
   root.setKind(m.kind == SnapshotKind::kSavepoint ? schema::CheckpointMetadata::Kind::SAVEPOINT
@@ -232,12 +244,22 @@ Result<std::string> serializeMetadata(const CheckpointMetadata& m, const std::st
       } else {
         keyed.setNone();
       }
+      if (!st.inputChannels.empty()) {
+        auto bufs = sb.initInputChannels(static_cast<unsigned>(st.inputChannels.size()));
+        for (unsigned k = 0; k < st.inputChannels.size(); ++k) {
+          const auto& b = st.inputChannels[k];
+          bufs[k].setInput(static_cast<uint32_t>(b.input));
+          bufs[k].setFromSubtask(static_cast<uint32_t>(b.fromSubtask));
+          bufs[k].setData(
+              capnp::Data::Reader(reinterpret_cast<const kj::byte*>(b.data.data()), b.data.size()));
+        }
+      }
     }
   }
   kj::Array<capnp::word> words = capnp::messageToFlatArray(message);
   auto bytes = words.asBytes();
   std::string out(kMagic, sizeof kMagic);
-  uint32_t v = m.formatVersion;
+  uint32_t v = version;
   char vb[4] = {static_cast<char>(v & 0xff), static_cast<char>((v >> 8) & 0xff), static_cast<char>((v >> 16) & 0xff),
                 static_cast<char>((v >> 24) & 0xff)};
   out.append(vb, 4);
@@ -387,6 +409,17 @@ Result<CheckpointMetadata> parseMetadata(std::string_view bytes, const std::stri
           default:
             return Status::Incompatible(where + " uses a state handle type this jobhost does not know; "
                                         "restore it with a newer jobhost");
+        }
+        for (auto bb : sb.getInputChannels()) {
+          InputChannelBuffer b;
+          b.input = static_cast<int>(bb.getInput());
+          b.fromSubtask = static_cast<int>(bb.getFromSubtask());
+          if (b.input > 1024 || b.fromSubtask > 32768)
+            return Status::Corruption(where + ": the in-flight records of '" + op.uid + "' subtask " +
+                                      std::to_string(st.index) + " name an impossible channel");
+          auto d = bb.getData();
+          b.data.assign(reinterpret_cast<const char*>(d.begin()), d.size());
+          st.inputChannels.push_back(std::move(b));
         }
         op.subtasks.push_back(std::move(st));
       }

@@ -106,6 +106,55 @@ TEST(BarrierAlignerTest, AnAbandonedAlignmentWithAnEndedChannelKeepsThatChannelB
   EXPECT_EQ(a.blocked(), blockedOf({false, false, true}));
 }
 
+// Unaligned checkpoints
+
+TEST(BarrierAlignerTest, AnUnalignedCheckpointSnapshotsAtItsFirstBarrierBlocksNothingAndRecordsTheLateChannels) {
+  BarrierAligner a(3);
+  auto s = a.onUnalignedBarrier(1, 5);
+  EXPECT_EQ(s.snapshot, 5u);
+  EXPECT_EQ(s.accepted, 5u);
+  EXPECT_EQ(s.complete, 0u);
+  EXPECT_EQ(a.blocked(), blockedOf({false, false, false}));  // nothing waits
+  EXPECT_TRUE(a.recording(0));
+  EXPECT_FALSE(a.recording(1));  // its barrier came: what follows is after the snapshot
+  EXPECT_TRUE(a.recording(2));
+  s = a.onUnalignedBarrier(0, 5);
+  EXPECT_EQ(s.snapshot, 0u);
+  EXPECT_EQ(s.accepted, 5u);
+  EXPECT_FALSE(a.recording(0));
+  EXPECT_EQ(a.onEndOfChannel(2), std::optional<uint64_t>(5));  // the last live channel ended
+  EXPECT_TRUE(a.lastCompletedUnaligned());
+  EXPECT_FALSE(a.recording(0));
+}
+
+TEST(BarrierAlignerTest, OneChannelTakesAnUnalignedSnapshotAndCompletesAtOnce) {
+  BarrierAligner a(1);
+  auto s = a.onUnalignedBarrier(0, 2);
+  EXPECT_EQ(s.snapshot, 2u);
+  EXPECT_EQ(s.complete, 2u);
+  EXPECT_FALSE(a.recording(0));
+  s = a.onUnalignedBarrier(0, 2);  // stale
+  EXPECT_EQ(s.accepted, 0u);
+  EXPECT_EQ(s.snapshot, 0u);
+}
+
+TEST(BarrierAlignerTest, ANewerBarrierAbandonsAnUnalignedCheckpointAndAnAlignedOneAfterItBlocksAgain) {
+  BarrierAligner a(2);
+  EXPECT_EQ(a.onUnalignedBarrier(0, 3).snapshot, 3u);
+  auto s = a.onUnalignedBarrier(1, 4);
+  EXPECT_EQ(s.abandoned, 3u);
+  EXPECT_EQ(s.snapshot, 4u);
+  EXPECT_TRUE(a.recording(0));
+  EXPECT_EQ(a.onUnalignedBarrier(0, 3).accepted, 0u);  // the abandoned one's late barrier is stale
+  EXPECT_EQ(a.onUnalignedBarrier(0, 4).complete, 4u);
+  // A savepoint after it is aligned: its barrier blocks its channel.
+  EXPECT_EQ(a.onBarrier(0, 5), std::nullopt);
+  EXPECT_EQ(a.blocked(), blockedOf({true, false}));
+  EXPECT_FALSE(a.recording(1));
+  EXPECT_EQ(a.onBarrier(1, 5), std::optional<uint64_t>(5));
+  EXPECT_FALSE(a.lastCompletedUnaligned());
+}
+
 TEST(BarrierAlignerTest, ZeroChannelsIsRefused) { EXPECT_THROW(BarrierAligner(0), std::invalid_argument); }
 
 }  // namespace

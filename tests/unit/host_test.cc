@@ -1090,6 +1090,52 @@ TEST(InputGateTest, EventsArriveInOrderPerChannelTaggedWithTheirChannel) {
   EXPECT_FALSE(gate.tryNext({false, false}));
 }
 
+TEST(InputGateTest, AnUnalignedBarrierOvertakesTheQueuedDataButNotAnEarlierBarrierAndCarriesACopy) {
+  InputGate gate(2, 1 << 20);
+  ASSERT_TRUE(gate.push(0, data("a")));
+  ASSERT_TRUE(gate.push(0, barrier(1)));  // aligned: queues behind "a"
+  ASSERT_TRUE(gate.push(0, data("b")));
+  ChannelEvent wm;
+  wm.kind = ChannelEvent::kWatermark;
+  wm.value = 7;
+  ASSERT_TRUE(gate.push(0, wm));
+  ASSERT_TRUE(gate.push(0, data("c")));
+  ChannelEvent u = barrier(2);
+  u.unaligned = true;
+  ASSERT_TRUE(gate.push(0, u));
+  ASSERT_TRUE(gate.push(0, data("d")));  // after the barrier: not overtaken
+  // Channel 0 now reads: a, barrier 1, barrier 2 (carrying b and c), b, watermark, c, d.
+  std::vector<std::string> order;
+  std::vector<std::string> carried;
+  while (auto e = gate.tryNext({false, false})) {
+    switch (e->kind) {
+      case ChannelEvent::kData: order.push_back(e->data); break;
+      case ChannelEvent::kBarrier:
+        order.push_back("B" + std::to_string(e->checkpointId));
+        if (e->unaligned) carried = e->overtaken;
+        else EXPECT_TRUE(e->overtaken.empty());
+        break;
+      case ChannelEvent::kWatermark: order.push_back("W"); break;
+      default: order.push_back("?");
+    }
+  }
+  EXPECT_EQ(order, (std::vector<std::string>{"a", "B1", "B2", "b", "W", "c", "d"}));
+  EXPECT_EQ(carried, (std::vector<std::string>{"b", "c"}));
+}
+
+TEST(InputGateTest, AnUnalignedBarrierAndTheDataBeforeItDoNotWaitForRoomInAFullChannel) {
+  InputGate gate(1, 2);
+  ASSERT_TRUE(gate.push(0, data("12")));  // full now
+  ASSERT_TRUE(gate.push(0, data("34"), nullptr, /*noWait=*/true));
+  ChannelEvent u = barrier(3);
+  u.unaligned = true;
+  ASSERT_TRUE(gate.push(0, u));
+  auto first = gate.tryNext({false});
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->kind, ChannelEvent::kBarrier);
+  EXPECT_EQ(first->overtaken, (std::vector<std::string>{"12", "34"}));
+}
+
 TEST(InputGateTest, AProducerBlocksOnAFullChannelUntilTheConsumerTakes) {
   InputGate gate(1, 2);
   ASSERT_TRUE(gate.push(0, data("1")));

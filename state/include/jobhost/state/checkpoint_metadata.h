@@ -24,15 +24,34 @@
 namespace jobhost::state {
 
 /// Bump when a change needs readers to refuse older code; old versions stay readable.
-inline constexpr uint32_t kMetadataFormatVersion = 1;
+/// 2: a subtask may hold in-flight records (InputChannelStateHandle, unaligned
+/// checkpoints), which an older reader would drop. A snapshot without them is still
+/// written as version 1 (kMetadataFormatVersionWithoutChannelState), so it restores
+/// into older jobhost releases as before.
+inline constexpr uint32_t kMetadataFormatVersion = 2;
+inline constexpr uint32_t kMetadataFormatVersionWithoutChannelState = 1;
 inline constexpr char kMetadataFileName[] = "_metadata";
 
 enum class SnapshotKind { kCheckpoint, kSavepoint };
+
+/// One buffer of in-flight records of an unaligned checkpoint: sent by producing subtask
+/// `fromSubtask` into input `input` of an exchange, not yet processed by the receiving
+/// subtask when it took its snapshot (Flink's InputChannelStateHandle). `data` holds
+/// records in the exchange's wire format (schema/checkpoint_metadata.capnp).
+struct InputChannelBuffer {
+  int input = 0;
+  int fromSubtask = 0;
+  std::string data;
+  bool operator==(const InputChannelBuffer&) const = default;
+};
 
 struct SubtaskSnapshot {
   int index = 0;
   std::string operatorState;
   KeyedStateHandle keyed;
+  /// Unaligned checkpoints, on the exchange receiving them: the in-flight records, in
+  /// the order each channel delivered them.
+  std::vector<InputChannelBuffer> inputChannels;
 };
 
 struct OperatorSnapshot {
@@ -74,6 +93,8 @@ struct CheckpointMetadata {
 
   /// Every file referenced by any handle.
   std::vector<FileRef> referencedFiles() const;
+  /// True if a subtask holds in-flight records (an unaligned checkpoint).
+  bool hasChannelState() const;
   const OperatorSnapshot* findOperator(const std::string& uid) const;
 };
 

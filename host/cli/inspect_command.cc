@@ -16,6 +16,7 @@
 #include "config/units.h"
 #include "exit_codes.h"
 #include "jobhost/kafka_splits.h"
+#include "jobhost/serializer.h"
 #include "jobhost/state/checkpoint_layout.h"
 
 namespace jobhost::host {
@@ -39,6 +40,40 @@ std::string kindText(const state::CheckpointMetadata& m) {
   if (m.format == state::SnapshotFormat::kCanonical) return k + " (canonical)";
   if (m.incremental) return k + " (incremental)";
   return k + " (full)";
+}
+
+/// An unaligned checkpoint's in-flight records of one subtask: buffers, bytes, records
+/// (records: -1 if a buffer does not parse).
+struct InFlight {
+  size_t buffers = 0;
+  uint64_t bytes = 0;
+  int64_t records = 0;
+};
+InFlight inFlightOf(const state::SubtaskSnapshot& sub) {
+  InFlight f;
+  for (const auto& b : sub.inputChannels) {
+    ++f.buffers;
+    f.bytes += b.data.size();
+    try {
+      ByteReader r(b.data);
+      while (!r.atEnd()) {
+        r.readFixed<uint16_t>();
+        r.readI64();
+        r.readBytes();
+        r.readBytes();
+        if (f.records >= 0) ++f.records;
+      }
+    } catch (const std::exception&) {
+      f.records = -1;
+    }
+  }
+  return f;
+}
+
+/// The handle column: the keyed handle, or the channel state's for an exchange.
+std::string handleText(const state::SubtaskSnapshot& sub) {
+  if (sub.keyed.index() == 0 && !sub.inputChannels.empty()) return "InputChannelStateHandle";
+  return state::handleTypeName(sub.keyed);
 }
 
 std::string joinIds(const std::set<uint64_t>& ids) {
@@ -103,7 +138,14 @@ int inspectCommand(const std::string& path, bool json) {
       o << "],\"subtasks\":[";
       for (size_t j = 0; j < op.subtasks.size(); ++j) {
         const auto& sub = op.subtasks[j];
-        o << (j ? "," : "") << "{\"index\":" << sub.index << ",\"handle\":" << jsonString(state::handleTypeName(sub.keyed));
+        o << (j ? "," : "") << "{\"index\":" << sub.index << ",\"handle\":" << jsonString(handleText(sub));
+        if (!sub.inputChannels.empty()) {
+          InFlight f = inFlightOf(sub);
+          o << ",\"inFlight\":{\"buffers\":" << f.buffers << ",\"bytes\":" << f.bytes << ",\"records\":";
+          if (f.records < 0) o << "null";
+          else o << f.records;
+          o << "}";
+        }
         state::KeyGroupRange range = state::handleRange(sub.keyed);
         if (sub.keyed.index()) o << ",\"keyGroups\":[" << range.start << "," << range.end << "]";
         o << ",\"files\":[";
@@ -174,11 +216,20 @@ int inspectCommand(const std::string& path, bool json) {
       auto files = state::referencedFiles(sub.keyed);
       uint64_t bytes = 0;
       for (const auto& f : files) bytes += f.size;
-      t.add({"  " + std::to_string(sub.index), state::handleTypeName(sub.keyed),
+      if (!sub.inputChannels.empty()) bytes += inFlightOf(sub).bytes;
+      t.add({"  " + std::to_string(sub.index), handleText(sub),
              sub.keyed.index() ? std::to_string(range.start) + "-" + std::to_string(range.end) : "-",
              std::to_string(files.size()), formatBytes(bytes)});
     }
     std::cout << t.render();
+    for (const auto& sub : op.subtasks) {
+      if (sub.inputChannels.empty()) continue;
+      InFlight f = inFlightOf(sub);
+      std::cout << "    subtask " << sub.index << ": "
+                << (f.records < 0 ? std::string("damaged in-flight records") : std::to_string(f.records) + " in-flight records")
+                << " in " << f.buffers << (f.buffers == 1 ? " buffer" : " buffers") << " (" << formatBytes(f.bytes)
+                << ", unaligned checkpoint; stored in _metadata, processed first on restore)\n";
+    }
     for (const auto& sub : op.subtasks)
       for (const auto& f : state::referencedFiles(sub.keyed))
         std::cout << "    " << r->storage->describe(f.path) << "  (" << formatBytes(f.size) << ")\n";

@@ -204,13 +204,30 @@ int stateLsCommand(const StateCommandOptions& o) {
                    offsetText(r.stoppingOffset)});
     }
   }
-  if (!any && !anyOffsets) {
+  // An unaligned checkpoint's in-flight records, per exchange and subtask.
+  Table inFlight({"EXCHANGE", "SUBTASK", "BUFFERS", "BYTES"});
+  bool anyInFlight = false;
+  for (const auto& op : m.operators) {
+    if (o.operatorUid && op.uid != *o.operatorUid) continue;
+    for (const auto& sub : op.subtasks) {
+      if (sub.inputChannels.empty()) continue;
+      uint64_t bytes = 0;
+      for (const auto& b : sub.inputChannels) bytes += b.data.size();
+      anyInFlight = true;
+      inFlight.add({op.uid, std::to_string(sub.index), std::to_string(sub.inputChannels.size()), formatBytes(bytes)});
+    }
+  }
+  if (!any && !anyOffsets && !anyInFlight) {
     std::cout << "No keyed state.\n";
     return kExitOk;
   }
   if (any) std::cout << states.render();
   if (any && o.keyGroups) std::cout << "\n" << groups.render();
   if (anyOffsets) std::cout << (any ? "\n" : "") << "Kafka offsets (the next offset to read per partition):\n" << offsets.render();
+  if (anyInFlight)
+    std::cout << (any || anyOffsets ? "\n" : "")
+              << "In-flight records of an unaligned checkpoint (processed first on restore):\n"
+              << inFlight.render();
   return kExitOk;
 }
 
@@ -243,6 +260,14 @@ int stateDumpCommand(const StateCommandOptions& o) {
   const auto& m = src->metadata;
   const state::OperatorSnapshot* op = m.findOperator(o.operatorUid.value_or(""));
   if (op && op->states.empty() && holdsKafkaOffsets(*op)) return dumpKafkaOffsets(*op, src->directory, format, o);
+  if (op && op->states.empty() &&
+      std::any_of(op->subtasks.begin(), op->subtasks.end(), [](const auto& s) { return !s.inputChannels.empty(); })) {
+    std::cerr << "error: '" << op->uid << "' in " << src->directory
+              << " is an exchange holding the in-flight records of an unaligned checkpoint, not keyed state; "
+                 "`jobhost inspect "
+              << src->directory << "` shows how many; operators with keyed state: " << keyedOperatorList(m) << "\n";
+    return kExitUsage;
+  }
   if (!op || op->states.empty()) {
     std::cerr << "error: " << src->directory << (op ? " holds no keyed state for operator '" : " has no operator '")
               << o.operatorUid.value_or("") << "'; operators with keyed state: " << keyedOperatorList(m)

@@ -43,6 +43,11 @@ struct JobExecution::Impl {
   struct ActiveCheckpoint {
     CheckpointTarget target;
     std::shared_ptr<std::atomic<bool>> aborted;
+    /// The final checkpoint (triggered once every source ended, see afterAllEnded): the
+    /// job finishes after it and its sinks commit what follows it at the end, so it
+    /// must hold every record and every timer's firing — aligned, and its barrier never
+    /// taken between the timers of a watermark.
+    bool final = false;
   };
 
   /// One operator of a task (or the sending side of an exchange, `sender`).
@@ -90,7 +95,14 @@ struct JobExecution::Impl {
     std::mutex mailMu;
     std::condition_variable mailCv;
     std::deque<std::function<void()>> mail;  // guarded by mailMu; run on the task thread
-    std::deque<uint64_t> triggers;           // guarded by mailMu; sources: barriers to emit
+    /// A barrier a source is to emit, and its kind, decided once per checkpoint in
+    /// triggerCheckpoint(): every source emits the same kind, so no task ever sees one
+    /// checkpoint's barriers both aligned and unaligned.
+    struct Trigger {
+      uint64_t id = 0;
+      bool unaligned = false;
+    };
+    std::deque<Trigger> triggers;            // guarded by mailMu; sources: barriers to emit
     std::atomic<bool> hasMail{false};        // mail or triggers may be waiting
     // Task thread only.
     uint64_t suspendedBy = 0;  // source: the stop checkpoint whose barrier it emitted (0: polling)
@@ -187,7 +199,7 @@ struct JobExecution::Impl {
   std::optional<ActiveCheckpoint> activeCheckpoint(uint64_t id);
   /// `unaligned`: an input task snapshots at an unaligned checkpoint's first barrier (its
   /// acknowledgement waits for the channel state, finishChannelState), and forwards an
-  /// unaligned barrier. For a source it is decided from the checkpoint's target.
+  /// unaligned barrier. A source passes its trigger's kind (Task::Trigger).
   void performCheckpoint(Task& t, uint64_t id, uint64_t alignmentMicros, bool unaligned = false);
   /// The channel state of unaligned checkpoint `id` is complete: stored in its snapshot,
   /// whose upload is queued.

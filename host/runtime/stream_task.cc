@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <ranges>
 
 #include "jobhost/serializer.h"
 #include "jobhost/time.h"
@@ -42,7 +43,7 @@ void JobExecution::Impl::post(Task& t, std::function<void()> fn) {
 /// Runs the task's mail and, for a source, emits the barriers of its triggers.
 void JobExecution::Impl::drainMail(Task& t) {
   std::deque<std::function<void()>> work;
-  std::deque<uint64_t> triggered;
+  std::deque<Task::Trigger> triggered;
   {
     std::lock_guard lock(t.mailMu);
     work.swap(t.mail);
@@ -50,7 +51,7 @@ void JobExecution::Impl::drainMail(Task& t) {
     t.hasMail.store(false, std::memory_order_relaxed);
   }
   for (auto& fn : work) fn();
-  for (uint64_t id : triggered) performCheckpoint(t, id, 0);
+  for (const auto& tr : triggered) performCheckpoint(t, tr.id, 0, tr.unaligned);
 }
 
 /// A source whose input just ended: serves the mail and triggers that came meanwhile.
@@ -187,8 +188,9 @@ void JobExecution::Impl::onInputTimeTakingBarriers(Task& t, std::optional<int64_
 /// are aligned, instead of leaving them behind the rest of the timers. A watermark that
 /// closes many windows (NexmarkQ8's join on RocksDB: ~80 ms) otherwise holds up the
 /// alignment of every barrier that arrives meanwhile. As Flink's interruptible timers
-/// (FLINK-20217), only checkpoints are taken early: a savepoint's barrier waits until
-/// every timer of the watermark has fired.
+/// (FLINK-20217), only checkpoints are taken early: a savepoint's barrier, and the final
+/// checkpoint's (ActiveCheckpoint::final), wait until every timer of the watermark has
+/// fired.
 ///
 /// Consistent because nothing is half done: every record taken from a channel before its
 /// barrier was processed (a watermark event is handled between buffers), every timer
@@ -198,11 +200,14 @@ void JobExecution::Impl::onInputTimeTakingBarriers(Task& t, std::optional<int64_
 void JobExecution::Impl::takeBarriersBetweenTimers(Task& t) {
   if (!t.barriersBetweenTimers || !t.aligner) return;
   t.barriersBetweenTimers = false;  // no nesting: a checkpoint fires no event-time timer
-  auto notSavepoint = [this](uint64_t id) {
+  // Not a savepoint's, nor the final checkpoint's: the timers that fire after the barrier
+  // would be in the snapshot and their output committed at the end of the job, so a
+  // restore from it would fire them again.
+  auto early = [this](uint64_t id) {
     auto active = activeCheckpoint(id);
-    return !active || !active->target.savepoint;
+    return !active || (!active->target.savepoint && !active->final);
   };
-  while (auto ev = t.gate->tryNextBarrier(t.aligner->blocked(), notSavepoint)) onBarrierEvent(t, *ev);
+  while (auto ev = t.gate->tryNextBarrier(t.aligner->blocked(), early)) onBarrierEvent(t, *ev);
   t.barriersBetweenTimers = true;
 }
 
@@ -289,12 +294,12 @@ void JobExecution::Impl::runSource(Task& t) {
     if (!cancelled.load()) finishTask(t);
   }
   // Triggers that arrived after the last poll can no longer be served.
-  std::deque<uint64_t> left;
+  std::deque<Task::Trigger> left;
   {
     std::lock_guard lock(t.mailMu);
     left.swap(t.triggers);
   }
-  for (uint64_t id : left)
+  for (uint64_t id : left | std::views::transform(&Task::Trigger::id))
     enqueueUpload([this, id] {
       listener->decline(id, CheckpointFailureReason::kTaskFinished,
                         Status::IOError("a source had finished before the checkpoint reached it"));

@@ -82,8 +82,6 @@ std::optional<JobExecution::Impl::ActiveCheckpoint> JobExecution::Impl::activeCh
 /// when the checkpoint was withdrawn: downstream tasks align on it.
 void JobExecution::Impl::performCheckpoint(Task& t, uint64_t id, uint64_t alignmentMicros, bool unaligned) {
   std::optional<ActiveCheckpoint> active = activeCheckpoint(id);
-  // A source starts the barrier of each kind: savepoints stay aligned (as in Flink).
-  if (!t.gate) unaligned = config.unalignedCheckpoints && !(active && active->target.savepoint);
   // stop --drain: the end of time before the barrier, so every window fires first.
   if (active && active->target.drain && !t.gate)
     for (int h : t.heads) advance(t, h, kMaxWatermark);
@@ -220,17 +218,23 @@ bool JobExecution::triggerCheckpoint(const CheckpointTarget& target) {
   // Once a task has finished it cannot take part in a checkpoint any more (Flink before
   // FLIP-147 behaves the same): no new checkpoints, the job is draining.
   if (!running() || x.finishedTasks.load() > 0) return false;
+  bool final = false;
   {
     std::lock_guard lock(x.targetsMu);
-    x.targets[target.checkpointId] = {target, std::make_shared<std::atomic<bool>>(false)};
+    final = x.finalCheckpoint && x.endedSources.load() == x.sourceTasks;
+    x.targets[target.checkpointId] = {target, std::make_shared<std::atomic<bool>>(false), final};
     while (x.targets.size() > 8) x.targets.erase(x.targets.begin());
-    if (x.finalCheckpoint && x.endedSources.load() == x.sourceTasks) x.afterAllEnded.insert(target.checkpointId);
+    if (final) x.afterAllEnded.insert(target.checkpointId);
   }
+  // Savepoints stay aligned, as in Flink; so does the final checkpoint: it must hold every
+  // record (the job finishes after it and its sinks commit what follows it), not leave
+  // some in flight to be replayed by a restore from it.
+  const bool unaligned = x.config.unalignedCheckpoints && !target.savepoint && !final;
   for (auto& t : x.tasks) {
     if (t->gate) continue;
     {
       std::lock_guard lock(t->mailMu);
-      t->triggers.push_back(target.checkpointId);
+      t->triggers.push_back({target.checkpointId, unaligned});
       t->hasMail.store(true, std::memory_order_release);
     }
     t->mailCv.notify_all();
@@ -273,7 +277,7 @@ void JobExecution::notifyCheckpointAborted(uint64_t id) {
     Impl::Task* t = tp.get();
     {
       std::lock_guard lock(t->mailMu);
-      std::erase(t->triggers, id);
+      std::erase_if(t->triggers, [id](const Impl::Task::Trigger& tr) { return tr.id == id; });
     }
     // A source suspended by this (stop) checkpoint polls again.
     x.post(*t, [t, id] {

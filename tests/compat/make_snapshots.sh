@@ -5,6 +5,9 @@
 #   tests/compat/make_snapshots.sh build tests/compat/v2      # only for a new format version
 #   tests/compat/make_snapshots.sh build tests/compat/v1 --only-new   # add snapshots of new state
 #
+# Each version directory holds the snapshots of its format version: v1/ everything that
+# is written as version 1, v2/ the unaligned checkpoints' (in-flight records, version 2).
+#
 # It refuses to overwrite a snapshot: committed snapshots are never regenerated. With
 # --only-new it writes the snapshots missing from an existing directory (new kinds of
 # state written by the same metadata format version) and leaves the others alone.
@@ -27,8 +30,15 @@ if [ -e "$OUT" ] && [ "$ONLY_NEW" != --only-new ]; then
   exit 1
 fi
 DATA=$ROOT/plugins/wordcount/data
-# wanted NAME: true if snapshot NAME is to be written (never over an existing one).
-wanted() { [ ! -e "$OUT/$1" ]; }
+# wanted NAME: true if snapshot NAME is to be written (never over an existing one) and
+# belongs to OUT's format version (unaligned-*: v2, the others: v1).
+wanted() {
+  case "$(basename "$OUT"):$1" in
+    v2:unaligned-*) ;;
+    v2:* | v1:unaligned-*) return 1 ;;
+  esac
+  [ ! -e "$OUT/$1" ]
+}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -212,6 +222,40 @@ fi
 if wanted broadcast-rocksdb-incremental-p2; then
   keepjob broadcast-rocksdb-incremental-p2 \
     "$(bcast broadcast-rocksdb -p 2 -D state.backend.type=rocksdb -D state.backend.incremental=true)"
+fi
+# Unaligned checkpoints (issue 33; metadata format version 2): in-flight records stored by
+# the exchange before the keyed count (InputChannelStateHandle) next to the counts, at p=1
+# (hashmap) and p=2 (rocksdb, incremental). WordCount reads words.txt 8000 times (4.8 MB)
+# unthrottled, so its keyed task is back-pressured and every barrier overtakes records;
+# checkpoints every 50 ms, all retained, channels debloated to 20 ms of input (smaller
+# snapshots); the snapshot is the newest one holding in-flight records (the final
+# checkpoint is aligned). The other checkpoints are removed from a kept job directory, so
+# that the chk-<n> a restore finds there is the snapshot (its shared SSTs stay).
+# unaligned NAME CLASS [flags...]: prints the snapshot's chk directory.
+unaligned() {
+  local name=$1 cls=$2
+  shift 2
+  [ -f "$work/words-8000.txt" ] || for _ in $(seq 8000); do cat "$WORDS"; done >"$work/words-8000.txt"
+  "$JOBHOST" run -c "$cls" "$@" -D "state.checkpoints.dir=$work/$name" -D execution.checkpointing.interval=50ms \
+    -D execution.checkpointing.unaligned=true -D state.checkpoints.num-retained=1000 \
+    -D taskmanager.network.memory.buffer-debloat.target=20ms \
+    "$PLUGIN" --input "$work/words-8000.txt" >/dev/null 2>"$work/$name.err"
+  local c chk=""
+  for c in $(ls -d "$work/$name"/*/chk-* | sort -t- -k2 -n); do
+    "$JOBHOST" inspect "$c" | grep -q "in-flight records" && chk=$c
+  done
+  [ -n "$chk" ] || { echo "no checkpoint of $name holds in-flight records" >&2; exit 1; }
+  for c in "$(dirname "$chk")"/chk-*; do
+    [ "$c" = "$chk" ] || rm -rf "$c"
+  done
+  echo "$chk"
+}
+if wanted unaligned-hashmap-p1; then
+  cp -r "$(unaligned unaligned-hashmap-p1 WordCount)" "$OUT/unaligned-hashmap-p1"
+fi
+if wanted unaligned-rocksdb-incremental-p2; then
+  c=$(unaligned unaligned-rocksdb WordCountIncremental -p 2)
+  keepjob unaligned-rocksdb-incremental-p2 "$(dirname "$c")"
 fi
 find "$OUT" -type f | sort | xargs ls -l
 du -sh "$OUT"

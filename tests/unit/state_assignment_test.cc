@@ -62,6 +62,29 @@ OperatorInfo keyedOperator(const std::string& uid, std::vector<StateDescriptorIn
 
 OperatorInfo sourceOperator(const std::string& uid) { return {uid, "Text File Source", false, true, 1, {}}; }
 
+/// An unaligned checkpoint's in-flight records on exchange `uid`, sent to input `input`.
+state::OperatorSnapshot inFlightSnapshot(const std::string& uid, int input = 0) {
+  state::OperatorSnapshot op;
+  op.uid = uid;
+  op.name = "Key By";
+  op.parallelism = 2;
+  state::SubtaskSnapshot sub;
+  sub.inputChannels.push_back({input, 0, std::string(19, 'r')});
+  sub.inputChannels.push_back({input, 0, std::string(38, 'r')});
+  op.subtasks = {sub};
+  return op;
+}
+
+OperatorInfo exchange(const std::string& uid, int inputs = 1) {
+  OperatorInfo info;
+  info.uid = uid;
+  info.name = "Key By";
+  info.parallelism = 2;
+  info.channelReceiver = true;
+  info.inputs = inputs;
+  return info;
+}
+
 /// A snapshot, a plan, -n or not, and what must be decided for the snapshot's operator
 /// `uid`.
 struct Case {
@@ -110,6 +133,24 @@ TEST(StateAssignment, EachSnapshotOperatorIsRestoredSkippedOrRefusedAsTheRulesSa
        "lines", Action::kSkip, {"a source position", "--allow-non-restored-state is set"}},
       {"a keyed handle without declared states still counts as state", {keyedSnapshot("audit", {})},
        {sourceOperator("lines")}, false, "audit", Action::kError, {"'audit'", "keyed state"}},
+      // Unaligned checkpoints: in-flight records go to the exchange with their uid.
+      {"in-flight records into the exchange with their uid", {inFlightSnapshot("by-word")},
+       {keyedOperator("counts", {}), exchange("by-word")}, false, "by-word", Action::kRestoreChannelState, {}},
+      {"in-flight records of an exchange the job lacks are an error", {inFlightSnapshot("by-word")},
+       {keyedOperator("counts", {}), exchange("by-user")}, false, "by-word", Action::kError,
+       {"operator uid 'by-word' (Key By)", "in-flight records of an unaligned checkpoint", "2 buffers, 57 bytes",
+        "no exchange of the job has that uid", "the job's shape changed", "aligned savepoint",
+        "--allow-non-restored-state (-n)"}},
+      {"in-flight records of an exchange the job lacks are dropped with -n", {inFlightSnapshot("by-word")},
+       {exchange("by-user")}, true, "by-word", Action::kSkip,
+       {"in-flight records", "are dropped", "never sees them"}},
+      {"in-flight records whose uid now names a keyed operator are an error", {inFlightSnapshot("counts")},
+       {keyedOperator("counts", {})}, false, "counts", Action::kError,
+       {"the keyed operator 'Keyed Aggregation', not an exchange"}},
+      {"in-flight records of an input the exchange no longer has are an error", {inFlightSnapshot("union", 1)},
+       {exchange("union", 1)}, false, "union", Action::kError, {"input 2 of the exchange", "has 1"}},
+      {"in-flight records of the second input of a union", {inFlightSnapshot("union", 1)}, {exchange("union", 2)},
+       false, "union", Action::kRestoreChannelState, {}},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.what);

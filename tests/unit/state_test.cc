@@ -1591,6 +1591,36 @@ TEST(CheckpointMetadataTest, BadMagicIsCorruptionNamingTheFile) {
   }
 }
 
+TEST(CheckpointMetadataTest, InFlightRecordsRoundTripAndMakeTheSnapshotVersionTwoWhileOthersStayVersionOne) {
+  CheckpointMetadata m = sampleMetadata();
+  auto plain = serializeMetadata(m, "chk-3");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ((*plain)[8], 1) << "a snapshot without in-flight records stays readable by older releases";
+  OperatorSnapshot ex;
+  ex.uid = "auto-3-key-by";
+  ex.name = "Key By";
+  ex.parallelism = 2;
+  SubtaskSnapshot sub;
+  sub.index = 1;
+  sub.inputChannels.push_back({0, 0, std::string("\x01\x00rec", 5)});
+  sub.inputChannels.push_back({1, 3, std::string(70000, 'x')});
+  ex.subtasks.push_back(sub);
+  m.operators.push_back(ex);
+  auto bytes = serializeMetadata(m, "chk-3");
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_EQ((*bytes)[8], 2) << "an older release must refuse it instead of dropping the records";
+  auto parsed = parseMetadata(*bytes, "chk-3", "chk-3/_metadata");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_TRUE(parsed->hasChannelState());
+  EXPECT_EQ(parsed->formatVersion, kMetadataFormatVersion);
+  const OperatorSnapshot* got = parsed->findOperator("auto-3-key-by");
+  ASSERT_NE(got, nullptr);
+  ASSERT_EQ(got->subtasks.size(), 1u);
+  EXPECT_EQ(got->subtasks[0].index, 1);
+  EXPECT_EQ(got->subtasks[0].inputChannels, sub.inputChannels);
+  EXPECT_TRUE(parsed->referencedFiles().size() == m.referencedFiles().size()) << "in-flight records are no files";
+}
+
 TEST(CheckpointMetadataTest, ANewerFormatVersionIsIncompatibleNamingBothVersions) {
   auto bytes = serializeMetadata(sampleMetadata(), "chk-3");
   ASSERT_TRUE(bytes.ok()) << bytes.status();

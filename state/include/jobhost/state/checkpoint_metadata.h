@@ -74,7 +74,8 @@ struct SnapshotStats {
 };
 
 struct CheckpointMetadata {
-  uint32_t formatVersion = kMetadataFormatVersion;
+  /// As read; serializeMetadata() writes 2 exactly when there are in-flight records.
+  uint32_t formatVersion = kMetadataFormatVersionWithoutChannelState;
   std::string jobId;
   uint64_t checkpointId = 0;
   SnapshotKind kind = SnapshotKind::kCheckpoint;

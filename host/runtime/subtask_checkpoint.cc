@@ -210,6 +210,8 @@ void JobExecution::Impl::finishChannelState(Task& t, uint64_t id) {
     }
   }
   for (auto& [uid, sub] : byExchange) p.snap->operators.emplace_back(uid, std::move(sub));
+  // As for an aligned checkpoint, from the first barrier to the last; nothing was blocked.
+  if (t.aligner) p.snap->alignmentMicros = t.aligner->lastAlignmentMicros();
   enqueueUpload(std::move(p.upload));
 }
 

@@ -348,10 +348,15 @@ Status JobExecution::prepare(const RestoreSource* source) {
         auto it = restoredOperatorState.find(n.uid);
         if (it != restoredOperatorState.end()) {
           // Same parallelism: each subtask its own; rescaled: every subtask all of them
-          // (the operator merges, Operator::restoreState).
+          // (the operator merges, Operator::restoreState) — but a broadcast state only from
+          // old subtask 0: after an unaligned checkpoint the copies may differ (each
+          // subtask snapshotted at another point of the broadcast stream, the rest being in
+          // flight), and the broadcast exchange's in-flight records restored everywhere are
+          // subtask 0's (inFlightRecordsFor). After an aligned one all copies are equal.
           const bool same = it->second->parallelism == st.parallelism;
+          const bool oneCopy = !n.broadcastStates.empty();
           for (const auto& sub : it->second->subtasks) {
-            if (same ? sub.index != t.subtask : sub.operatorState.empty()) continue;
+            if (same ? sub.index != t.subtask : (sub.operatorState.empty() || (oneCopy && sub.index != 0))) continue;
             try {
               s.op->restoreState(sub.operatorState);
             } catch (...) {

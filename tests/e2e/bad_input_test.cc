@@ -198,7 +198,8 @@ TEST_F(BadInput, ANewerMetadataFormatVersionNamesBothVersions) {
   ASSERT_EQ(meta.substr(0, 8), std::string("JHMETA\r\n", 8));
   const uint32_t current = static_cast<uint8_t>(meta[8]) | static_cast<uint8_t>(meta[9]) << 8;
   ASSERT_GE(current, 1u);
-  const uint32_t newer = current + 1;
+  // Far newer than any this jobhost reads (a v1 snapshot + 1 is version 2, which it reads).
+  const uint32_t newer = current + 98;
   meta[8] = static_cast<char>(newer & 0xff);
   meta[9] = static_cast<char>((newer >> 8) & 0xff);
   writeFile(chk / "_metadata", meta);

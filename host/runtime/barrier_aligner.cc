@@ -1,6 +1,7 @@
 // Barrier alignment bookkeeping. See the header for the rules.
 #include "runtime/barrier_aligner.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -37,10 +38,14 @@ std::optional<uint64_t> BarrierAligner::onBarrier(int channel, uint64_t checkpoi
   return maybeComplete();
 }
 
-BarrierAligner::UnalignedStep BarrierAligner::onUnalignedBarrier(int channel, uint64_t checkpointId) {
+BarrierAligner::UnalignedStep BarrierAligner::onUnalignedBarrier(int channel, uint64_t checkpointId,
+                                                                 std::chrono::steady_clock::time_point arrived) {
   UnalignedStep step;
   const bool first = checkpointId > newest_;
   if (!accept(channel, checkpointId, true, &step.abandoned)) return step;
+  if (arrived == std::chrono::steady_clock::time_point{}) arrived = std::chrono::steady_clock::now();
+  if (first || arrived < alignmentStart_) alignmentStart_ = arrived;
+  if (first || arrived > lastArrival_) lastArrival_ = arrived;
   step.accepted = checkpointId;
   if (first) step.snapshot = checkpointId;
   if (auto done = maybeComplete()) step.complete = *done;
@@ -54,6 +59,7 @@ std::optional<uint64_t> BarrierAligner::onEndOfChannel(int channel) {
   blocked_[c] = true;
   arrived_[c] = true;
   ++endedCount_;
+  if (inProgress_ && unaligned_) lastArrival_ = std::chrono::steady_clock::now();
   return maybeComplete();
 }
 
@@ -64,8 +70,9 @@ std::optional<uint64_t> BarrierAligner::maybeComplete() {
   inProgress_ = false;
   lastUnaligned_ = unaligned_;
   unblockLive();
+  const auto end = unaligned_ ? lastArrival_ : std::chrono::steady_clock::now();
   lastAlignmentMicros_ = static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - alignmentStart_).count());
+      std::chrono::duration_cast<std::chrono::microseconds>(std::max(end, alignmentStart_) - alignmentStart_).count());
   return newest_;
 }
 

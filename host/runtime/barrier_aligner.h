@@ -58,8 +58,12 @@ class BarrierAligner {
     uint64_t accepted = 0;   // the barrier counts (not stale): its overtaken data belongs to the channel state
     uint64_t complete = 0;   // every live channel delivered it: the channel state is complete
   };
-  /// The barrier of unaligned checkpoint `checkpointId` arrived on `channel`.
-  UnalignedStep onUnalignedBarrier(int channel, uint64_t checkpointId);
+  /// The barrier of unaligned checkpoint `checkpointId` arrived on `channel`; `arrived`:
+  /// when it reached the task's input (InputGate), default now. Its alignment time is
+  /// from the first barrier's arrival to the last's: no channel waits meanwhile, and the
+  /// task's own snapshot in between does not count.
+  UnalignedStep onUnalignedBarrier(int channel, uint64_t checkpointId,
+                                   std::chrono::steady_clock::time_point arrived = {});
 
   /// `channel` delivered its end marker. Returns the checkpoint whose alignment this
   /// completes (the other live channels had all delivered its barrier), else nullopt;
@@ -110,6 +114,7 @@ class BarrierAligner {
   uint64_t newest_ = 0;      // the newest barrier seen on any channel
   bool inProgress_ = false;  // newest_ is being aligned
   std::chrono::steady_clock::time_point alignmentStart_{};
+  std::chrono::steady_clock::time_point lastArrival_{};  // unaligned: the latest barrier's arrival
   uint64_t lastAlignmentMicros_ = 0;
 };
 

@@ -37,6 +37,7 @@ bool InputGate::push(int channel, ChannelEvent event, TaskCounter* backPressured
   event.channel = channel;
   queuedBytes_[c] += event.data.size();
   auto& q = queues_[c];
+  if (event.kind == ChannelEvent::kBarrier) event.arrived = std::chrono::steady_clock::now();
   if (event.kind == ChannelEvent::kBarrier && event.unaligned) {
     // Overtake everything back to the last barrier or end marker, copying the data.
     auto at = q.end();

@@ -50,6 +50,8 @@ struct ChannelEvent {
   bool unaligned = false;
   /// kBarrier with `unaligned`: the data buffers it overtook in its channel, oldest first.
   std::vector<std::string> overtaken;
+  /// kBarrier: when it was pushed into the gate (set by the gate).
+  std::chrono::steady_clock::time_point arrived{};
 };
 
 class InputGate {

@@ -221,7 +221,7 @@ void JobExecution::Impl::onBarrierEvent(Task& t, ChannelEvent& ev) {
     if (auto aligned = a.onBarrier(ev.channel, ev.checkpointId)) performCheckpoint(t, *aligned, a.lastAlignmentMicros());
     return;
   }
-  const auto step = a.onUnalignedBarrier(ev.channel, ev.checkpointId);
+  auto step = a.onUnalignedBarrier(ev.channel, ev.checkpointId, ev.arrived);
   if (step.abandoned && t.pendingChannelState && t.pendingChannelState->id == step.abandoned) {
     // A newer barrier: the older checkpoint was aborted upstream. What it holds is
     // dropped unreported, as an abandoned alignment snapshots nothing.
@@ -229,10 +229,27 @@ void JobExecution::Impl::onBarrierEvent(Task& t, ChannelEvent& ev) {
                   t.label, step.abandoned);
     t.pendingChannelState.reset();
   }
-  if (step.snapshot) performCheckpoint(t, step.snapshot, 0, /*unaligned=*/true);
+  std::vector<ChannelEvent> same;  // this checkpoint's barriers already at the head of other channels
+  if (step.snapshot) {
+    // They overtook their channels' records, so they usually wait at the heads already:
+    // taken before the snapshot, they do not wait behind its synchronous part (which can
+    // take long on RocksDB), and no record of those channels has to be recorded.
+    const uint64_t id = step.snapshot;
+    while (!step.complete) {
+      auto more = t.gate->tryNextBarrier(a.blocked(), [id](uint64_t other) { return other == id; });
+      if (!more) break;
+      if (a.onUnalignedBarrier(more->channel, id, more->arrived).complete) step.complete = id;
+      same.push_back(std::move(*more));
+    }
+    performCheckpoint(t, id, 0, /*unaligned=*/true);
+  }
   if (step.accepted && t.pendingChannelState && t.pendingChannelState->id == step.accepted) {
-    auto& recorded = t.pendingChannelState->channels[static_cast<size_t>(ev.channel)];
-    for (auto& d : ev.overtaken) recorded.push_back(std::move(d));
+    auto record = [&](ChannelEvent& b) {
+      auto& recorded = t.pendingChannelState->channels[static_cast<size_t>(b.channel)];
+      for (auto& d : b.overtaken) recorded.push_back(std::move(d));
+    };
+    record(ev);
+    for (auto& b : same) record(b);
   }
   if (step.complete) finishChannelState(t, step.complete);
 }

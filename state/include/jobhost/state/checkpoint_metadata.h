@@ -69,7 +69,8 @@ struct SnapshotStats {
   uint64_t newBytes = 0;
   uint64_t totalBytes = 0;
   /// The longest barrier alignment of any subtask (a task with several input channels
-  /// waits from the first barrier to the last).
+  /// waits from the first barrier to the last; an unaligned checkpoint's: from the first
+  /// barrier reaching the task's input to the last, while nothing waits).
   uint64_t alignmentMicros = 0;
 };
 

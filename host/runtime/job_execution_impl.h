@@ -36,6 +36,13 @@
 
 namespace jobhost::host {
 
+/// Restored in-flight records of one former subtask (unaligned checkpoint), processed
+/// at its input watermark when it snapshotted (kMinWatermark: none recorded).
+struct InFlightGroup {
+  int64_t watermark = kMinWatermark;
+  std::vector<ChannelEvent> events;  // kData, `channel` one of the input's channels
+};
+
 struct JobExecution::Impl {
   bool prepareFailedOnDependency = false;  // prepare(): an operator's open() threw DependencyUnavailable
   /// A triggered checkpoint that is not withdrawn. `aborted` is shared with the
@@ -119,14 +126,15 @@ struct JobExecution::Impl {
     /// asynchronous part and acknowledges, queued once the channel state is complete.
     struct PendingChannelState {
       uint64_t id = 0;
+      int64_t inputWatermark = kMinWatermark;  // the task's, when it snapshotted
       std::vector<std::vector<std::string>> channels;
       std::shared_ptr<TaskSnapshot> snap;
       std::function<void()> upload;
     };
     std::optional<PendingChannelState> pendingChannelState;
-    /// Restored in-flight records of an unaligned checkpoint, processed before any input
-    /// (kData events, `channel` one of the input's channels). Cleared once processed.
-    std::vector<ChannelEvent> restoredInFlight;
+    /// Restored in-flight records of an unaligned checkpoint, processed before any input,
+    /// lowest watermark first. Cleared once processed.
+    std::vector<InFlightGroup> restoredInFlight;
   };
 
   Plan plan;

@@ -170,6 +170,7 @@ std::vector<OperatorInfo> StageGraph::restoreTargets() const {
         info.name = n.name;
         info.parallelism = s.parallelism;
         info.channelReceiver = true;
+        info.broadcastReceiver = n.broadcastExchange;
         out.push_back(std::move(info));
         it = out.end() - 1;
       }

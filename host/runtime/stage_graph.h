@@ -39,6 +39,7 @@ struct OperatorInfo {
   /// (a union has several).
   bool channelReceiver = false;
   int inputs = 0;
+  bool broadcastReceiver = false;  // a channelReceiver of a broadcast() exchange
 };
 
 /// Who reads an output of a node: `consumer`'s input `position`, output `tag` (empty:

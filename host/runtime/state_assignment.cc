@@ -244,11 +244,22 @@ StateAssignment assignState(const state::CheckpointMetadata& metadata, const std
       for (const auto& s : op.subtasks)
         for (const auto& b : s.inputChannels) inputs = std::max(inputs, b.input + 1);
       std::string why;
+      std::string fix =
+          "the job's shape changed since the checkpoint. Restore with the job that wrote it (then take an aligned "
+          "savepoint, `jobhost savepoint`, before changing the job)";
       if (target == nullptr) why = "no exchange of " + job + " has that uid";
       else if (!target->channelReceiver) why = "in " + job + " that uid is " + roleText(*target) + ", not an exchange";
       else if (inputs > target->inputs)
         why = "the records were sent to input " + std::to_string(inputs) + " of the exchange, which in " + job +
               " has " + std::to_string(target->inputs);
+      else if (target->broadcastReceiver && op.parallelism != target->parallelism)
+      {
+        why = "it is a broadcast exchange, written at parallelism " + std::to_string(op.parallelism) +
+              " and restored at " + std::to_string(target->parallelism) +
+              " (each subtask snapshotted at another point of the broadcast stream, so their copies differ)";
+        fix = "restore at parallelism " + std::to_string(op.parallelism) +
+              ", take an aligned savepoint (`jobhost savepoint`) and rescale from that";
+      }
       if (why.empty()) {
         out.action = Action::kRestoreChannelState;
       } else if (allowNonRestoredState) {
@@ -260,9 +271,7 @@ StateAssignment assignState(const state::CheckpointMetadata& metadata, const std
       } else {
         out.action = Action::kError;
         out.reason = operatorText(op) + " holds in-flight records of an unaligned checkpoint (" + inFlightText(op) +
-                     ") but " + why + "; the job's shape changed since the checkpoint. Restore with the job that "
-                     "wrote it (then take an aligned savepoint, `jobhost savepoint`, before changing the job), or add "
-                     "--allow-non-restored-state (-n) to drop those records";
+                     ") but " + why + "; " + fix + ", or add --allow-non-restored-state (-n) to drop those records";
       }
     } else if (!keyed && !position) {
       out.action = Action::kSkip;

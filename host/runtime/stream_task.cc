@@ -217,18 +217,19 @@ void JobExecution::Impl::takeBarriersBetweenTimers(Task& t) {
 /// (runInput) — until every channel delivered it (barrier_aligner.h).
 void JobExecution::Impl::onBarrierEvent(Task& t, ChannelEvent& ev) {
   BarrierAligner& a = *t.aligner;
+  // A newer checkpoint's barrier (of either kind) abandons an unaligned one still
+  // collecting its channel state: it was aborted upstream. What it holds (its snapshot's
+  // asynchronous part too) is dropped unreported, as an abandoned alignment snapshots nothing.
+  if (t.pendingChannelState && t.pendingChannelState->id < ev.checkpointId) {
+    spdlog::debug("checkpoint {}: task {} {} abandons its channel state for checkpoint {}", ev.checkpointId, t.name,
+                  t.label, t.pendingChannelState->id);
+    t.pendingChannelState.reset();
+  }
   if (!ev.unaligned) {
     if (auto aligned = a.onBarrier(ev.channel, ev.checkpointId)) performCheckpoint(t, *aligned, a.lastAlignmentMicros());
     return;
   }
   auto step = a.onUnalignedBarrier(ev.channel, ev.checkpointId, ev.arrived);
-  if (step.abandoned && t.pendingChannelState && t.pendingChannelState->id == step.abandoned) {
-    // A newer barrier: the older checkpoint was aborted upstream. What it holds is
-    // dropped unreported, as an abandoned alignment snapshots nothing.
-    spdlog::debug("checkpoint {}: task {} {} abandons its channel state for checkpoint {}", ev.checkpointId, t.name,
-                  t.label, step.abandoned);
-    t.pendingChannelState.reset();
-  }
   std::vector<ChannelEvent> same;  // this checkpoint's barriers already at the head of other channels
   if (step.snapshot) {
     // They overtook their channels' records, so they usually wait at the heads already:
@@ -352,10 +353,16 @@ void JobExecution::Impl::runInput(Task& t) {
     Task& t;
     ~Detach() { t.aligner = nullptr; }
   } detach{t};
-  // An unaligned checkpoint's in-flight records come before any new input.
-  for (const auto& ev : t.restoredInFlight) {
-    if (cancelled.load(std::memory_order_relaxed)) return;
-    processData(t, ev);
+  // An unaligned checkpoint's in-flight records come before any new input, each former
+  // subtask's at the watermark it had then: a record that was late then is late again
+  // (it may belong to a window that fired and was committed before the checkpoint).
+  for (const auto& group : t.restoredInFlight) {
+    if (group.watermark > kMinWatermark)
+      for (int h : t.heads) advance(t, h, group.watermark);
+    for (const auto& ev : group.events) {
+      if (cancelled.load(std::memory_order_relaxed)) return;
+      processData(t, ev);
+    }
   }
   t.restoredInFlight.clear();
   t.restoredInFlight.shrink_to_fit();
@@ -377,7 +384,8 @@ void JobExecution::Impl::runInput(Task& t) {
     switch (ev->kind) {
       case ChannelEvent::kData:
         // Sent before the barrier of the unaligned checkpoint whose snapshot is taken.
-        if (t.pendingChannelState && aligner.recording(ev->channel))
+        if (t.pendingChannelState && t.pendingChannelState->id == aligner.aligning() &&
+            aligner.recording(ev->channel))
           t.pendingChannelState->channels[static_cast<size_t>(ev->channel)].push_back(ev->data);
         processData(t, *ev);
         break;

@@ -187,6 +187,7 @@ void JobExecution::Impl::performCheckpoint(Task& t, uint64_t id, uint64_t alignm
     // Acknowledged once the channel state is complete (finishChannelState).
     t.pendingChannelState.emplace();
     t.pendingChannelState->id = id;
+    t.pendingChannelState->inputWatermark = t.slots[static_cast<size_t>(t.heads.front())].watermark;
     t.pendingChannelState->channels.resize(static_cast<size_t>(t.gate->channels()));
     t.pendingChannelState->snap = snap;
     t.pendingChannelState->upload = std::move(upload);
@@ -209,6 +210,7 @@ void JobExecution::Impl::finishChannelState(Task& t, uint64_t id) {
       if (buffers.empty()) continue;
       state::SubtaskSnapshot& sub = byExchange[n.uid];
       sub.index = t.subtask;
+      sub.inputWatermark = p.inputWatermark;
       for (auto& data : buffers) sub.inputChannels.push_back({static_cast<int>(g.position), c, std::move(data)});
       p.snap->channelStateOwners[n.uid] = {n.name, st.parallelism};
     }

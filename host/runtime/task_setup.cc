@@ -51,23 +51,25 @@ Status restoreError(const Status& s, const std::string& what) {
 }
 /// The in-flight records (unaligned checkpoint) of input `input` of exchange snapshot
 /// `op` that subtask `subtask` of `parallelism` processes on restore, as buffers in the
-/// exchange's wire format. At the parallelism that wrote them each subtask takes its
-/// own. Rescaled, a keyed record goes to the subtask owning its key group, as a new
-/// record would; an unkeyed one to the old subtask's index modulo the new parallelism;
-/// a broadcast exchange's buffers, which every old subtask held a copy of, from old
-/// subtask 0 to every subtask, like broadcast state (state_assignment.h). Throws
-/// SerializationError for a buffer that does not parse.
-std::vector<std::string> inFlightRecordsFor(const state::OperatorSnapshot& op, int input, bool broadcast,
-                                            int parallelism, int subtask, int maxParallelism) {
-  std::vector<std::string> out;
+/// exchange's wire format, one group per former subtask with its input watermark. At the
+/// parallelism that wrote them each subtask takes its own. Rescaled, a keyed record goes
+/// to the subtask owning its key group, as a new record would; an unkeyed one to the old
+/// subtask's index modulo the new parallelism; a broadcast exchange's buffers (each old
+/// subtask held its own copy) from old subtask 0 to every subtask, like broadcast state
+/// (state_assignment.h refuses to rescale those when they differ). Throws
+/// SerializationError for a buffer that does not parse, or unkeyed records for a keyed
+/// exchange (`keyed`: the job's exchange with that uid is a keyBy; it changed).
+std::vector<InFlightGroup> inFlightRecordsFor(const state::OperatorSnapshot& op, int input, bool broadcast,
+                                                          bool keyed, int parallelism, int subtask,
+                                                          int maxParallelism, int channel) {
+  std::vector<InFlightGroup> out;
   const bool same = op.parallelism == parallelism;
-  for (const auto& sub : op.subtasks)
+  for (const auto& sub : op.subtasks) {
+    InFlightGroup g;
+    g.watermark = sub.inputWatermark;
     for (const auto& b : sub.inputChannels) {
       if (b.input != input) continue;
-      if (same || broadcast) {
-        if (sub.index == (same ? subtask : 0)) out.push_back(b.data);
-        continue;
-      }
+      if ((same || broadcast) && sub.index != (same ? subtask : 0)) continue;
       std::string kept;
       ByteWriter w(kept);
       ByteReader r(b.data);
@@ -76,19 +78,32 @@ std::vector<std::string> inFlightRecordsFor(const state::OperatorSnapshot& op, i
         const int64_t ts = r.readI64();
         std::string_view key = r.readBytes();
         std::string_view rec = r.readBytes();
-        const int owner = kg != kNoKeyGroup ? state::subtaskForKeyGroup(maxParallelism, parallelism, kg)
-                                            : sub.index % parallelism;
         if (kg != kNoKeyGroup && kg >= maxParallelism)
           throw SerializationError("key group " + std::to_string(kg) + " beyond max parallelism " +
                                    std::to_string(maxParallelism));
+        if (keyed && kg == kNoKeyGroup)
+          throw std::invalid_argument(
+              "they were sent through an exchange that was not a keyBy, and the job's exchange with that uid is "
+              "one: the job changed since the checkpoint. Restore with the job that wrote it, take an aligned "
+              "savepoint (jobhost savepoint) and restore the changed job from that");
+        const int owner = same || broadcast ? subtask
+                          : kg != kNoKeyGroup ? state::subtaskForKeyGroup(maxParallelism, parallelism, kg)
+                                              : sub.index % parallelism;
         if (owner != subtask) continue;
         w.writeFixed<uint16_t>(kg);
         w.writeI64(ts);
         w.writeBytes(key);
         w.writeBytes(rec);
       }
-      if (!kept.empty()) out.push_back(std::move(kept));
+      if (kept.empty()) continue;
+      ChannelEvent ev;
+      ev.kind = ChannelEvent::kData;
+      ev.channel = channel;  // any channel of the input: they feed the same receiver
+      ev.data = std::move(kept);
+      g.events.push_back(std::move(ev));
     }
+    if (!g.events.empty()) out.push_back(std::move(g));
+  }
   return out;
 }
 }  // namespace
@@ -174,20 +189,22 @@ Status JobExecution::prepare(const RestoreSource* source) {
       auto it = restoredChannels.find(ex.uid);
       if (it == restoredChannels.end()) continue;
       try {
-        for (auto& data : inFlightRecordsFor(*it->second, static_cast<int>(g.position), ex.broadcastExchange,
-                                             st.parallelism, t.subtask, x.config.maxParallelism)) {
-          ChannelEvent ev;
-          ev.kind = ChannelEvent::kData;
-          ev.channel = g.firstChannel;  // any channel of the input: they feed the same receiver
-          ev.data = std::move(data);
-          t.restoredInFlight.push_back(std::move(ev));
-        }
+        for (auto& group : inFlightRecordsFor(*it->second, static_cast<int>(g.position), ex.broadcastExchange,
+                                              !ex.keySerializer.empty(), st.parallelism, t.subtask,
+                                              x.config.maxParallelism, g.firstChannel))
+          t.restoredInFlight.push_back(std::move(group));
+      } catch (const std::invalid_argument& e) {
+        return Status::Incompatible("cannot restore the in-flight records of exchange '" + ex.uid + "' (" + ex.name +
+                                    ") " + t.label + ": " + e.what());
       } catch (const std::exception& e) {
         return Status::Corruption("cannot restore the in-flight records of exchange '" + ex.uid + "' (" + ex.name +
                                   ") " + t.label + ": " + e.what() +
                                   "; the checkpoint is damaged: restore from another checkpoint or savepoint");
       }
     }
+    // Lowest watermark first: each group is processed at its former subtask's watermark.
+    std::stable_sort(t.restoredInFlight.begin(), t.restoredInFlight.end(),
+                     [](const InFlightGroup& a, const InFlightGroup& b) { return a.watermark < b.watermark; });
     t.channelHead.assign(static_cast<size_t>(st.channelCount()), -1);
     for (const auto& g : st.channels)
       for (int c = 0; c < g.count; ++c) t.channelHead[static_cast<size_t>(g.firstChannel + c)] = slotOfNode.at(g.exchange);

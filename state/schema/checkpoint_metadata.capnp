@@ -80,6 +80,10 @@ struct SubtaskSnapshot {
   # subtask's input channels held, or took after its snapshot, before each channel's
   # barrier. Only on the operator that is the exchange receiving them. Format version 2.
   inputChannels @6 :List(InputChannelBuffer);
+  # With inputChannels: the receiving task's input watermark when it snapshotted. A
+  # restore raises the watermark to it before the records are processed, so that a record
+  # that was late then is late again (minimum: not recorded).
+  inputWatermark @7 :Int64 = -9223372036854775808;
 }
 
 # One buffer of in-flight records from producing subtask `fromSubtask` into input

@@ -245,6 +245,7 @@ Result<std::string> serializeMetadata(const CheckpointMetadata& m, const std::st
         keyed.setNone();
       }
       if (!st.inputChannels.empty()) {
+        sb.setInputWatermark(st.inputWatermark);
         auto bufs = sb.initInputChannels(static_cast<unsigned>(st.inputChannels.size()));
         for (unsigned k = 0; k < st.inputChannels.size(); ++k) {
           const auto& b = st.inputChannels[k];
@@ -421,6 +422,7 @@ Result<CheckpointMetadata> parseMetadata(std::string_view bytes, const std::stri
           b.data.assign(reinterpret_cast<const char*>(d.begin()), d.size());
           st.inputChannels.push_back(std::move(b));
         }
+        st.inputWatermark = sb.getInputWatermark();
         op.subtasks.push_back(std::move(st));
       }
       m.operators.push_back(std::move(op));

@@ -75,6 +75,8 @@ state::OperatorSnapshot inFlightSnapshot(const std::string& uid, int input = 0) 
   return op;
 }
 
+OperatorInfo broadcastExchange(const std::string& uid, int parallelism);
+
 OperatorInfo exchange(const std::string& uid, int inputs = 1) {
   OperatorInfo info;
   info.uid = uid;
@@ -82,6 +84,13 @@ OperatorInfo exchange(const std::string& uid, int inputs = 1) {
   info.parallelism = 2;
   info.channelReceiver = true;
   info.inputs = inputs;
+  return info;
+}
+
+OperatorInfo broadcastExchange(const std::string& uid, int parallelism) {
+  OperatorInfo info = exchange(uid);
+  info.broadcastReceiver = true;
+  info.parallelism = parallelism;
   return info;
 }
 
@@ -151,6 +160,12 @@ TEST(StateAssignment, EachSnapshotOperatorIsRestoredSkippedOrRefusedAsTheRulesSa
        {exchange("union", 1)}, false, "union", Action::kError, {"input 2 of the exchange", "has 1"}},
       {"in-flight records of the second input of a union", {inFlightSnapshot("union", 1)}, {exchange("union", 2)},
        false, "union", Action::kRestoreChannelState, {}},
+      {"in-flight records of a broadcast exchange at another parallelism are an error", {inFlightSnapshot("rules")},
+       {broadcastExchange("rules", 3)}, false, "rules", Action::kError,
+       {"broadcast exchange, written at parallelism 2 and restored at 3", "restore at parallelism 2",
+        "aligned savepoint", "-n"}},
+      {"in-flight records of a broadcast exchange at their parallelism", {inFlightSnapshot("rules")},
+       {broadcastExchange("rules", 2)}, false, "rules", Action::kRestoreChannelState, {}},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.what);

@@ -271,7 +271,9 @@ class Operator {
 
   // --- Checkpoints (issue 15): for operators whose node has twoPhaseCommit or
   // checkpointListener set.
-  /// Right before snapshotState() for checkpoint `checkpointId`, on the task thread.
+  /// Right before snapshotState() for checkpoint `checkpointId`, on the task thread. It
+  /// and snapshotState() must not emit: the checkpoint's barrier has already been sent
+  /// downstream (as in Flink), so a record emitted now would belong after it.
   virtual void beforeSnapshot(uint64_t checkpointId) {}
   /// Checkpoint `checkpointId` is complete (its `_metadata` is durable), or was aborted.
   /// On the task thread, between records, after every checkpoint before it was notified.

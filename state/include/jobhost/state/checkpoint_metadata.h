@@ -52,6 +52,9 @@ struct SubtaskSnapshot {
   /// Unaligned checkpoints, on the exchange receiving them: the in-flight records, in
   /// the order each channel delivered them.
   std::vector<InputChannelBuffer> inputChannels;
+  /// With inputChannels: the receiving task's input watermark at its snapshot
+  /// (INT64_MIN: none recorded, as in snapshots written before it was).
+  int64_t inputWatermark = INT64_MIN;
 };
 
 struct OperatorSnapshot {

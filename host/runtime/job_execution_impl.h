@@ -43,6 +43,20 @@ struct InFlightGroup {
   std::vector<ChannelEvent> events;  // kData, `channel` one of the input's channels
 };
 
+/// Input task, unaligned checkpoints: the checkpoint whose snapshot is taken while its
+/// channel state is still being collected (barrier_aligner.h). `channels`: per gate
+/// channel the data buffers that belong to it, in order; `upload` runs the
+/// asynchronous part and acknowledges, queued once the channel state is complete.
+struct PendingChannelState {
+  uint64_t id = 0;
+  int64_t inputWatermark = kMinWatermark;  // the task's, when it snapshotted
+  std::vector<std::vector<std::string>> channels;
+  std::shared_ptr<TaskSnapshot> snap;
+  std::function<void()> upload;
+};
+// (At namespace scope, not nested in Task: clang does not see a nested struct with
+// default member initializers as default-constructible inside its enclosing class.)
+
 struct JobExecution::Impl {
   bool prepareFailedOnDependency = false;  // prepare(): an operator's open() threw DependencyUnavailable
   /// A triggered checkpoint that is not withdrawn. `aborted` is shared with the
@@ -120,17 +134,6 @@ struct JobExecution::Impl {
     // checkpoint barrier may be taken between two of them (takeBarriersBetweenTimers).
     bool barriersBetweenTimers = false;
     std::chrono::steady_clock::time_point nextPeriodicEmit{};
-    /// Input task, unaligned checkpoints: the checkpoint whose snapshot is taken while its
-    /// channel state is still being collected (barrier_aligner.h). `channels`: per gate
-    /// channel the data buffers that belong to it, in order; `upload` runs the
-    /// asynchronous part and acknowledges, queued once the channel state is complete.
-    struct PendingChannelState {
-      uint64_t id = 0;
-      int64_t inputWatermark = kMinWatermark;  // the task's, when it snapshotted
-      std::vector<std::vector<std::string>> channels;
-      std::shared_ptr<TaskSnapshot> snap;
-      std::function<void()> upload;
-    };
     std::optional<PendingChannelState> pendingChannelState;
     /// Restored in-flight records of an unaligned checkpoint, processed before any input,
     /// lowest watermark first. Cleared once processed.

@@ -5,7 +5,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <ranges>
 
 #include "jobhost/serializer.h"
 #include "jobhost/time.h"
@@ -317,8 +316,8 @@ void JobExecution::Impl::runSource(Task& t) {
     std::lock_guard lock(t.mailMu);
     left.swap(t.triggers);
   }
-  for (uint64_t id : left | std::views::transform(&Task::Trigger::id))
-    enqueueUpload([this, id] {
+  for (const auto& tr : left)
+    enqueueUpload([this, id = tr.id] {
       listener->decline(id, CheckpointFailureReason::kTaskFinished,
                         Status::IOError("a source had finished before the checkpoint reached it"));
     });

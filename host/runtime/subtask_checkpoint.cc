@@ -198,7 +198,7 @@ void JobExecution::Impl::performCheckpoint(Task& t, uint64_t id, uint64_t alignm
 
 void JobExecution::Impl::finishChannelState(Task& t, uint64_t id) {
   if (!t.pendingChannelState || t.pendingChannelState->id != id) return;  // withdrawn, or failed: nothing waits
-  Task::PendingChannelState p = std::move(*t.pendingChannelState);
+  PendingChannelState p = std::move(*t.pendingChannelState);
   t.pendingChannelState.reset();
   const Stage& st = stages[static_cast<size_t>(t.stage)];
   // One entry per exchange (by uid) holding this subtask's buffers of all its inputs.

@@ -432,12 +432,12 @@ void CheckpointCoordinator::finalizeLocked(Pending p) {
   }
   uint64_t maxSync = 0;
   for (const auto& ack : p.acks)
-    for (const auto& [uid, owner] : ack.channelStateOwners)
-      if (std::none_of(m.operators.begin(), m.operators.end(), [&](const auto& op) { return op.uid == uid; })) {
+    for (const auto& entry : ack.channelStateOwners)
+      if (std::none_of(m.operators.begin(), m.operators.end(), [&](const auto& op) { return op.uid == entry.first; })) {
         state::OperatorSnapshot op;  // an exchange holding in-flight records (unaligned)
-        op.uid = uid;
-        op.name = owner.first;
-        op.parallelism = owner.second;
+        op.uid = entry.first;
+        op.name = entry.second.first;
+        op.parallelism = entry.second.second;
         m.operators.push_back(std::move(op));
       }
   for (auto& ack : p.acks) {

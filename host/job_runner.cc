@@ -197,6 +197,9 @@ int runJob(const RunOptions& o) {
   // that copy was half of every `jobhost check`, issue 33 H1).
   PluginOpenOptions pluginOptions;
   pluginOptions.pin = !o.dryRun;
+  // A check only reports a failing static initialiser and exits: it fences them in this
+  // process rather than loading the plugin a second time in a probe child (H1 again).
+  if (o.dryRun) pluginOptions.exitOnInitialiserFailure = kExitUsage;
   if (int rc = setupJob(o, &setup, pluginOptions); rc != 0) return rc;
   for (const auto& w : setup.config.suspiciousKeys()) spdlog::warn("{}", w);
   auto restart = createRestartStrategy(setup.config);

@@ -3,6 +3,7 @@
 
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -10,6 +11,8 @@
 #include <cerrno>
 #include <cstring>
 #include <exception>
+#include <iterator>
+#include <optional>
 #include <utility>
 
 #include <boost/dll/shared_library.hpp>
@@ -117,7 +120,8 @@ int makeSealedCopy(const std::string& path, std::string_view bytes, std::string*
 // The probe child's report pipe; written by its terminate handler.
 int gProbeReportFd = -1;
 
-[[noreturn]] void reportProbeTermination() {
+/// In a terminate handler: what was thrown ("int 42, not a std::exception", a what()).
+std::string describeTerminatingException() {
   std::string what = "an exception";
   if (std::exception_ptr e = std::current_exception()) {
     try {
@@ -126,6 +130,11 @@ int gProbeReportFd = -1;
       what = jobhost::describeCurrentException();
     }
   }
+  return what;
+}
+
+[[noreturn]] void reportProbeTermination() {
+  std::string what = describeTerminatingException();
   ssize_t n = ::write(gProbeReportFd, what.data(), what.size());
   (void)n;
   ::_exit(1);
@@ -170,6 +179,66 @@ std::optional<std::string> probeInitialisers(const std::string& loadPath) {
   }
   return std::nullopt;
 }
+
+// The in-process fence (PluginOpenOptions::exitOnInitialiserFailure): the message's
+// parts, set before dlopen() and read by the handlers below, which run inside dlopen()
+// (the terminate handler) or in a signal handler (write() and _exit() only).
+std::string gFencePrefix;  // "error: plugin … a static initialiser (…) "
+std::string gFenceSuffix;  // " while the plugin was loaded; …\n"
+int gFenceExitCode = 2;
+
+void writeAll(const char* data, size_t size) {
+  while (size > 0) {
+    ssize_t n = ::write(STDERR_FILENO, data, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+}
+
+[[noreturn]] void fenceTermination() {
+  std::string message = gFencePrefix + "threw " + describeTerminatingException() + gFenceSuffix;
+  writeAll(message.data(), message.size());
+  ::_exit(gFenceExitCode);
+}
+
+void fenceSignal(int sig) {
+  static constexpr char kCrashed[] = "crashed with SIG";
+  writeAll(gFencePrefix.data(), gFencePrefix.size());
+  writeAll(kCrashed, sizeof kCrashed - 1);
+  const char* name = sigabbrev_np(sig);
+  writeAll(name != nullptr ? name : "NAL", name != nullptr ? std::strlen(name) : 3);
+  writeAll(gFenceSuffix.data(), gFenceSuffix.size());
+  ::_exit(gFenceExitCode);
+}
+
+/// Installs the fence for the lifetime of this object (one dlopen()).
+class InitialiserFence {
+ public:
+  static constexpr int kSignals[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
+
+  InitialiserFence(std::string prefix, std::string suffix, int exitCode) {
+    gFencePrefix = std::move(prefix);
+    gFenceSuffix = std::move(suffix);
+    gFenceExitCode = exitCode;
+    struct sigaction sa {};
+    sa.sa_handler = fenceSignal;
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < std::size(kSignals); ++i) ::sigaction(kSignals[i], &sa, &old_[i]);
+    oldTerminate_ = std::set_terminate(fenceTermination);
+  }
+  ~InitialiserFence() {
+    std::set_terminate(oldTerminate_);
+    for (size_t i = 0; i < std::size(kSignals); ++i) ::sigaction(kSignals[i], &old_[i], nullptr);
+  }
+  InitialiserFence(const InitialiserFence&) = delete;
+  InitialiserFence& operator=(const InitialiserFence&) = delete;
+
+ private:
+  struct sigaction old_[std::size(kSignals)] {};
+  std::terminate_handler oldTerminate_ = nullptr;
+};
 
 }  // namespace
 
@@ -245,14 +314,18 @@ std::unique_ptr<PluginLibrary> PluginLibrary::open(const std::string& path, Plug
     return nullptr;
   };
 
-  if (options.probeInitialisers) {
+  std::vector<std::string> classNames;
+  for (const JobClassMeta& meta : metadata.classes) classNames.push_back(meta.name);
+  const std::string initialiserFailed = "plugin " + path + " (classes " + joinNames(classNames) +
+                                        "): a static initialiser (a global or static object's constructor) ";
+  const std::string initialiserFailedEnd =
+      " while the plugin was loaded; no job ran — fix the plugin's global objects";
+  std::optional<InitialiserFence> fence;
+  if (options.probeInitialisers && options.exitOnInitialiserFailure != 0) {
+    fence.emplace("error: " + initialiserFailed, initialiserFailedEnd + "\n", options.exitOnInitialiserFailure);
+  } else if (options.probeInitialisers) {
     if (std::optional<std::string> failed = probeInitialisers(loadPath)) {
-      std::vector<std::string> names;
-      for (const JobClassMeta& meta : metadata.classes) names.push_back(meta.name);
-      return fail(PluginError{PluginError::kInitialiserFailed,
-                              "plugin " + path + " (classes " + joinNames(names) +
-                                  "): a static initialiser (a global or static object's constructor) " + *failed +
-                                  " while the plugin was loaded; no job ran — fix the plugin's global objects"});
+      return fail(PluginError{PluginError::kInitialiserFailed, initialiserFailed + *failed + initialiserFailedEnd});
     }
   }
 
@@ -272,9 +345,14 @@ std::unique_ptr<PluginLibrary> PluginLibrary::open(const std::string& path, Plug
       reason = dl != nullptr ? withoutPathPrefix(dl, loadPath) : ec.message();
       if (reason.empty()) reason = "dlopen() failed";
     }
-  } catch (const std::exception& e) {
-    reason = e.what();
+  } catch (...) {
+    // An exception thrown by a static initialiser can unwind out of dlopen() when a
+    // handler waits above it (it does here): with the fence, it is the initialiser's and
+    // reported as such. Without, the probe child ran the same initialisers without one.
+    if (fence) fenceTermination();
+    reason = jobhost::describeCurrentException();
   }
+  fence.reset();  // the initialisers have run: from here on a crash is not theirs
   if (!reason.empty())
     return fail(PluginError{PluginError::kLoadFailed, "cannot load " + path + ": " + reason + loadHint(reason)});
   return std::unique_ptr<PluginLibrary>(new PluginLibrary(

@@ -1,11 +1,10 @@
 // s3_storage.cc — CheckpointStorage on an S3-compatible object store (s3_storage.h).
 //
-// Requests: libcurl easy handles from one process-wide pool (each keeps its connections
-// alive between requests), signed by libcurl's SigV4 (CURLOPT_AWS_SIGV4). Every request
-// sends "x-amz-content-sha256: UNSIGNED-PAYLOAD": libcurl signs the header's value as the
-// payload hash but does not add the header itself, and Ceph RGW refuses the signature
-// without it. Query strings are built already sorted and encoded (the canonical form),
-// because libcurl 7.88 signs the query as written.
+// Requests: one try at a time through the HTTP module (s3_http.h: libcurl, loaded on the
+// first openS3Storage(), so that processes that never use S3 do not load libcurl), with
+// the retries, backoff and error mapping here. Query strings are built already sorted
+// and encoded (the canonical form), because libcurl 7.88's SigV4 signs the query as
+// written.
 //
 // Publishing: small files are one PutObject with "If-None-Match: *" (412: already
 // exists). Larger ones: CreateMultipartUpload, UploadPart as the buffer fills, a HEAD
@@ -19,8 +18,8 @@
 // the connection pool is guarded by its mutex.
 #include "jobhost/state/s3_storage.h"
 
-#include <curl/curl.h>
 #include <expat.h>
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -37,6 +36,8 @@
 #include <vector>
 
 #include <spdlog/spdlog.h>
+
+#include "s3_http.h"
 
 namespace jobhost::state {
 namespace {
@@ -147,174 +148,21 @@ std::string xmlFind(const std::vector<XmlLeaf>& leaves, std::string_view path) {
 }
 
 // ---------------------------------------------------------------------------------------
-// Connection pool: reusable easy handles (each keeps a connection cache).
+// Requests (s3_http.h): one try goes through the HTTP module, loaded on first use.
 
-class CurlPool {
- public:
-  static CurlPool& instance() {
-    static CurlPool* pool = new CurlPool();  // never destroyed: handles may be in use at exit
-    return *pool;
-  }
-
-  CURL* acquire() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!free_.empty()) {
-        CURL* h = free_.back();
-        free_.pop_back();
-        return h;
-      }
-    }
-    return curl_easy_init();
-  }
-
-  void release(CURL* h) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (free_.size() < 64) {
-      free_.push_back(h);
-      return;
-    }
-    curl_easy_cleanup(h);
-  }
-
- private:
-  CurlPool() { curl_global_init(CURL_GLOBAL_DEFAULT); }
-  std::mutex mu_;
-  std::vector<CURL*> free_;  // guarded by mu_
-};
-
-// ---------------------------------------------------------------------------------------
-// Requests
-
-struct Request {
-  Request(std::string m, std::string k, std::string q = {}, std::vector<std::string> h = {}, std::string_view b = {})
-      : method(std::move(m)), key(std::move(k)), query(std::move(q)), headers(std::move(h)), body(b) {}
-  std::string method;  // GET, PUT, POST, HEAD, DELETE
-  std::string key;     // object key ("" = the bucket)
-  std::string query;   // canonical query string
-  std::vector<std::string> headers;
-  std::string_view body;   // request body (PUT/POST)
-  std::string* sink = nullptr;  // response body (default: Response::body)
-  int sinkFd = -1;              // or a local file (truncated before each try)
-};
-
-struct Response {
-  long status = 0;
-  std::string body;
-  std::string etag;
-  uint64_t contentLength = 0;
-  bool lengthKnown = false;  // the answer had a Content-Length header
-  uint64_t received = 0;     // body bytes of a 2xx answer received (into any sink)
-  std::string contentRange;  // the Content-Range header of a ranged GET
-  /// A 2xx answer that is not complete: a HEAD without Content-Length, a body shorter
-  /// than its Content-Length. Never taken as an answer (ok2xx() is false); retried, and
-  /// in the end Unavailable.
-  std::string incomplete;
-  std::string errorCode;     // <Error><Code> of the body
-  std::string errorMessage;  // <Error><Message>, or libcurl's error text
-  bool transportError = false;
-  bool writeFailed = false;  // writing the body into Request::sinkFd failed (errno in writeErrno)
-  int writeErrno = 0;
-};
-
-struct Transfer {
-  const Request* req;
-  Response* resp;
-  CURL* handle;
-  size_t readPos = 0;
-};
-
-size_t onRead(char* buf, size_t size, size_t n, void* ud) {
-  auto* t = static_cast<Transfer*>(ud);
-  size_t want = size * n;
-  size_t left = t->req->body.size() - t->readPos;
-  size_t k = std::min(want, left);
-  std::memcpy(buf, t->req->body.data() + t->readPos, k);
-  t->readPos += k;
-  return k;
-}
-
-size_t onWrite(char* data, size_t size, size_t n, void* ud) {
-  auto* t = static_cast<Transfer*>(ud);
-  size_t len = size * n;
-  // Error bodies always go to resp->body, so they can be parsed.
-  long code = 0;
-  curl_easy_getinfo(t->handle, CURLINFO_RESPONSE_CODE, &code);
-  if (code >= 300) {
-    t->resp->body.append(data, len);
-    return len;
-  }
-  t->resp->received += len;
-  if (t->req->sinkFd >= 0) {
-    const char* p = data;
-    size_t left = len;
-    while (left > 0) {
-      ssize_t w = ::write(t->req->sinkFd, p, left);
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        t->resp->writeFailed = true;
-        t->resp->writeErrno = errno;
-        return 0;
-      }
-      p += w;
-      left -= static_cast<size_t>(w);
-    }
-    return len;
-  }
-  std::string* out = t->req->sink != nullptr ? t->req->sink : &t->resp->body;
-  out->append(data, len);
-  return len;
-}
-
-size_t onHeader(char* data, size_t size, size_t n, void* ud) {
-  auto* t = static_cast<Transfer*>(ud);
-  size_t len = size * n;
-  std::string_view line(data, len);
-  if (line.size() > 5 && strncasecmp(line.data(), "etag:", 5) == 0) {
-    std::string_view v = line.substr(5);
-    while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
-    while (!v.empty() && (v.back() == '\r' || v.back() == '\n' || v.back() == ' ')) v.remove_suffix(1);
-    t->resp->etag = std::string(v);
-  } else if (line.size() > 14 && strncasecmp(line.data(), "content-range:", 14) == 0) {
-    std::string_view v = line.substr(14);
-    while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
-    while (!v.empty() && (v.back() == '\r' || v.back() == '\n' || v.back() == ' ')) v.remove_suffix(1);
-    t->resp->contentRange = std::string(v);
-  } else if (line.size() >= 5 && strncasecmp(line.data(), "HTTP/", 5) == 0) {
-    // A new status line (after "100 Continue" or a redirect): headers start over.
-    t->resp->etag.clear();
-    t->resp->contentRange.clear();
-  }
-  return len;
-}
+using s3http::Request;
+using s3http::Response;
 
 bool retryableStatus(long status, const std::string& code) {
   return status >= 500 || status == 429 || code == "SlowDown" || code == "RequestTimeout" ||
          code == "InternalError" || code == "ServiceUnavailable";
 }
 
-bool retryableCurl(CURLcode rc) {
-  switch (rc) {
-    case CURLE_COULDNT_CONNECT:
-    case CURLE_COULDNT_RESOLVE_HOST:
-    case CURLE_OPERATION_TIMEDOUT:
-    case CURLE_SEND_ERROR:
-    case CURLE_RECV_ERROR:
-    case CURLE_GOT_NOTHING:
-    case CURLE_PARTIAL_FILE:
-    case CURLE_SSL_CONNECT_ERROR:
-    case CURLE_HTTP2:
-    case CURLE_HTTP2_STREAM:
-      return true;
-    default:
-      return false;
-  }
-}
 
 class S3Client {
  public:
-  S3Client(S3Options options, std::string bucket) : o_(std::move(options)), bucket_(std::move(bucket)) {
-    CurlPool::instance();  // curl_global_init before any thread uses curl
+  S3Client(const s3http::Transport* http, S3Options options, std::string bucket)
+      : http_(http), o_(std::move(options)), bucket_(std::move(bucket)) {
     std::string ep = o_.endpoint.empty() ? "https://s3." + o_.region + ".amazonaws.com" : o_.endpoint;
     while (!ep.empty() && ep.back() == '/') ep.pop_back();
     size_t schemeEnd = ep.find("://");
@@ -418,70 +266,11 @@ class S3Client {
 
  private:
   void once(const Request& req, Response* resp) const {
-    CURL* h = CurlPool::instance().acquire();
-    curl_easy_reset(h);
-    Transfer t{&req, resp, h};
-    char errbuf[CURL_ERROR_SIZE] = {0};
-    std::string url = urlFor(req.key, req.query);
-    curl_easy_setopt(h, CURLOPT_URL, url.c_str());
-    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(h, CURLOPT_AWS_SIGV4, sigv4_.c_str());
-    curl_easy_setopt(h, CURLOPT_USERNAME, o_.accessKey.c_str());
-    curl_easy_setopt(h, CURLOPT_PASSWORD, o_.secretKey.c_str());
-    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(o_.connectTimeout.count()));
-    curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, std::max(1L, static_cast<long>(o_.stallTimeout.count() / 1000)));
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, onWrite);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, &t);
-    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, onHeader);
-    curl_easy_setopt(h, CURLOPT_HEADERDATA, &t);
-    struct curl_slist* hdrs = nullptr;
-    hdrs = curl_slist_append(hdrs, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
-    // No "Expect:" override: libcurl 7.88 would sign the empty header it then does not send.
-    for (const auto& hd : req.headers) hdrs = curl_slist_append(hdrs, hd.c_str());
-    if (req.method == "PUT") {
-      curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
-      curl_easy_setopt(h, CURLOPT_READFUNCTION, onRead);
-      curl_easy_setopt(h, CURLOPT_READDATA, &t);
-      curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(req.body.size()));
-    } else if (req.method == "POST") {
-      hdrs = curl_slist_append(hdrs, "Content-Type: application/xml");
-      curl_easy_setopt(h, CURLOPT_POST, 1L);
-      // Never a null pointer: libcurl would then read the body from stdin.
-      curl_easy_setopt(h, CURLOPT_POSTFIELDS, req.body.empty() ? "" : req.body.data());
-      curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(req.body.size()));
-    } else if (req.method == "HEAD") {
-      curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
-    } else if (req.method == "DELETE") {
-      curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "DELETE");
-    }
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
-    if (req.sinkFd >= 0) {
-      if (::ftruncate(req.sinkFd, 0) != 0 || ::lseek(req.sinkFd, 0, SEEK_SET) < 0) {
-        resp->writeFailed = true;
-        resp->writeErrno = errno;
-      }
-    }
-    if (req.sink != nullptr) req.sink->clear();
-    CURLcode rc = resp->writeFailed ? CURLE_WRITE_ERROR : curl_easy_perform(h);
-    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &resp->status);
-    curl_off_t len = -1;
-    if (curl_easy_getinfo(h, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &len) == CURLE_OK && len >= 0) {
-      resp->contentLength = static_cast<uint64_t>(len);
-      resp->lengthKnown = true;
-    }
-    curl_slist_free_all(hdrs);
-    if (rc != CURLE_OK && !resp->writeFailed) {
-      resp->transportError = true;
-      resp->errorMessage = errbuf[0] != 0 ? errbuf : curl_easy_strerror(rc);
-      resp->status = retryableCurl(rc) ? -1 : -2;
-      // A broken connection should not go back to the pool.
-      curl_easy_cleanup(h);
-      return;
-    }
-    CurlPool::instance().release(h);
-    if (resp->status >= 300) {
+    s3http::Target target{urlFor(req.key, req.query), sigv4_, o_.accessKey, o_.secretKey,
+                          static_cast<long>(o_.connectTimeout.count()),
+                          static_cast<long>(o_.stallTimeout.count() / 1000)};
+    http_->perform(req, target, resp);
+    if (!resp->transportError && resp->status >= 300) {
       std::vector<XmlLeaf> leaves;
       if (!resp->body.empty() && parseXml(resp->body, &leaves)) {
         resp->errorCode = xmlFind(leaves, "Error/Code");
@@ -490,6 +279,7 @@ class S3Client {
     }
   }
 
+  const s3http::Transport* const http_;
   const S3Options o_;
   const std::string bucket_;
   std::string scheme_;
@@ -1189,6 +979,77 @@ Result<S3Options> s3OptionsFrom(const std::map<std::string, std::string>& keys) 
   return o;
 }
 
+namespace {
+
+// The HTTP module (s3_http.h), loaded once per process on the first openS3Storage().
+// Looked for, in this order:
+//   - $JOBHOST_MODULE_DIR, and only there when it is set (tests; unusual installs);
+//   - <directory of the executable>/../lib/jobhost: an installed jobhost (bin/jobhost,
+//     lib/jobhost/), and in the build tree host/jobhost and tests/<binary>;
+//   - JOBHOST_BUILD_MODULE_DIR: the build tree's module directory, for binaries deeper in
+//     it (the benchmark).
+// Never unloaded: its handles and libcurl's state live until the process ends.
+struct LoadedHttp {
+  const s3http::Transport* transport = nullptr;
+  std::string error;  // why it could not be loaded: every place tried
+};
+
+const LoadedHttp& loadS3Http() {
+  static const LoadedHttp loaded = [] {
+    LoadedHttp r;
+    std::vector<std::string> dirs;
+    if (const char* env = std::getenv("JOBHOST_MODULE_DIR"); env != nullptr && env[0] != 0) {
+      dirs.emplace_back(env);
+    } else {
+      char exe[PATH_MAX];
+      ssize_t n = ::readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+      if (n > 0) {
+        std::string path(exe, static_cast<size_t>(n));
+        dirs.push_back(path.substr(0, path.rfind('/')) + "/../lib/jobhost");
+      }
+#ifdef JOBHOST_BUILD_MODULE_DIR
+      dirs.emplace_back(JOBHOST_BUILD_MODULE_DIR);
+#endif
+    }
+    std::string tried;
+    for (const std::string& dir : dirs) {
+      std::string file = dir + "/" + s3http::kS3HttpModuleFile;
+      if (::access(file.c_str(), F_OK) != 0) {
+        tried += (tried.empty() ? "" : ", ") + file + " (no such file)";
+        continue;
+      }
+      void* handle = ::dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
+      if (handle == nullptr) {
+        const char* why = ::dlerror();
+        tried += (tried.empty() ? "" : ", ") + file + " (" + (why != nullptr ? why : "dlopen failed") + ")";
+        continue;
+      }
+      using Entry = const s3http::Transport* (*)();
+      auto entry = reinterpret_cast<Entry>(::dlsym(handle, s3http::kS3HttpEntryPoint));
+      const s3http::Transport* t = entry != nullptr ? entry() : nullptr;
+      if (t == nullptr || t->abi != s3http::kS3HttpAbi) {
+        tried += (tried.empty() ? "" : ", ") + file +
+                 (entry == nullptr ? std::string(" (not a jobhost S3 module)")
+                  : t == nullptr   ? std::string(" (libcurl failed to initialise)")
+                                   : " (built for interface " + std::to_string(t->abi) + ", this jobhost needs " +
+                                         std::to_string(s3http::kS3HttpAbi) + ": a module of another jobhost build)");
+        continue;  // left loaded: a module's static state may be in use by the entry call
+      }
+      r.transport = t;
+      spdlog::debug("s3: HTTP module {}", file);
+      return r;
+    }
+    r.error = std::string("cannot load jobhost's S3 module ") + s3http::kS3HttpModuleFile +
+              ", which s3:// locations need (tried " + tried +
+              "); it is installed with jobhost, into <prefix>/lib/jobhost/: reinstall jobhost, or set "
+              "JOBHOST_MODULE_DIR to the directory that holds it";
+    return r;
+  }();
+  return loaded;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<CheckpointStorage>> openS3Storage(const std::string& uri, const S3Options& options) {
   size_t schemeEnd = uri.find("://");
   if (!isObjectStoreUri(uri) || schemeEnd == std::string::npos) {
@@ -1221,7 +1082,9 @@ Result<std::unique_ptr<CheckpointStorage>> openS3Storage(const std::string& uri,
   if (options.listPageSize < 1 || options.listPageSize > 1000 || options.maxAttempts < 1) {
     return Status::InvalidArgument("bad S3 options: listPageSize must be 1..1000 and maxAttempts at least 1");
   }
-  auto client = std::make_shared<const S3Client>(options, bucket);
+  const LoadedHttp& http = loadS3Http();
+  if (http.transport == nullptr) return Status::InvalidArgument(http.error);
+  auto client = std::make_shared<const S3Client>(http.transport, options, bucket);
   KeyLayout layout(prefix, options.entropyKey, options.entropyLength);
   return std::unique_ptr<CheckpointStorage>(new S3Storage(std::move(client), prefix, std::move(layout)));
 }

@@ -16,6 +16,7 @@
 #include <random>
 
 #include "cli_fixture.h"
+#include "../support/contains.h"
 
 using namespace e2e;
 
@@ -663,6 +664,29 @@ TEST_F(Checkpoints, ACheckpointDirectoryGivenAsAFileUriWorksAndOtherSchemesAreRe
     EXPECT_EQ(noKeys.exitCode, 2) << noKeys.err;
     EXPECT_NE(noKeys.err.find("state.checkpoints.dir = 's3://bucket/ck': no S3 credentials"), std::string::npos) << noKeys.err;
   }
+}
+
+// The S3 storage's HTTP client (libcurl and the ~30 libraries it needs) is a module
+// loaded on first use (state/src/s3_http.h): jobhost itself must not need libcurl, and a
+// missing module is one error naming it and the fix, before the job starts.
+TEST_F(Checkpoints, TheS3ClientIsAModuleLoadedOnFirstUseAndAMissingOneIsOneClearError) {
+  Result libs = run({"/usr/bin/env", "LD_TRACE_LOADED_OBJECTS=1", kJobhost}, tmp.path);
+  EXPECT_TRUE(contains(libs.out, "libstdc++")) << "the loader's list of libraries: " << libs.out << libs.err;
+  EXPECT_FALSE(contains(libs.out, "libcurl")) << libs.out;
+
+  fs::create_directories(tmp / "no-modules");
+  Result r = run({"/usr/bin/env", "JOBHOST_MODULE_DIR=" + (tmp / "no-modules").string(), "AWS_ACCESS_KEY_ID=k",
+                  "AWS_SECRET_ACCESS_KEY=s", kJobhost, "run", "-c", "WordCount", "-D",
+                  "state.checkpoints.dir=s3://bucket/ck", "-D", "execution.checkpointing.interval=1s", kPlugin,
+                  "--input", kWords},
+                 tmp.path);
+  EXPECT_EQ(r.exitCode, 2) << r.err;
+  EXPECT_TRUE(contains(r.err, "state.checkpoints.dir = 's3://bucket/ck': cannot load jobhost's S3 module "
+                              "libjobhost_s3_http.so, which s3:// locations need (tried " +
+                                  (tmp / "no-modules" / "libjobhost_s3_http.so").string() + " (no such file))"))
+      << r.err;
+  EXPECT_TRUE(contains(r.err, "set JOBHOST_MODULE_DIR")) << r.err;
+  EXPECT_TRUE(jobDirs().empty()) << "nothing was written";
 }
 
 }  // namespace

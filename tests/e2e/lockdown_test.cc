@@ -18,6 +18,8 @@ namespace {
 
 const std::string kThrowingPlugin = JOBHOST_THROWING_PLUGIN;
 const std::string kStaticInitPlugin = JOBHOST_STATIC_INIT_PLUGIN;
+const std::string kStaticInitCrashPlugin = JOBHOST_STATIC_INIT_CRASH_PLUGIN;
+const std::string kStaticInitExceptionPlugin = JOBHOST_STATIC_INIT_EXCEPTION_PLUGIN;
 
 unsigned modeOf(const fs::path& p) {
   struct stat st {};
@@ -90,6 +92,37 @@ TEST_F(Lockdown, SetupCodeThrowingAnythingIsOneErrorNamingClassAndPhaseWithExitC
     EXPECT_EQ(r.exitCode, 2) << c.cls << ": " << r.err;
     for (const auto& e : c.expected) EXPECT_TRUE(contains(r.err, e)) << c.cls << ": " << r.err;
     EXPECT_FALSE(contains(r.err, "terminate called")) << c.cls << ": " << r.err;
+  }
+}
+
+// `jobhost run` runs a plugin's static initialisers in a probe child first; `jobhost
+// check` (and `run --dry-run`) run them once, in their own process, fenced by a terminate
+// handler and crash-signal handlers (plugin_loader.h, "Static initialisers"). Both must
+// say the same thing, exit 2, and leave no "terminate called" or core behind.
+TEST_F(Lockdown, AStaticInitialiserThatThrowsOrCrashesIsOneErrorFromRunCheckAndDryRun) {
+  struct Case {
+    std::string plugin, cls, what;
+  };
+  const std::vector<Case> cases = {
+      {kStaticInitPlugin, "StaticInitThrows", "threw int 42"},
+      {kStaticInitCrashPlugin, "StaticInitFails", "crashed with SIGSEGV"},
+      {kStaticInitExceptionPlugin, "StaticInitFails", "threw no configuration for the global"},
+  };
+  for (const auto& c : cases) {
+    for (const std::vector<std::string>& command :
+         {std::vector<std::string>{"run", "-c", c.cls, c.plugin},
+          std::vector<std::string>{"check", "-s", (tmp / "no-snapshot").string(), "-c", c.cls, c.plugin},
+          std::vector<std::string>{"run", "--dry-run", "-c", c.cls, c.plugin}}) {
+      Result r = cli(command);
+      const std::string label = command[0] + " " + command[1] + " " + c.cls;
+      EXPECT_EQ(r.exitCode, 2) << label << ": " << r.err;
+      EXPECT_TRUE(contains(r.err, "error: plugin " + c.plugin + " (classes " + c.cls +
+                                      "): a static initialiser (a global or static object's constructor) " + c.what))
+          << label << ": " << r.err;
+      EXPECT_TRUE(contains(r.err, " while the plugin was loaded; no job ran")) << label << ": " << r.err;
+      EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << label << ": one line, nothing else: " << r.err;
+      EXPECT_FALSE(contains(r.err, "terminate called")) << label << ": " << r.err;
+    }
   }
 }
 

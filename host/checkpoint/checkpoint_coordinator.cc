@@ -421,43 +421,9 @@ void CheckpointCoordinator::finalizeLocked(Pending p) {
   state::CheckpointMetadata m = template_;
   m.checkpointId = p.id;
   m.timestampMs = p.timestampMs;
-  for (const auto& info : execution_->operators()) {
-    state::OperatorSnapshot op;
-    op.uid = info.uid;
-    op.name = info.name;
-    op.parallelism = info.parallelism;
-    op.keyed = info.keyed;
-    op.states = info.states;
-    m.operators.push_back(std::move(op));
-  }
-  uint64_t maxSync = 0;
-  for (const auto& ack : p.acks)
-    for (const auto& entry : ack.channelStateOwners)
-      if (std::none_of(m.operators.begin(), m.operators.end(), [&](const auto& op) { return op.uid == entry.first; })) {
-        state::OperatorSnapshot op;  // an exchange holding in-flight records (unaligned)
-        op.uid = entry.first;
-        op.name = entry.second.first;
-        op.parallelism = entry.second.second;
-        m.operators.push_back(std::move(op));
-      }
-  for (auto& ack : p.acks) {
-    maxSync = std::max(maxSync, ack.syncMicros);
-    m.stats.alignmentMicros = std::max(m.stats.alignmentMicros, ack.alignmentMicros);
-    for (auto& [uid, sub] : ack.operators)
-      for (auto& op : m.operators)
-        if (op.uid == uid) op.subtasks.push_back(std::move(sub));
-    // States the backends hold beyond what the class declares (restored from a snapshot
-    // and never declared again) are carried forward with their recorded descriptors, so a
-    // later version of the class that declares them again reads them.
-    for (const auto& [uid, states] : ack.states)
-      for (auto& op : m.operators)
-        if (op.uid == uid)
-          for (const auto& d : states)
-            if (std::none_of(op.states.begin(), op.states.end(), [&](const auto& have) { return have.name == d.name; }))
-              op.states.push_back(d);
-  }
-  for (auto& op : m.operators)
-    std::sort(op.subtasks.begin(), op.subtasks.end(), [](const auto& a, const auto& b) { return a.index < b.index; });
+  // The acknowledgements stay whole: if publishing fails, the abort's clean-up reads from
+  // them the shared files this checkpoint uploaded.
+  m = assembleMetadata(std::move(m), execution_->operators(), p.acks);
   if (p.savepoint) {
     finalizeSavepointLocked(std::move(p), std::move(m));
     return;
@@ -471,7 +437,6 @@ void CheckpointCoordinator::finalizeLocked(Pending p) {
     for (const auto& sub : op.subtasks)
       for (const auto& sf : state::fileUses(sub.keyed))
         if (sf.shared && sf.createdByCheckpoint == p.id) m.stats.newBytes += sf.file.size;
-  m.stats.syncMicros = maxSync;
   m.stats.asyncMicros = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - p.started).count());
   if (fencedLocked()) {
@@ -736,6 +701,44 @@ state::Result<ResolvedSnapshot> resolveSnapshot(const std::string& input) {
   if (fs::exists(*p / state::kMetadataFileName)) return openSnapshotDir(*p);
   // A job's checkpoint directory: its newest complete checkpoint that can be read.
   return latestOfJobDirectory(input, p->string());
+}
+
+state::CheckpointMetadata assembleMetadata(state::CheckpointMetadata m, const std::vector<OperatorInfo>& operators,
+                                           const std::vector<TaskSnapshot>& acks) {
+  for (const auto& info : operators) {
+    state::OperatorSnapshot op;
+    op.uid = info.uid;
+    op.name = info.name;
+    op.parallelism = info.parallelism;
+    op.keyed = info.keyed;
+    op.states = info.states;
+    m.operators.push_back(std::move(op));
+  }
+  for (const auto& ack : acks)
+    for (const auto& entry : ack.channelStateOwners)
+      if (m.findOperator(entry.first) == nullptr) {
+        state::OperatorSnapshot op;  // an exchange holding in-flight records (unaligned)
+        op.uid = entry.first;
+        op.name = entry.second.first;
+        op.parallelism = entry.second.second;
+        m.operators.push_back(std::move(op));
+      }
+  for (const auto& ack : acks) {
+    m.stats.syncMicros = std::max(m.stats.syncMicros, ack.syncMicros);
+    m.stats.alignmentMicros = std::max(m.stats.alignmentMicros, ack.alignmentMicros);
+    for (const auto& [uid, sub] : ack.operators)
+      for (auto& op : m.operators)
+        if (op.uid == uid) op.subtasks.push_back(sub);
+    for (const auto& [uid, states] : ack.states)
+      for (auto& op : m.operators)
+        if (op.uid == uid)
+          for (const auto& d : states)
+            if (std::none_of(op.states.begin(), op.states.end(), [&](const auto& have) { return have.name == d.name; }))
+              op.states.push_back(d);
+  }
+  for (auto& op : m.operators)
+    std::sort(op.subtasks.begin(), op.subtasks.end(), [](const auto& a, const auto& b) { return a.index < b.index; });
+  return m;
 }
 
 }  // namespace jobhost::host

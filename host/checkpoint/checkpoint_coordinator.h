@@ -236,4 +236,15 @@ state::Result<ResolvedSnapshot> resolveSnapshot(const std::string& path);
 /// that file): never picks one out of a job directory.
 state::Result<ResolvedSnapshot> openSnapshot(const std::string& path);
 
+/// The metadata of a checkpoint or savepoint from its tasks' acknowledgements, as the
+/// coordinator publishes it (its one owner; tests build their snapshots with it): `templ`
+/// (job, class, backend, ids) with one OperatorSnapshot per operator of the job, then one
+/// per exchange holding in-flight records (unaligned checkpoints); each operator's subtask
+/// handles sorted by index; the states a backend holds beyond what the class declares,
+/// carried forward with their recorded descriptors (a later version of the class that
+/// declares them again reads them); the largest synchronous and alignment times. Byte
+/// counts and the asynchronous time are the caller's.
+state::CheckpointMetadata assembleMetadata(state::CheckpointMetadata templ, const std::vector<OperatorInfo>& operators,
+                                           const std::vector<TaskSnapshot>& acks);
+
 }  // namespace jobhost::host

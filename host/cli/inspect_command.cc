@@ -51,9 +51,9 @@ struct InFlight {
 };
 InFlight inFlightOf(const state::SubtaskSnapshot& sub) {
   InFlight f;
+  f.buffers = sub.inputChannels.size();
+  f.bytes = sub.inFlightBytes();
   for (const auto& b : sub.inputChannels) {
-    ++f.buffers;
-    f.bytes += b.data.size();
     try {
       ByteReader r(b.data);
       while (!r.atEnd()) {
@@ -216,7 +216,7 @@ int inspectCommand(const std::string& path, bool json) {
       auto files = state::referencedFiles(sub.keyed);
       uint64_t bytes = 0;
       for (const auto& f : files) bytes += f.size;
-      if (!sub.inputChannels.empty()) bytes += inFlightOf(sub).bytes;
+      bytes += sub.inFlightBytes();
       t.add({"  " + std::to_string(sub.index), handleText(sub),
              sub.keyed.index() ? std::to_string(range.start) + "-" + std::to_string(range.end) : "-",
              std::to_string(files.size()), formatBytes(bytes)});

@@ -211,10 +211,9 @@ int stateLsCommand(const StateCommandOptions& o) {
     if (o.operatorUid && op.uid != *o.operatorUid) continue;
     for (const auto& sub : op.subtasks) {
       if (sub.inputChannels.empty()) continue;
-      uint64_t bytes = 0;
-      for (const auto& b : sub.inputChannels) bytes += b.data.size();
       anyInFlight = true;
-      inFlight.add({op.uid, std::to_string(sub.index), std::to_string(sub.inputChannels.size()), formatBytes(bytes)});
+      inFlight.add({op.uid, std::to_string(sub.index), std::to_string(sub.inputChannels.size()),
+                    formatBytes(sub.inFlightBytes())});
     }
   }
   if (!any && !anyOffsets && !anyInFlight) {

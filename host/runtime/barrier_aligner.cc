@@ -14,13 +14,12 @@ BarrierAligner::BarrierAligner(int channels) {
   ended_.assign(static_cast<size_t>(channels), false);
 }
 
-bool BarrierAligner::accept(int channel, uint64_t checkpointId, bool unaligned, uint64_t* abandonedUnaligned) {
+bool BarrierAligner::accept(int channel, uint64_t checkpointId, bool unaligned) {
   auto c = static_cast<size_t>(channel);
   if (ended_[c]) return false;  // nothing arrives after an end marker
   if (checkpointId < newest_ || (checkpointId == newest_ && !inProgress_)) return false;  // stale
   if (checkpointId > newest_) {
     // A newer checkpoint: the unfinished alignment (if any) is abandoned.
-    if (inProgress_ && unaligned_) *abandonedUnaligned = newest_;
     unblockLive();
     newest_ = checkpointId;
     inProgress_ = true;
@@ -33,8 +32,7 @@ bool BarrierAligner::accept(int channel, uint64_t checkpointId, bool unaligned, 
 }
 
 std::optional<uint64_t> BarrierAligner::onBarrier(int channel, uint64_t checkpointId) {
-  uint64_t abandoned = 0;
-  if (!accept(channel, checkpointId, false, &abandoned)) return std::nullopt;
+  if (!accept(channel, checkpointId, false)) return std::nullopt;
   return maybeComplete();
 }
 
@@ -42,7 +40,7 @@ BarrierAligner::UnalignedStep BarrierAligner::onUnalignedBarrier(int channel, ui
                                                                  std::chrono::steady_clock::time_point arrived) {
   UnalignedStep step;
   const bool first = checkpointId > newest_;
-  if (!accept(channel, checkpointId, true, &step.abandoned)) return step;
+  if (!accept(channel, checkpointId, true)) return step;
   if (arrived == std::chrono::steady_clock::time_point{}) arrived = std::chrono::steady_clock::now();
   if (first || arrived < alignmentStart_) alignmentStart_ = arrived;
   if (first || arrived > lastArrival_) lastArrival_ = arrived;

@@ -26,9 +26,9 @@
 // blocks no channel. The task snapshots at its first barrier (`snapshot`), records the
 // data it then takes from channels whose barrier has not arrived yet (recording()), and
 // the checkpoint's channel state is complete once every live channel has delivered the
-// barrier or ended (`complete`). The abandonment rules above hold for both kinds; an
-// abandoned unaligned checkpoint is reported (`abandoned`) so that the task drops what it
-// recorded.
+// barrier or ended (`complete`). The abandonment rules above hold for both kinds; the
+// task drops what it recorded for a checkpoint when a newer barrier of either kind
+// arrives (StreamTask::onBarrierEvent).
 //
 // Thread-safety: not thread-safe; owned and used by one task thread.
 #pragma once
@@ -53,7 +53,6 @@ class BarrierAligner {
   /// What an unaligned barrier means for the task. Each field is a checkpoint id, 0 for
   /// nothing; several may be set at once (a task with one channel: snapshot and complete).
   struct UnalignedStep {
-    uint64_t abandoned = 0;  // an unaligned checkpoint in progress is given up (a newer barrier)
     uint64_t snapshot = 0;   // the first barrier of this checkpoint: snapshot now
     uint64_t accepted = 0;   // the barrier counts (not stale): its overtaken data belongs to the channel state
     uint64_t complete = 0;   // every live channel delivered it: the channel state is complete
@@ -103,7 +102,7 @@ class BarrierAligner {
 
   /// A barrier of checkpoint newest_ (a newer one than in progress: abandons it).
   /// Returns false for a stale barrier.
-  bool accept(int channel, uint64_t checkpointId, bool unaligned, uint64_t* abandonedUnaligned);
+  bool accept(int channel, uint64_t checkpointId, bool unaligned);
 
   std::vector<bool> blocked_;
   std::vector<bool> arrived_;  // the barrier of newest_ arrived, or the channel ended

@@ -24,12 +24,11 @@ bool holdsChannelState(const state::OperatorSnapshot& op) {
 
 /// "412 records in 9 buffers" of an operator's in-flight records.
 std::string inFlightText(const state::OperatorSnapshot& op) {
-  size_t buffers = 0, bytes = 0;
-  for (const auto& s : op.subtasks)
-    for (const auto& b : s.inputChannels) {
-      ++buffers;
-      bytes += b.data.size();
-    }
+  uint64_t buffers = 0, bytes = 0;
+  for (const auto& s : op.subtasks) {
+    buffers += s.inputChannels.size();
+    bytes += s.inFlightBytes();
+  }
   return std::to_string(buffers) + (buffers == 1 ? " buffer, " : " buffers, ") + std::to_string(bytes) + " bytes";
 }
 

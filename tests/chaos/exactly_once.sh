@@ -22,21 +22,12 @@ kills=${1:-10}
 here=$(cd "$(dirname "$0")/../.." && pwd)
 jobhost=${JOBHOST:-$here/build/host/jobhost}
 plugin=${JOBHOST_PLUGIN:-$here/build/plugins/libwordcount_jobs.so}
-seed=${SEED:-$((RANDOM * 32768 + RANDOM))}
-RANDOM=$seed
 configs=${CONFIGS:-"hashmap-p1 hashmap-p2 hashmap-incremental-p2 rocksdb-p1 rocksdb-p2 rescale"}
-work=$(mktemp -d "${TMPDIR:-/tmp}/jobhost-exactly-once.XXXXXX")
-export XDG_RUNTIME_DIR=$work/run
-mkdir -m 700 "$XDG_RUNTIME_DIR"
-cleanup() { if [ "${KEEP:-0}" = 1 ]; then echo "kept $work"; else rm -rf "$work"; fi; }
-trap cleanup EXIT
+# shellcheck source=lib.sh
+source "$(dirname "$0")/lib.sh"
+chaos_setup exactly-once
+trap remove_work EXIT
 echo "exactly-once oracle: $kills kills per configuration, SEED=$seed, work in $work"
-
-fail() {
-  echo "FAILED: $*" >&2
-  KEEP=1
-  exit 1
-}
 
 # The input: the bundled words, 150 times (2100 lines: 10.5 s at the 200 lines/s the
 # killed runs read, more than the kills take); and what an uninterrupted WordCount writes.
@@ -45,9 +36,6 @@ for _ in $(seq 150); do cat "$here/plugins/wordcount/data/words.txt"; done >"$in
 expected=$work/expected.txt
 tr -s '[:space:]' '\n' <"$input" | tr '[:upper:]' '[:lower:]' | grep -v '^$' |
   awk '{ n[$0]++; print "(" $0 "," n[$0] ")" }' | sort >"$expected"
-
-# shellcheck source=lib.sh
-source "$(dirname "$0")/lib.sh"
 
 # run_config NAME: the kill loop of one configuration.
 run_config() {
@@ -88,16 +76,7 @@ run_config() {
   [ "$finished" = 1 ] || "$jobhost" run -s "$prev" -c WordCount -p "$p" -D "state.checkpoints.dir=$ck" -D execution.checkpointing.interval=200ms \
     "${backend[@]}" "$plugin" --input "$input" --output "$out" 2>"$dir/err.final" ||
     { tail -20 "$dir/err.final" >&2; fail "$name: the final run failed"; }
-  # The oracle.
-  local hidden
-  hidden=$(find "$out" -name '.*' -type f | head -3)
-  [ -z "$hidden" ] || fail "$name: hidden part files are left after a clean finish: $hidden"
-  find "$out" -name 'part-*' -type f -exec cat {} + | sort >"$dir/committed.txt"
-  if ! cmp -s "$expected" "$dir/committed.txt"; then
-    echo "lines missing (<) or repeated/foreign (>), first ones:" >&2
-    diff "$expected" "$dir/committed.txt" | grep '^[<>]' | head >&2 || true
-    fail "$name: the committed output is not exactly the uninterrupted run's"
-  fi
+  check_committed "$name" "$out" "$expected" "$dir/committed.txt"  # the oracle: the uninterrupted run's lines
   echo "  $name: $((i - 1)) kills, $(wc -l <"$dir/committed.txt") lines committed exactly once, $((SECONDS - t0)) s"
 }
 

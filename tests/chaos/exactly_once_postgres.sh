@@ -28,8 +28,6 @@ here=$(cd "$(dirname "$0")/../.." && pwd)
 jobhost=${JOBHOST:-$here/build/host/jobhost}
 plugin=${JOBHOST_PLUGIN:-$here/build/plugins/libwordcount_jobs.so}
 pg=${JOBHOST_TEST_POSTGRES:-$here/build/tests/jobhost-test-postgres}
-seed=${SEED:-$((RANDOM * 32768 + RANDOM))}
-RANDOM=$seed
 configs=${CONFIGS:-"hashmap-p1 hashmap-p2 rocksdb-p1 rocksdb-p2 rescale append-p2"}
 
 if ! why=$("$pg" check); then
@@ -41,9 +39,9 @@ if ! why=$("$pg" check); then
   exit 77
 fi
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/jobhost-exactly-once-pg.XXXXXX")
-export XDG_RUNTIME_DIR=$work/run
-mkdir -m 700 "$XDG_RUNTIME_DIR"
+# shellcheck source=lib.sh
+source "$(dirname "$0")/lib.sh"
+chaos_setup exactly-once-pg
 server=""
 cleanup() {
   if [ "${KEEP:-0}" = 1 ]; then
@@ -57,11 +55,6 @@ trap cleanup EXIT
 server=$("$pg" start --max-prepared 20)
 echo "exactly-once oracle (PostgreSQL): $kills kills per configuration, SEED=$seed, work in $work, server in $server"
 
-fail() {
-  echo "FAILED: $*" >&2
-  KEEP=1
-  exit 1
-}
 sql() { "$pg" sql "$server" "$1" "$2"; }  # sql DB STATEMENT: rows, tab-separated
 new_database() {
   sql postgres "DROP DATABASE IF EXISTS $1" >/dev/null
@@ -94,9 +87,6 @@ cmp -s "$expected" "$work/counted.txt" ||
 expected_log=$work/expected-log.txt
 awk -F'\t' '{ for (n = 1; n <= $2; n++) printf "%s\t%d\n", $1, n }' "$work/counted.txt" |
   LC_ALL=C sort -t$'\t' -k1,1 -k2,2n >"$expected_log"
-
-# shellcheck source=lib.sh
-source "$(dirname "$0")/lib.sh"
 
 # run_config NAME: the kill loop of one configuration, into database NAME (as an identifier).
 run_config() {

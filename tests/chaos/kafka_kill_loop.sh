@@ -32,11 +32,9 @@ if ! command -v kcat >/dev/null; then
   echo "skipped: kcat is not installed (apt-get install kcat)"
   exit 77
 fi
-seed=${SEED:-$((RANDOM * 32768 + RANDOM))}
-RANDOM=$seed
-work=$(mktemp -d "${TMPDIR:-/tmp}/jobhost-kafka-kill.XXXXXX")
-export XDG_RUNTIME_DIR=$work/run
-mkdir -m 700 "$XDG_RUNTIME_DIR"
+# shellcheck source=lib.sh
+source "$(dirname "$0")/lib.sh"
+chaos_setup kafka-kill
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -45,15 +43,6 @@ cleanup() {
 }
 trap cleanup EXIT
 echo "kafka kill loop: $iterations iterations per configuration, SEED=$seed, work in $work"
-
-fail() {
-  echo "FAILED: $*" >&2
-  KEEP=1
-  exit 1
-}
-
-# shellcheck source=lib.sh
-source "$(dirname "$0")/lib.sh"
 
 # The cluster: its commands come through a FIFO this script keeps open (fd 3).
 mkfifo "$work/mock.in"

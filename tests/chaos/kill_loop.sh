@@ -34,23 +34,11 @@ iterations=${1:-20}
 here=$(cd "$(dirname "$0")/../.." && pwd)
 jobhost=${JOBHOST:-$here/build/host/jobhost}
 plugin=${JOBHOST_PLUGIN:-$here/build/plugins/libwordcount_jobs.so}
-seed=${SEED:-$((RANDOM * 32768 + RANDOM))}
-RANDOM=$seed
-work=$(mktemp -d "${TMPDIR:-/tmp}/jobhost-kill-loop.XXXXXX")
-export XDG_RUNTIME_DIR=$work/run
-mkdir -m 700 "$XDG_RUNTIME_DIR"
-cleanup() { if [ "${KEEP:-0}" = 1 ]; then echo "kept $work"; else rm -rf "$work"; fi; }
-trap cleanup EXIT
-echo "kill loop: $iterations iterations per configuration, SEED=$seed, work in $work"
-
-fail() {
-  echo "FAILED: $*" >&2
-  KEEP=1
-  exit 1
-}
-
 # shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
+chaos_setup kill-loop
+trap remove_work EXIT
+echo "kill loop: $iterations iterations per configuration, SEED=$seed, work in $work"
 
 # loop NAME CLASS JOBARGS... : runs the kill loop for one configuration.
 loop() {
@@ -202,17 +190,9 @@ s3_outages() {
   injected=$(grep -c "^injected" "$dir/proxy.log" || true)
   [ "$injected" -gt 0 ] || fail "s3-outages: no fault was injected"
   # The oracle: the committed lines are exactly those of an uninterrupted run.
-  local hidden
-  hidden=$(find "$out" -name '.*' -type f | head -3)
-  [ -z "$hidden" ] || fail "s3-outages: hidden part files are left after a clean finish: $hidden"
   tr -s '[:space:]' '\n' <"$words" | tr '[:upper:]' '[:lower:]' | grep -v '^$' |
     awk '{ n[$0]++; print "(" $0 "," n[$0] ")" }' | sort >"$dir/expected.txt"
-  find "$out" -name 'part-*' -type f -exec cat {} + | sort >"$dir/committed.txt"
-  if ! cmp -s "$dir/expected.txt" "$dir/committed.txt"; then
-    echo "lines missing (<) or repeated/foreign (>), first ones:" >&2
-    diff "$dir/expected.txt" "$dir/committed.txt" | grep '^[<>]' | head >&2 || true
-    fail "s3-outages: the committed output is not exactly the uninterrupted run's"
-  fi
+  check_committed s3-outages "$out" "$dir/expected.txt" "$dir/committed.txt"
   echo "  s3-outages: $kills kills during random outages ($injected faults injected), exact committed output, $((SECONDS - t0)) s"
 }
 

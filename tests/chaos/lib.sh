@@ -36,3 +36,42 @@ kill_tree() {
   wait "$1" 2>/dev/null || true
   while pgrep -g "$1" >/dev/null 2>&1; do sleep 0.05; done
 }
+
+# chaos_setup NAME: the prologue of every kill loop. Sets `seed` ($SEED, else drawn; RANDOM
+# is seeded with it, so SEED=<printed value> repeats a run) and `work`, a new directory
+# $TMPDIR/jobhost-NAME.XXXXXX, with XDG_RUNTIME_DIR a private run/ inside it (the jobs'
+# control sockets and working files stay in the loop's directory).
+chaos_setup() {
+  seed=${SEED:-$((RANDOM * 32768 + RANDOM))}
+  RANDOM=$seed
+  work=$(mktemp -d "${TMPDIR:-/tmp}/jobhost-$1.XXXXXX")
+  export XDG_RUNTIME_DIR=$work/run
+  mkdir -m 700 "$XDG_RUNTIME_DIR"
+}
+
+# remove_work: removes $work, or says where it is kept (KEEP=1, or after fail). The EXIT
+# trap of a loop that starts no server; others call it from their own.
+remove_work() { if [ "${KEEP:-0}" = 1 ]; then echo "kept $work"; else rm -rf "$work"; fi; }
+
+# fail MESSAGE...: says FAILED, keeps the work directory, exits 1.
+fail() {
+  echo "FAILED: $*" >&2
+  KEEP=1
+  exit 1
+}
+
+# check_committed NAME OUT EXPECTED COMMITTED: the file sink's oracle. After a clean
+# finish OUT holds no hidden (in-progress or pre-committed) part file, and its committed
+# part files, sorted into COMMITTED, hold exactly the lines of EXPECTED (sorted): a lost
+# record misses a line, one written twice repeats one.
+check_committed() {
+  local name=$1 out=$2 expected=$3 committed=$4 hidden
+  hidden=$(find "$out" -name '.*' -type f | head -3)
+  [ -z "$hidden" ] || fail "$name: hidden part files are left after a clean finish: $hidden"
+  find "$out" -name 'part-*' -type f -exec cat {} + | sort >"$committed"
+  if ! cmp -s "$expected" "$committed"; then
+    echo "lines missing (<) or repeated/foreign (>), first ones:" >&2
+    diff "$expected" "$committed" | grep '^[<>]' | head >&2 || true
+    fail "$name: the committed output is not exactly the expected one"
+  fi
+}

@@ -28,24 +28,12 @@ kills=${1:-6}
 here=$(cd "$(dirname "$0")/../.." && pwd)
 jobhost=${JOBHOST:-$here/build/host/jobhost}
 plugin=${JOBHOST_PLUGIN:-$here/build/plugins/libwordcount_jobs.so}
-seed=${SEED:-$((RANDOM * 32768 + RANDOM))}
-RANDOM=$seed
 configs=${CONFIGS:-"join q8"}
-work=$(mktemp -d "${TMPDIR:-/tmp}/jobhost-unaligned.XXXXXX")
-export XDG_RUNTIME_DIR=$work/run
-mkdir -m 700 "$XDG_RUNTIME_DIR"
-cleanup() { if [ "${KEEP:-0}" = 1 ]; then echo "kept $work"; else rm -rf "$work"; fi; }
-trap cleanup EXIT
-echo "unaligned kill loop: $kills kills per configuration, SEED=$seed, work in $work"
-
-fail() {
-  echo "FAILED: $*" >&2
-  KEEP=1
-  exit 1
-}
-
 # shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
+chaos_setup unaligned
+trap remove_work EXIT
+echo "unaligned kill loop: $kills kills per configuration, SEED=$seed, work in $work"
 
 common=(-D state.backend.type=rocksdb -D state.backend.incremental=true -D execution.checkpointing.unaligned=${UNALIGNED:-true}
         -D state.checkpoints.num-retained=2)
@@ -117,15 +105,7 @@ run_config() {
   [ "$finished" = 1 ] || "$jobhost" run -s "$prev" -c "$cls" -p 2 -D "state.checkpoints.dir=$ck" \
     -D execution.checkpointing.interval=500ms "${common[@]}" "$plugin" "${job_args[@]}" --output "$out" \
     2>"$dir/err.final" || { tail -20 "$dir/err.final" >&2; fail "$name: the final run failed"; }
-  local hidden
-  hidden=$(find "$out" -name '.*' -type f | head -3)
-  [ -z "$hidden" ] || fail "$name: hidden part files are left after a clean finish: $hidden"
-  find "$out" -name 'part-*' -type f -exec cat {} + | sort >"$dir/committed.txt"
-  if ! cmp -s "$work/$name-expected.txt" "$dir/committed.txt"; then
-    echo "lines missing (<) or repeated/foreign (>), first ones:" >&2
-    diff "$work/$name-expected.txt" "$dir/committed.txt" | grep '^[<>]' | head >&2 || true
-    fail "$name: the committed output is not exactly the expected one"
-  fi
+  check_committed "$name" "$out" "$work/$name-expected.txt" "$dir/committed.txt"
   [ "$withInFlight" -gt 0 ] || [ "$finished" = 1 ] ||
     fail "$name: no restored checkpoint held in-flight records; the loop did not test unaligned checkpoints"
   echo "  $name: $((i - 1)) kills ($withInFlight restores with in-flight records)," \

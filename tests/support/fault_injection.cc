@@ -165,6 +165,15 @@ void FaultInjectionFileSystem::failRandomly(FsOp op, double probability, int err
   r.err = err;
 }
 
+void FaultInjectionFileSystem::failOnPath(FsOp op, const std::string& part, int err) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Rule& r = rules_[indexOf(op)];
+  r = Rule();
+  r.active = !part.empty();
+  r.pathContains = part;
+  r.err = err;
+}
+
 void FaultInjectionFileSystem::clearFaults() {
   std::lock_guard<std::mutex> lock(mu_);
   for (Rule& r : rules_) r = Rule();
@@ -180,11 +189,16 @@ void FaultInjectionFileSystem::setFilesystemActive(bool active) {
   active_ = active;
 }
 
-int FaultInjectionFileSystem::admitLocked(FsOp op) {
+int FaultInjectionFileSystem::admitLocked(FsOp op, std::string_view path) {
   if (!active_) return EIO;
   const uint64_t n = ++counts_[indexOf(op)];
   Rule& r = rules_[indexOf(op)];
   if (!r.active) return 0;
+  if (!r.pathContains.empty()) {
+    if (path.find(r.pathContains) == std::string_view::npos) return 0;
+    r.active = false;
+    return r.err;
+  }
   if (r.random) {
     return std::uniform_real_distribution<double>(0.0, 1.0)(r.rng) < r.probability ? r.err : 0;
   }
@@ -272,7 +286,7 @@ int FaultInjectionFileSystem::unlink(const std::string& path) {
 
 int FaultInjectionFileSystem::renameNoReplace(const std::string& from, const std::string& to) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (int err = admitLocked(FsOp::kRename); err != 0) return err;
+  if (int err = admitLocked(FsOp::kRename, to); err != 0) return err;
   if (int err = base_->renameNoReplace(from, to); err != 0) return err;
   const std::string src = norm(from), dst = norm(to);
   // The files keep their durability under their new names (a directory's files too).

@@ -98,6 +98,9 @@ class FaultInjectionFileSystem final : public state::FileSystem {
   /// Each later operation of kind op fails with errno err with the given probability,
   /// drawn from an RNG seeded with seed. Replaces a failNth() rule of that kind.
   void failRandomly(FsOp op, double probability, int err, uint64_t seed);
+  /// The first later operation of kind op whose path contains `part` fails with errno
+  /// err, once. Only kRename looks at paths (its target's). Replaces a rule of that kind.
+  void failOnPath(FsOp op, const std::string& part, int err);
   /// Removes every fault rule.
   void clearFaults();
   /// Operations of kind op attempted since construction (failed ones included; not
@@ -149,6 +152,7 @@ class FaultInjectionFileSystem final : public state::FileSystem {
     bool active = false;
     bool random = false;
     uint64_t failAt = 0;  // count() value that fails (failNth)
+    std::string pathContains;  // failOnPath: the first operation on such a path fails
     double probability = 0;
     std::mt19937_64 rng;
     int err = 0;
@@ -156,7 +160,7 @@ class FaultInjectionFileSystem final : public state::FileSystem {
 
   // Counts an operation of kind op and decides whether it fails: 0 or the errno to
   // return. EIO while inactive. Requires mu_.
-  int admitLocked(FsOp op);
+  int admitLocked(FsOp op, std::string_view path = {});
   int admit(FsOp op);
   bool liveLocked(uint64_t generation) const { return generation == generation_; }
   // Removes pending changes made durable by a sync of dir. Requires mu_.

@@ -20,6 +20,7 @@
 #include <tuple>
 #include <vector>
 
+#include "checkpoint/checkpoint_coordinator.h"
 #include "jobhost/jobhost.h"
 #include "jobhost/state/checkpoint_metadata.h"
 #include "jobhost/state/checkpoint_storage.h"
@@ -303,7 +304,7 @@ class EventTimeTest : public ::testing::Test {
     t.sharedDir = format == state::SnapshotFormat::kCanonical ? "" : "shared";
     return t;
   }
-  /// The checkpoint's metadata as the coordinator writes it.
+  /// The checkpoint's metadata as the coordinator assembles it (assembleMetadata).
   state::CheckpointMetadata metadataOf(const JobExecution& exec, const std::vector<TaskSnapshot>& acks, uint64_t id,
                                        const ExecutionConfig& c) {
     state::CheckpointMetadata m;
@@ -311,27 +312,7 @@ class EventTimeTest : public ::testing::Test {
     m.parallelism = c.parallelism;
     m.maxParallelism = c.maxParallelism;
     m.backend = state::backendTypeName(c.backend);
-    for (const auto& info : exec.operators()) {
-      state::OperatorSnapshot op;
-      op.uid = info.uid;
-      op.name = info.name;
-      op.parallelism = info.parallelism;
-      op.keyed = info.keyed;
-      op.states = info.states;
-      m.operators.push_back(op);
-    }
-    for (const auto& ack : acks) {
-      for (const auto& [uid, sub] : ack.operators)
-        for (auto& op : m.operators)
-          if (op.uid == uid) op.subtasks.push_back(sub);
-      for (const auto& [uid, states] : ack.states)
-        for (auto& op : m.operators)
-          if (op.uid == uid)
-            for (const auto& d : states)
-              if (std::none_of(op.states.begin(), op.states.end(), [&](const auto& h) { return h.name == d.name; }))
-                op.states.push_back(d);
-    }
-    return m;
+    return assembleMetadata(std::move(m), exec.operators(), acks);
   }
   /// Runs `plan` until `ready()`, takes checkpoint `id`, cancels; returns its metadata.
   state::CheckpointMetadata runAndCheckpoint(Plan plan, ExecutionConfig c, const std::function<bool()>& ready,

@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "checkpoint/checkpoint_coordinator.h"
 #include "jobhost/jobhost.h"
 #include "jobhost/state/checkpoint_metadata.h"
 #include "jobhost/state/checkpoint_storage.h"
@@ -850,7 +851,7 @@ Plan countingJob(const std::shared_ptr<Script>& script, uint64_t total,
   return env.takePlan();
 }
 
-/// The metadata the coordinator writes (finalizeLocked), through a real _metadata file.
+/// The metadata the coordinator writes (assembleMetadata), through a real _metadata file.
 state::CheckpointMetadata metadataOf(const JobExecution& exec, const std::vector<TaskSnapshot>& acks, uint64_t id,
                                      const ExecutionConfig& c) {
   state::CheckpointMetadata m;
@@ -858,28 +859,7 @@ state::CheckpointMetadata metadataOf(const JobExecution& exec, const std::vector
   m.parallelism = c.parallelism;
   m.maxParallelism = c.maxParallelism;
   m.backend = state::backendTypeName(c.backend);
-  for (const auto& info : exec.operators()) {
-    state::OperatorSnapshot op;
-    op.uid = info.uid;
-    op.name = info.name;
-    op.parallelism = info.parallelism;
-    op.keyed = info.keyed;
-    op.states = info.states;
-    m.operators.push_back(op);
-  }
-  for (const auto& ack : acks)
-    for (const auto& [uid, owner] : ack.channelStateOwners)
-      if (!m.findOperator(uid)) {
-        state::OperatorSnapshot op;
-        op.uid = uid;
-        op.name = owner.first;
-        op.parallelism = owner.second;
-        m.operators.push_back(op);
-      }
-  for (const auto& ack : acks)
-    for (const auto& [uid, sub] : ack.operators)
-      for (auto& op : m.operators)
-        if (op.uid == uid) op.subtasks.push_back(sub);
+  m = assembleMetadata(std::move(m), exec.operators(), acks);
   auto bytes = state::serializeMetadata(m, "chk-" + std::to_string(id));
   EXPECT_TRUE(bytes.ok());
   auto parsed = state::parseMetadata(*bytes, "chk-" + std::to_string(id), "test/_metadata");
@@ -958,6 +938,86 @@ TEST_F(JobExecutionTest, AnUnalignedCheckpointStoresTheRecordsItsBarrierOvertook
     last->erase("hold");  // counted before the snapshot, never again
     EXPECT_EQ(*last, expected);
   }
+}
+
+/// Records the watermark its first element sees; holds at "hold" until the script opens
+/// "hold" (as countingJob's reduce).
+struct FirstWatermark : KeyedProcessFunction<std::string, std::string, std::string> {
+  FirstWatermark(std::shared_ptr<Script> script, std::shared_ptr<std::atomic<int64_t>> first)
+      : script_(std::move(script)), first_(std::move(first)) {}
+  void processElement(const std::string& s, Context& ctx, Collector<std::string>&) override {
+    int64_t unset = INT64_MAX;
+    first_->compare_exchange_strong(unset, ctx.timerService().currentWatermark());
+    if (s.rfind("hold", 0) == 0 && seen_++ == 1 && !script_->isOpen("hold")) {
+      script_->mark("held");
+      script_->waitOpen("hold");
+    }
+  }
+  std::shared_ptr<Script> script_;
+  std::shared_ptr<std::atomic<int64_t>> first_;
+  int seen_ = 0;
+};
+
+// An unaligned checkpoint stores the receiving task's input watermark with its in-flight
+// records, and a restore processes them at that watermark (a record late then is late
+// again: its window may have fired and been committed before the checkpoint). The source
+// here emits no watermarks, so the only watermark the first restored record can see is
+// the stored one (set by hand to 12345 below): without it, the minimum.
+TEST_F(JobExecutionTest, RestoredInFlightRecordsAreProcessedAtTheInputWatermarkStoredWithThem) {
+  auto script = std::make_shared<Script>();
+  auto first = std::make_shared<std::atomic<int64_t>>(INT64_MAX);
+  auto job = [&](const std::shared_ptr<Script>& sc) {
+    StreamEnvironment env;
+    env.addSource<std::string>([sc] { return std::make_unique<CountingSource>(sc, uint64_t{60000}); }, "Counting")
+        .uid("source")
+        .keyBy([](const std::string& v) { return v.substr(0, v.find(':')); })
+        .template process<FirstWatermark>([sc, first] { return std::make_unique<FirstWatermark>(sc, first); })
+        .uid("probe")
+        .addSink([](const std::string&) {});
+    return env.takePlan();
+  };
+  RecordingListener listener;
+  ExecutionConfig ec = config(1, state::BackendType::kHashMap);
+  ec.unalignedCheckpoints = true;
+  ec.checkpointing = true;
+  state::CheckpointMetadata m;
+  {
+    JobExecution exec(job(script), ec, &listener);
+    ScriptRelease release{*script};
+    ASSERT_TRUE(exec.prepare(nullptr).ok());
+    exec.start();
+    ASSERT_TRUE(script->waitMarked("held"));
+    ASSERT_TRUE(script->waitMarked("emitted-20000")) << "the source did not fill the channel";
+    std::this_thread::sleep_for(50ms);
+    ASSERT_TRUE(exec.triggerCheckpoint(target(1)));
+    script->open("hold");
+    ASSERT_TRUE(listener.waitAcks(1, static_cast<size_t>(exec.taskCount())));
+    m = metadataOf(exec, listener.acks(1), 1, ec);
+    exec.cancel();
+    exec.wait();
+  }
+  ASSERT_TRUE(m.hasChannelState()) << "the barrier overtook nothing";
+  int withRecords = 0;
+  for (auto& op : m.operators)
+    for (auto& sub : op.subtasks)
+      if (!sub.inputChannels.empty()) {
+        EXPECT_EQ(sub.inputWatermark, INT64_MIN) << "no watermark reached the task: none is recorded";
+        sub.inputWatermark = 12345;
+        ++withRecords;
+      }
+  ASSERT_EQ(withRecords, 1);
+  first->store(INT64_MAX);
+  auto script2 = std::make_shared<Script>();
+  script2->openEverything();
+  ExecutionConfig rc = config(1, state::BackendType::kHashMap);
+  rc.localStateDir += "-restored";
+  JobExecution exec(job(script2), rc, &listener);
+  RestoreSource rs{&m, storage_.get(), false};
+  ASSERT_TRUE(exec.prepare(&rs).ok());
+  exec.start();
+  ExecutionResult r = exec.wait();
+  ASSERT_EQ(r.kind, ExecutionResult::kFinished) << r.message;
+  EXPECT_EQ(first->load(), 12345) << "the first restored in-flight record saw another watermark";
 }
 
 // ---------------------------------------------------------------------------------------

@@ -17,12 +17,14 @@
 #include <unistd.h>
 
 #include <condition_variable>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "checkpoint/checkpoint_coordinator.h"
 #include "jobhost/jobhost.h"
@@ -359,6 +361,61 @@ TEST_P(RecoveryModel, EveryCompleteCheckpointRestoresToTheModelAndNoReferencedFi
   std::printf("seed %llu: %d checkpoints completed, %d failed, %d crashes, %d claims, %d cancels\n",
               static_cast<unsigned long long>(seed), completedCount, failedCount, crashes, claims, cancels);
   EXPECT_GT(completedCount, 0) << "no checkpoint ever completed: nothing was tested";
+}
+
+/// The files below dir (recursively), as paths relative to `base`.
+std::set<std::string> filesBelow(const fs::path& dir, const fs::path& base) {
+  std::set<std::string> out;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec))
+    if (it->is_regular_file()) out.insert(fs::relative(it->path(), base).string());
+  return out;
+}
+
+// Regression: a checkpoint whose `_metadata` cannot be written is aborted, and the shared
+// files it uploaded itself go with it (nothing references them): at once after an I/O
+// error, once the store answers again after ENOSPC (taken as the store being unavailable:
+// clean-ups wait for it). The coordinator moved the tasks' handles out of their
+// acknowledgements into the metadata it assembled, so the abort's clean-up found no file
+// of the checkpoint and left its SSTs in shared/ until a `jobhost gc`.
+TEST(CheckpointFiles, ACheckpointWhoseMetadataCannotBeWrittenLeavesNoSharedFileBehind) {
+  for (int err : {EIO, ENOSPC}) {
+    SCOPED_TRACE(std::strerror(err));
+    const fs::path root = fs::temp_directory_path() / ("jobhost-abort-" + std::to_string(::getpid()));
+    fs::remove_all(root);
+    fs::create_directories(root / "local");
+    const fs::path jobDir = root / "job";
+    auto faults = std::make_shared<FaultInjectionFileSystem>();
+    Incarnation job(faults, jobDir, root / "local", /*rocks=*/true, 1, std::nullopt, 1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // records in RocksDB's memtable: SSTs to upload
+    faults->failOnPath(FsOp::kRename, "_metadata", err);
+    EXPECT_EQ(job.checkpoint(), std::nullopt) << "the checkpoint must fail: its _metadata cannot be published";
+    std::set<std::string> aborted = filesBelow(jobDir / "shared", jobDir);
+    EXPECT_FALSE(aborted.empty()) << "the test needs a checkpoint that uploads shared files";
+    // The next one completes with its own shared files. Once the clean-up (in the
+    // background) has run, shared/ holds exactly what that checkpoint references.
+    std::optional<uint64_t> next = job.checkpoint();
+    ASSERT_TRUE(next.has_value());
+    std::shared_ptr<state::CheckpointStorage> storage = state::openStorage(jobDir.string()).value();
+    auto registry = state::SnapshotRegistry::load(storage);
+    ASSERT_TRUE(registry.ok()) << registry.status().toString();
+    const auto* m = registry->checkpoint(*next);
+    ASSERT_NE(m, nullptr);
+    std::set<std::string> referenced;
+    for (const auto& f : m->referencedFiles())
+      if (f.path.rfind("shared/", 0) == 0) referenced.insert(f.path);
+    for (int i = 0; i < 500 && filesBelow(jobDir / "shared", jobDir) != referenced; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_EQ(filesBelow(jobDir / "shared", jobDir), referenced) << "files of the aborted checkpoint 1 are left";
+    for (int i = 0; i < 500 && !filesBelow(jobDir / "chk-1", jobDir).empty(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_EQ(filesBelow(jobDir / "chk-1", jobDir), std::set<std::string>{});
+    EXPECT_EQ(verify(*storage, *m, root / "local"), "");
+    job.stop();
+    std::error_code ec;
+    fs::remove_all(root, ec);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Seeds, RecoveryModel,

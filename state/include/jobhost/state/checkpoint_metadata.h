@@ -55,6 +55,13 @@ struct SubtaskSnapshot {
   /// With inputChannels: the receiving task's input watermark at its snapshot
   /// (INT64_MIN: none recorded, as in snapshots written before it was).
   int64_t inputWatermark = INT64_MIN;
+
+  /// The bytes of the in-flight records (inputChannels' buffers).
+  uint64_t inFlightBytes() const {
+    uint64_t bytes = 0;
+    for (const auto& b : inputChannels) bytes += b.data.size();
+    return bytes;
+  }
 };
 
 struct OperatorSnapshot {

@@ -987,7 +987,7 @@ namespace {
 //   - <directory of the executable>/../lib/jobhost: an installed jobhost (bin/jobhost,
 //     lib/jobhost/), and in the build tree host/jobhost and tests/<binary>;
 //   - JOBHOST_BUILD_MODULE_DIR: the build tree's module directory, for binaries deeper in
-//     it (the benchmark).
+//     it (the benchmark); only for binaries inside the build tree (JOBHOST_BUILD_ROOT).
 // Never unloaded: its handles and libcurl's state live until the process ends.
 struct LoadedHttp {
   const s3http::Transport* transport = nullptr;
@@ -1003,12 +1003,12 @@ const LoadedHttp& loadS3Http() {
     } else {
       char exe[PATH_MAX];
       ssize_t n = ::readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-      if (n > 0) {
-        std::string path(exe, static_cast<size_t>(n));
-        dirs.push_back(path.substr(0, path.rfind('/')) + "/../lib/jobhost");
-      }
-#ifdef JOBHOST_BUILD_MODULE_DIR
-      dirs.emplace_back(JOBHOST_BUILD_MODULE_DIR);
+      std::string path = n > 0 ? std::string(exe, static_cast<size_t>(n)) : std::string();
+      if (!path.empty()) dirs.push_back(path.substr(0, path.rfind('/')) + "/../lib/jobhost");
+#if defined(JOBHOST_BUILD_ROOT) && defined(JOBHOST_BUILD_MODULE_DIR)
+      // Only for a binary of the build tree itself: an installed jobhost never loads code
+      // from the directory it was built in (which may not be ours on this machine).
+      if (path.rfind(JOBHOST_BUILD_ROOT "/", 0) == 0) dirs.emplace_back(JOBHOST_BUILD_MODULE_DIR);
 #endif
     }
     std::string tried;

@@ -3,6 +3,7 @@
 // points of a Script, so every interleaving that matters is forced, not hoped for; a
 // deadline only turns a hang (the defect) into a failure, it never decides a pass.
 // Also: operator uid validation (describeOperators).
+#include "runtime/exchange_writer_impl.h"
 #include "runtime/job_execution.h"
 
 #include <gtest/gtest.h>
@@ -867,6 +868,34 @@ state::CheckpointMetadata metadataOf(const JobExecution& exec, const std::vector
   return *parsed;
 }
 
+/// Runs `plan` — a CountingSource into a keyed function that holds at the second "hold"
+/// record until the script opens "hold" — until the source has filled the channel, takes
+/// unaligned checkpoint `t` (the barrier overtakes the queued records), lets the function
+/// go and returns the checkpoint's metadata (empty if something failed; reported).
+state::CheckpointMetadata takeUnalignedCheckpoint(Plan plan, ExecutionConfig ec, Script& script,
+                                                  const CheckpointTarget& t) {
+  ec.unalignedCheckpoints = true;
+  ec.checkpointing = true;
+  RecordingListener listener;
+  JobExecution exec(std::move(plan), ec, &listener);
+  ScriptRelease release{script};
+  if (!exec.prepare(nullptr).ok()) return {};
+  exec.start();
+  state::CheckpointMetadata m;
+  if (script.waitMarked("held") && script.waitMarked("emitted-20000")) {
+    std::this_thread::sleep_for(50ms);  // the source is blocked on the full channel by now, or soon
+    if (exec.triggerCheckpoint(t)) {
+      script.open("hold");
+      if (listener.waitAcks(t.checkpointId, static_cast<size_t>(exec.taskCount())))
+        m = metadataOf(exec, listener.acks(t.checkpointId), t.checkpointId, ec);
+    }
+  }
+  exec.cancel();
+  exec.wait();
+  EXPECT_TRUE(m.hasChannelState()) << "no unaligned checkpoint with in-flight records was taken";
+  return m;
+}
+
 struct RescaleCase {
   int from, to;
   state::BackendType backend;
@@ -890,29 +919,11 @@ TEST_F(JobExecutionTest, AnUnalignedCheckpointStoresTheRecordsItsBarrierOvertook
     auto script = std::make_shared<Script>();
     auto last = std::make_shared<std::map<std::string, long>>();
     auto mu = std::make_shared<std::mutex>();
-    RecordingListener listener;
-    ExecutionConfig ec = config(c.from, c.backend);
-    ec.unalignedCheckpoints = true;
-    ec.checkpointing = true;
-    state::CheckpointMetadata m;
+    CheckpointTarget t = target(1);
+    t.exclusiveDir = "chk-1-" + std::to_string(c.from) + std::to_string(c.to);
+    state::CheckpointMetadata m =
+        takeUnalignedCheckpoint(countingJob(script, kTotal, last, mu), config(c.from, c.backend), *script, t);
     size_t inFlightBuffers = 0;
-    {
-      JobExecution exec(countingJob(script, kTotal, last, mu), ec, &listener);
-      ScriptRelease release{*script};
-      ASSERT_TRUE(exec.prepare(nullptr).ok());
-      exec.start();
-      ASSERT_TRUE(script->waitMarked("held"));
-      ASSERT_TRUE(script->waitMarked("emitted-20000")) << "the source did not fill the channel";
-      std::this_thread::sleep_for(50ms);  // it is blocked on the full channel by now, or soon
-      CheckpointTarget t = target(1);
-      t.exclusiveDir = "chk-1-" + std::to_string(c.from) + std::to_string(c.to);
-      ASSERT_TRUE(exec.triggerCheckpoint(t));
-      script->open("hold");
-      ASSERT_TRUE(listener.waitAcks(1, static_cast<size_t>(exec.taskCount()))) << listener.declines(1).size();
-      m = metadataOf(exec, listener.acks(1), 1, ec);
-      exec.cancel();
-      exec.wait();
-    }
     EXPECT_TRUE(m.hasChannelState());
     for (const auto& op : m.operators)
       for (const auto& sub : op.subtasks) inFlightBuffers += sub.inputChannels.size();
@@ -925,6 +936,7 @@ TEST_F(JobExecutionTest, AnUnalignedCheckpointStoresTheRecordsItsBarrierOvertook
     rc.unalignedCheckpoints = true;
     auto script2 = std::make_shared<Script>();
     script2->openEverything();
+    RecordingListener listener;
     JobExecution exec(countingJob(script2, kTotal, last, mu), rc, &listener);
     RestoreSource rs{&m, storage_.get(), false};
     state::Status s = exec.prepare(&rs);
@@ -938,6 +950,48 @@ TEST_F(JobExecutionTest, AnUnalignedCheckpointStoresTheRecordsItsBarrierOvertook
     last->erase("hold");  // counted before the snapshot, never again
     EXPECT_EQ(*last, expected);
   }
+}
+
+// In-flight records of an exchange that was not a keyBy cannot go into one that is (the
+// job changed; they carry no key group): the restore is refused at prepare, before any
+// task starts, saying what to do. Simulated by rewriting a real checkpoint's keyed
+// records as unkeyed ones.
+TEST_F(JobExecutionTest, UnkeyedInFlightRecordsForAKeyedExchangeAreRefusedBeforeAnythingStarts) {
+  auto script = std::make_shared<Script>();
+  auto last = std::make_shared<std::map<std::string, long>>();
+  auto mu = std::make_shared<std::mutex>();
+  state::CheckpointMetadata m =
+      takeUnalignedCheckpoint(countingJob(script, 60000, last, mu), config(1), *script, target(1));
+  int rewritten = 0;
+  for (auto& op : m.operators)
+    for (auto& sub : op.subtasks)
+      for (auto& b : sub.inputChannels) {
+        std::string unkeyed;
+        ByteWriter w(unkeyed);
+        ByteReader r(b.data);
+        while (!r.atEnd()) {
+          r.readFixed<uint16_t>();
+          w.writeFixed<uint16_t>(kNoKeyGroup);
+          w.writeI64(r.readI64());
+          w.writeBytes(r.readBytes());
+          w.writeBytes(r.readBytes());
+          ++rewritten;
+        }
+        b.data = unkeyed;
+      }
+  ASSERT_GT(rewritten, 0);
+  auto script2 = std::make_shared<Script>();
+  script2->openEverything();
+  RecordingListener listener;
+  ExecutionConfig rc = config(1);
+  rc.localStateDir += "-restored";
+  JobExecution exec(countingJob(script2, 60000, last, mu), rc, &listener);
+  RestoreSource rs{&m, storage_.get(), false};
+  state::Status s = exec.prepare(&rs);
+  EXPECT_EQ(s.code(), state::Status::Code::kIncompatible) << s;
+  EXPECT_TRUE(contains(s.message(), "cannot restore the in-flight records of exchange '")) << s;
+  EXPECT_TRUE(contains(s.message(), "were sent through an exchange that was not a keyBy")) << s;
+  EXPECT_TRUE(contains(s.message(), "take an aligned savepoint (jobhost savepoint)")) << s;
 }
 
 /// Records the watermark its first element sees; holds at "hold" until the script opens
@@ -976,26 +1030,7 @@ TEST_F(JobExecutionTest, RestoredInFlightRecordsAreProcessedAtTheInputWatermarkS
         .addSink([](const std::string&) {});
     return env.takePlan();
   };
-  RecordingListener listener;
-  ExecutionConfig ec = config(1, state::BackendType::kHashMap);
-  ec.unalignedCheckpoints = true;
-  ec.checkpointing = true;
-  state::CheckpointMetadata m;
-  {
-    JobExecution exec(job(script), ec, &listener);
-    ScriptRelease release{*script};
-    ASSERT_TRUE(exec.prepare(nullptr).ok());
-    exec.start();
-    ASSERT_TRUE(script->waitMarked("held"));
-    ASSERT_TRUE(script->waitMarked("emitted-20000")) << "the source did not fill the channel";
-    std::this_thread::sleep_for(50ms);
-    ASSERT_TRUE(exec.triggerCheckpoint(target(1)));
-    script->open("hold");
-    ASSERT_TRUE(listener.waitAcks(1, static_cast<size_t>(exec.taskCount())));
-    m = metadataOf(exec, listener.acks(1), 1, ec);
-    exec.cancel();
-    exec.wait();
-  }
+  state::CheckpointMetadata m = takeUnalignedCheckpoint(job(script), config(1), *script, target(1));
   ASSERT_TRUE(m.hasChannelState()) << "the barrier overtook nothing";
   int withRecords = 0;
   for (auto& op : m.operators)
@@ -1011,6 +1046,7 @@ TEST_F(JobExecutionTest, RestoredInFlightRecordsAreProcessedAtTheInputWatermarkS
   script2->openEverything();
   ExecutionConfig rc = config(1, state::BackendType::kHashMap);
   rc.localStateDir += "-restored";
+  RecordingListener listener;
   JobExecution exec(job(script2), rc, &listener);
   RestoreSource rs{&m, storage_.get(), false};
   ASSERT_TRUE(exec.prepare(&rs).ok());

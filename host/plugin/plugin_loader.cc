@@ -228,9 +228,15 @@ class InitialiserFence {
     for (size_t i = 0; i < std::size(kSignals); ++i) ::sigaction(kSignals[i], &sa, &old_[i]);
     oldTerminate_ = std::set_terminate(fenceTermination);
   }
+  /// Puts back what was there before, where the fence is still in place: a handler the
+  /// plugin or its libraries installed while they loaded stays.
   ~InitialiserFence() {
-    std::set_terminate(oldTerminate_);
-    for (size_t i = 0; i < std::size(kSignals); ++i) ::sigaction(kSignals[i], &old_[i], nullptr);
+    if (std::get_terminate() == fenceTermination) std::set_terminate(oldTerminate_);
+    for (size_t i = 0; i < std::size(kSignals); ++i) {
+      struct sigaction now {};
+      if (::sigaction(kSignals[i], nullptr, &now) == 0 && now.sa_handler == fenceSignal)
+        ::sigaction(kSignals[i], &old_[i], nullptr);
+    }
   }
   InitialiserFence(const InitialiserFence&) = delete;
   InitialiserFence& operator=(const InitialiserFence&) = delete;
@@ -348,7 +354,8 @@ std::unique_ptr<PluginLibrary> PluginLibrary::open(const std::string& path, Plug
   } catch (...) {
     // An exception thrown by a static initialiser can unwind out of dlopen() when a
     // handler waits above it (it does here): with the fence, it is the initialiser's and
-    // reported as such. Without, the probe child ran the same initialisers without one.
+    // reported as such (Boost's path handling throws nothing else but bad_alloc). Without,
+    // the probe child ran the same initialisers without one.
     if (fence) fenceTermination();
     reason = jobhost::describeCurrentException();
   }

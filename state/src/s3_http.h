@@ -11,7 +11,7 @@
 //
 // The interface is C++ over one compiler and one libstdc++: module and host are built
 // together and installed together; kS3HttpAbi changes whenever these structs do, and a
-// module of another ABI is refused at load.
+// module of another ABI, or whose structs have other sizes, is refused at load.
 //
 // Thread-safety: perform() may be called from any number of threads at once.
 #pragma once
@@ -76,6 +76,10 @@ struct Target {
 
 struct Transport {
   uint32_t abi;  // kS3HttpAbi of the module's build
+  /// sizeof(Request), sizeof(Response), sizeof(Target) in the module's build: a module
+  /// whose structs differ from the host's (an upgrade that forgot kS3HttpAbi, a worker
+  /// of an older binary next to a newer module) is refused, never called.
+  uint32_t requestSize, responseSize, targetSize;
   /// One try of req at target; fills *resp (status, body or sink, ETag, Content-Range,
   /// Content-Length, or the transport error). Error bodies (status >= 300) always go to
   /// resp->body. Parses nothing.

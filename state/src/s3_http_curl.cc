@@ -160,7 +160,7 @@ void perform(const Request& req, const Target& target, Response* resp) {
   curl_easy_reset(h);
   Transfer t{&req, resp, h};
   char errbuf[CURL_ERROR_SIZE] = {0};
-    curl_easy_setopt(h, CURLOPT_URL, target.url.c_str());
+  curl_easy_setopt(h, CURLOPT_URL, target.url.c_str());
   curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
   curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(h, CURLOPT_AWS_SIGV4, target.sigv4.c_str());
@@ -220,14 +220,14 @@ void perform(const Request& req, const Target& target, Response* resp) {
   CurlPool::instance().release(h);
 }
 
-const Transport kTransport{kS3HttpAbi, &perform};
+const Transport kTransport{kS3HttpAbi, sizeof(Request), sizeof(Response), sizeof(Target), &perform};
 
 }  // namespace
 }  // namespace jobhost::state::s3http
 
 /// The module's one entry point (s3_http.h, kS3HttpEntryPoint). curl_global_init runs
-/// here, once, before any thread of the caller uses libcurl: the host calls this under a
-/// std::call_once when it loads the module.
+/// here, once, before any thread of the caller uses libcurl: the host calls this while it
+/// initialises the function-local static of loadS3Http() (s3_storage.cc), once.
 extern "C" [[gnu::visibility("default")]] const jobhost::state::s3http::Transport* jobhost_s3_http_transport() {
   static const bool initialised = curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK;
   return initialised ? &jobhost::state::s3http::kTransport : nullptr;

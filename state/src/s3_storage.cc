@@ -15,7 +15,7 @@
 // CompleteMultipartUpload, errors) go through expat into a list of (element path, text).
 //
 // Thread-safety: S3Storage holds immutable settings and a shared, thread-safe client;
-// the connection pool is guarded by its mutex.
+// the HTTP module's connection pool is guarded by its mutex.
 #include "jobhost/state/s3_storage.h"
 
 #include <expat.h>
@@ -1027,18 +1027,20 @@ const LoadedHttp& loadS3Http() {
       using Entry = const s3http::Transport* (*)();
       auto entry = reinterpret_cast<Entry>(::dlsym(handle, s3http::kS3HttpEntryPoint));
       const s3http::Transport* t = entry != nullptr ? entry() : nullptr;
-      if (t == nullptr || t->abi != s3http::kS3HttpAbi) {
+      const bool fits = t != nullptr && t->abi == s3http::kS3HttpAbi && t->requestSize == sizeof(s3http::Request) &&
+                        t->responseSize == sizeof(s3http::Response) && t->targetSize == sizeof(s3http::Target);
+      if (!fits) {
         tried += (tried.empty() ? "" : ", ") + file +
                  (entry == nullptr ? std::string(" (not a jobhost S3 module)")
                   : t == nullptr   ? std::string(" (libcurl failed to initialise)")
-                                   : " (built for interface " + std::to_string(t->abi) + ", this jobhost needs " +
-                                         std::to_string(s3http::kS3HttpAbi) + ": a module of another jobhost build)");
+                                   : std::string(" (a module of another jobhost build: its interface differs)"));
         continue;  // left loaded: a module's static state may be in use by the entry call
       }
       r.transport = t;
       spdlog::debug("s3: HTTP module {}", file);
       return r;
     }
+    if (tried.empty()) tried = "nowhere: the location of the jobhost binary is unknown";
     r.error = std::string("cannot load jobhost's S3 module ") + s3http::kS3HttpModuleFile +
               ", which s3:// locations need (tried " + tried +
               "); it is installed with jobhost, into <prefix>/lib/jobhost/: reinstall jobhost, or set "

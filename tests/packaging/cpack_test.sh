@@ -31,6 +31,7 @@ fi
 expected=(
   bin/jobhost
   lib/jobhost/plugins/libwordcount_jobs.so
+  lib/jobhost/libjobhost_s3_http.so
   lib/cmake/jobhost/jobhostConfig.cmake
   lib/cmake/jobhost/jobhostConfigVersion.cmake
   lib/cmake/jobhost/jobhostTargets.cmake

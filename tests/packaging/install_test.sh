@@ -58,7 +58,7 @@ logged "$work/install.log" "$cmake" --install "$build_dir" --prefix "$prefix"
 for f in bin/jobhost \
   include/jobhost/jobhost.h include/jobhost/job.h include/jobhost/stream.h include/jobhost/state.h \
   include/jobhost/serializer.h include/jobhost/version.h \
-  lib/jobhost/plugins/libwordcount_jobs.so \
+  lib/jobhost/plugins/libwordcount_jobs.so lib/jobhost/libjobhost_s3_http.so \
   lib/cmake/jobhost/jobhostConfig.cmake lib/cmake/jobhost/jobhostConfigVersion.cmake \
   lib/cmake/jobhost/jobhostTargets.cmake lib/cmake/jobhost/jobhostAddPlugin.cmake \
   etc/jobhost/config.yaml share/bash-completion/completions/jobhost; do

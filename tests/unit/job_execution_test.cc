@@ -890,6 +890,7 @@ state::CheckpointMetadata takeUnalignedCheckpoint(Plan plan, ExecutionConfig ec,
         m = metadataOf(exec, listener.acks(t.checkpointId), t.checkpointId, ec);
     }
   }
+  script.openEverything();  // on a failed step too: the held function must let go before wait()
   exec.cancel();
   exec.wait();
   EXPECT_TRUE(m.hasChannelState()) << "no unaligned checkpoint with in-flight records was taken";

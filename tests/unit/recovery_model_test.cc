@@ -391,6 +391,8 @@ TEST(CheckpointFiles, ACheckpointWhoseMetadataCannotBeWrittenLeavesNoSharedFileB
     std::this_thread::sleep_for(std::chrono::milliseconds(300));  // records in RocksDB's memtable: SSTs to upload
     faults->failOnPath(FsOp::kRename, "_metadata", err);
     EXPECT_EQ(job.checkpoint(), std::nullopt) << "the checkpoint must fail: its _metadata cannot be published";
+    // Both errors leave the store "unavailable", so the clean-up waits for the next
+    // checkpoint and the aborted one's files are still there to be seen.
     std::set<std::string> aborted = filesBelow(jobDir / "shared", jobDir);
     EXPECT_FALSE(aborted.empty()) << "the test needs a checkpoint that uploads shared files";
     // The next one completes with its own shared files. Once the clean-up (in the

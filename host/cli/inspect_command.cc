@@ -144,6 +144,11 @@ int inspectCommand(const std::string& path, bool json) {
           o << ",\"inFlight\":{\"buffers\":" << f.buffers << ",\"bytes\":" << f.bytes << ",\"records\":";
           if (f.records < 0) o << "null";
           else o << f.records;
+          // The receiving task's input watermark when it snapshotted (epoch ms; null: none
+          // had reached it): the restored records are processed at it, before new input.
+          o << ",\"inputWatermark\":";
+          if (sub.inputWatermark == INT64_MIN) o << "null";
+          else o << sub.inputWatermark;
           o << "}";
         }
         state::KeyGroupRange range = state::handleRange(sub.keyed);
@@ -228,7 +233,10 @@ int inspectCommand(const std::string& path, bool json) {
       std::cout << "    subtask " << sub.index << ": "
                 << (f.records < 0 ? std::string("damaged in-flight records") : std::to_string(f.records) + " in-flight records")
                 << " in " << f.buffers << (f.buffers == 1 ? " buffer" : " buffers") << " (" << formatBytes(f.bytes)
-                << ", unaligned checkpoint; stored in _metadata, processed first on restore)\n";
+                << ", unaligned checkpoint; stored in _metadata, processed first on restore"
+                << (sub.inputWatermark == INT64_MIN ? std::string(", before any watermark")
+                                                    : ", at input watermark " + std::to_string(sub.inputWatermark))
+                << ")\n";
     }
     for (const auto& sub : op.subtasks)
       for (const auto& f : state::referencedFiles(sub.keyed))

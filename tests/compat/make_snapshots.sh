@@ -231,31 +231,61 @@ fi
 # snapshots); the snapshot is the newest one holding in-flight records (the final
 # checkpoint is aligned). The other checkpoints are removed from a kept job directory, so
 # that the chk-<n> a restore finds there is the snapshot (its shared SSTs stay).
-# unaligned NAME CLASS [flags...]: prints the snapshot's chk directory.
+# unaligned NAME CLASS INPUT [flags...]: prints the snapshot's chk directory: the newest
+# checkpoint with at least $SUBTASKS (default 1) subtasks whose in-flight records' line in
+# `inspect` matches $MATCH (default: any), channels debloated to $DEBLOAT (default 20ms).
 unaligned() {
-  local name=$1 cls=$2
-  shift 2
-  [ -f "$work/words-8000.txt" ] || for _ in $(seq 8000); do cat "$WORDS"; done >"$work/words-8000.txt"
+  local name=$1 cls=$2 input=$3
+  shift 3
   "$JOBHOST" run -c "$cls" "$@" -D "state.checkpoints.dir=$work/$name" -D execution.checkpointing.interval=50ms \
     -D execution.checkpointing.unaligned=true -D state.checkpoints.num-retained=1000 \
-    -D taskmanager.network.memory.buffer-debloat.target=20ms \
-    "$PLUGIN" --input "$work/words-8000.txt" >/dev/null 2>"$work/$name.err"
+    -D "taskmanager.network.memory.buffer-debloat.target=${DEBLOAT:-20ms}" \
+    "$PLUGIN" --input "$input" >/dev/null 2>"$work/$name.err"
   local c chk=""
   for c in $(ls -d "$work/$name"/*/chk-* | sort -t- -k2 -n); do
-    "$JOBHOST" inspect "$c" | grep -q "in-flight records" && chk=$c
+    [ "$("$JOBHOST" inspect "$c" | grep "in-flight records" | grep -c -- "${MATCH:-}")" -ge "${SUBTASKS:-1}" ] && chk=$c
   done
   [ -n "$chk" ] || { echo "no checkpoint of $name holds in-flight records" >&2; exit 1; }
   for c in "$(dirname "$chk")"/chk-*; do
     [ "$c" = "$chk" ] || rm -rf "$c"
   done
+  # The shared files of the checkpoints removed (those the snapshot does not reference).
+  "$JOBHOST" gc "$(dirname "$chk")" >/dev/null
   echo "$chk"
 }
+words8000() {
+  [ -f "$work/words-8000.txt" ] || for _ in $(seq 8000); do cat "$WORDS"; done >"$work/words-8000.txt"
+  echo "$work/words-8000.txt"
+}
 if wanted unaligned-hashmap-p1; then
-  cp -r "$(unaligned unaligned-hashmap-p1 WordCount)" "$OUT/unaligned-hashmap-p1"
+  cp -r "$(unaligned unaligned-hashmap-p1 WordCount "$(words8000)")" "$OUT/unaligned-hashmap-p1"
 fi
 if wanted unaligned-rocksdb-incremental-p2; then
-  c=$(unaligned unaligned-rocksdb WordCountIncremental -p 2)
+  c=$(unaligned unaligned-rocksdb WordCountIncremental "$(words8000)" -p 2)
   keepjob unaligned-rocksdb-incremental-p2 "$(dirname "$c")"
+fi
+# Unaligned checkpoints of an event-time job (added 2026-12-06; the same format version 2,
+# whose in-flight records carry since the receiving task's input watermark): WindowedWordCount
+# over events.txt read 300 times, the r-th time with every timestamp 110 s * r later (so the
+# input stays in order and each pass has windows of its own; tests/e2e/compat_test.cc
+# writes the same file), unthrottled, a watermark every 5 ms (fewer open windows: a
+# smaller snapshot); the snapshot holds window contents, timers and in-flight records
+# stored with a watermark (of both subtasks at p=2).
+events300() {
+  [ -f "$work/events-300.txt" ] || awk -v R=300 '{ line[NR] = $0; ts[NR] = $1 }
+    END { for (r = 0; r < R; r++) for (i = 1; i <= NR; i++)
+            printf "%.0f%s\n", ts[i] + r * 110000, substr(line[i], length(ts[i]) + 1) }' \
+    "$DATA/events.txt" >"$work/events-300.txt"
+  echo "$work/events-300.txt"
+}
+if wanted unaligned-windowed-hashmap-p1; then
+  cp -r "$(DEBLOAT=5ms MATCH="at input watermark" unaligned unaligned-windowed-hashmap-p1 WindowedWordCount \
+    "$(events300)" -D pipeline.auto-watermark-interval=5ms)" "$OUT/unaligned-windowed-hashmap-p1"
+fi
+if wanted unaligned-windowed-rocksdb-incremental-p2; then
+  c=$(DEBLOAT=5ms MATCH="at input watermark" SUBTASKS=2 unaligned unaligned-windowed-rocksdb WindowedWordCount \
+    "$(events300)" -p 2 -D pipeline.auto-watermark-interval=5ms -D state.backend.type=rocksdb -D state.backend.incremental=true)
+  keepjob unaligned-windowed-rocksdb-incremental-p2 "$(dirname "$c")"
 fi
 find "$OUT" -type f | sort | xargs ls -l
 du -sh "$OUT"

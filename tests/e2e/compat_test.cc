@@ -34,7 +34,7 @@ struct Snapshot {
   std::string handle;     // what `inspect` must show
   std::vector<std::string> restoreAs;  // extra ways to restore it: "-c Class [-D ...]"
   std::vector<std::string> flags;      // flags for the writer's restore (and the other ways)
-  int repeat = 1;  // word counts: the writer read words.txt this many times over
+  int repeat = 1;  // the writer read words.txt (or events.txt: eventsInput) this many times over
 };
 
 void PrintTo(const Snapshot& s, std::ostream* os) { *os << s.dir; }
@@ -83,6 +83,16 @@ const std::vector<Snapshot> kSnapshots = {
      {"WordCount -p 2", "WordCountIncremental -p 3"}, {}, 8000},
     {"v2/unaligned-rocksdb-incremental-p2", "WordCountIncremental", "InputChannelStateHandle",
      {"WordCountIncremental -p 1", "WordCountIncremental -p 3"}, {"-p", "2"}, 8000},
+    // Unaligned checkpoints of an event-time job (format version 2 with the receiving
+    // task's input watermark stored with the in-flight records; written 2026-12-06):
+    // WindowedWordCount over events.txt read 300 times (eventsInput), window contents and
+    // timers next to in-flight records; restored by the writer, rescaled, other backend.
+    {"v2/unaligned-windowed-hashmap-p1", "WindowedWordCount", "InputChannelStateHandle",
+     {"WindowedWordCount -p 2 -D state.backend.type=rocksdb"}, {}, 300},
+    {"v2/unaligned-windowed-rocksdb-incremental-p2", "WindowedWordCount", "InputChannelStateHandle",
+     {"WindowedWordCount -p 1 -D state.backend.type=rocksdb -D state.backend.incremental=false",
+      "WindowedWordCount -p 3 -D state.backend.type=rocksdb -D state.backend.incremental=true"},
+     {"-p", "2", "-D", "state.backend.type=rocksdb", "-D", "state.backend.incremental=true"}, 300},
 };
 
 const fs::path kData = fs::path(JOBHOST_WORDS).parent_path();  // plugins/wordcount/data
@@ -101,10 +111,27 @@ std::string unprefixed(const std::string& line) {
   return line;
 }
 
-/// What WindowedWordCount prints for events.txt: "(<end>,<word>,<count>)" per 10 s window.
-std::set<std::string> windowedReference() {
+/// events.txt read `repeat` times, the r-th time with every timestamp 110 s * r later: the
+/// input stays in order and each pass has windows of its own (as make_snapshots.sh's
+/// events300, byte for byte: a snapshot's source position is an offset into it).
+std::string eventsInput(int repeat) {
+  const std::string events = readFile(kData / "events.txt");
+  std::string out;
+  for (int r = 0; r < repeat; ++r) {
+    std::istringstream in(events);
+    for (std::string line; std::getline(in, line);) {
+      size_t sp = line.find(' ');
+      out += std::to_string(std::stoll(line.substr(0, sp)) + 110000LL * r) + line.substr(sp) + "\n";
+    }
+  }
+  return out;
+}
+
+/// What WindowedWordCount prints for eventsInput(repeat): "(<end>,<word>,<count>)" per 10 s
+/// window.
+std::set<std::string> windowedReference(int repeat) {
   std::map<std::pair<long long, std::string>, int> c;
-  std::istringstream in(readFile(kData / "events.txt"));
+  std::istringstream in(eventsInput(repeat));
   for (std::string line; std::getline(in, line);) {
     auto f = splitWords(line);
     long long ts = std::stoll(f.at(0));
@@ -162,15 +189,19 @@ class Compat : public Cli, public ::testing::WithParamInterface<Snapshot> {
   /// in the snapshot has its full count, a join finds the buffered side), it prints
   /// something, and less than the whole (what fired before the snapshot is not redone).
   void restoresEventTime(const fs::path& snapshot, const std::vector<std::string>& classAndFlags, bool join,
-                         const std::string& what) {
+                         int repeat, const std::string& what) {
     std::vector<std::string> args = {"run", "-s", snapshot.string()};
     args.insert(args.end(), classAndFlags.begin(), classAndFlags.end());
     for (auto& f : ckFlags("100ms")) args.push_back(f);
     args.push_back(kPlugin);
     if (join) {
       args.insert(args.end(), {"--orders", (kData / "orders.txt").string(), "--payments", (kData / "payments.txt").string()});
-    } else {
+    } else if (repeat == 1) {
       args.insert(args.end(), {"--input", (kData / "events.txt").string()});
+    } else {
+      fs::path in = tmp / "events-repeated.txt";
+      writeFile(in, eventsInput(repeat));
+      args.insert(args.end(), {"--input", in.string()});
     }
     Result r = cli(args, std::chrono::seconds(60));
     ASSERT_EQ(r.exitCode, 0) << what << ":\n" << r.err;
@@ -184,7 +215,7 @@ class Compat : public Cli, public ::testing::WithParamInterface<Snapshot> {
         EXPECT_LE(got.count(l), all.count(l)) << what << ": " << l << " is not (that often) in the join";
       EXPECT_LT(got.size(), all.size()) << what << ": everything was joined again; the snapshot was not used";
     } else {
-      auto all = windowedReference();
+      auto all = windowedReference(repeat);
       for (const auto& l : got) EXPECT_TRUE(all.count(l)) << what << ": " << l << " is not an uninterrupted run's result";
       EXPECT_LT(got.size(), all.size()) << what << ": every window was computed again; the snapshot was not used";
     }
@@ -272,11 +303,19 @@ TEST_P(Compat, PassesTheCheckAndRestoresIntoItsWriterWithEveryCount) {
   check.push_back(kPlugin);
   const bool eventTime = s.writer == "WindowedWordCount" || s.writer == "OrderPaymentJoin";
   const bool broadcast = s.writer == "WordThresholds";
-  if (broadcast)  // inspect reads the broadcast state without the plugin: 5 of rules.txt's 9 rules
+  if (broadcast) {  // inspect reads the broadcast state without the plugin: 5 of rules.txt's 9 rules
     EXPECT_NE(inspect.out.find("\"broadcastStates\":[{\"name\":\"thresholds\",\"keySerializer\":\"string v1\","
                                "\"valueSerializer\":\"i64 v1\",\"entries\":5}]"),
               std::string::npos)
         << inspect.out;
+  }
+  if (s.handle == "InputChannelStateHandle") {
+    // inspect shows the input watermark stored with the in-flight records: a number for
+    // the event-time job's, null for the word counts' (no watermark had reached them).
+    const bool some = inspect.out.find("\"inputWatermark\":1") != std::string::npos;
+    EXPECT_EQ(some, eventTime) << inspect.out;
+    EXPECT_EQ(inspect.out.find("\"inputWatermark\":null") == std::string::npos, eventTime) << inspect.out;
+  }
   if (eventTime) {
     if (s.writer == "WindowedWordCount") check.insert(check.end(), {"--input", "x"});
     else check.insert(check.end(), {"--orders", "x", "--payments", "y"});
@@ -293,11 +332,11 @@ TEST_P(Compat, PassesTheCheckAndRestoresIntoItsWriterWithEveryCount) {
     }
   } else if (eventTime) {
     const bool join = s.writer == "OrderPaymentJoin";
-    restoresEventTime(snap, writer, join, s.dir + " into " + s.writer);
+    restoresEventTime(snap, writer, join, s.repeat, s.dir + " into " + s.writer);
     for (const auto& other : s.restoreAs) {
       std::vector<std::string> cf = {"-c"};
       for (const auto& w : splitWords(other)) cf.push_back(w);
-      restoresEventTime(snap, cf, join, s.dir + " into " + other);
+      restoresEventTime(snap, cf, join, s.repeat, s.dir + " into " + other);
     }
   } else {
     restoresExactly(snap, writer, s.repeat, s.dir + " into " + s.writer);

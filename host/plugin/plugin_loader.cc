@@ -8,10 +8,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <exception>
 #include <iterator>
+#include <memory>
 #include <optional>
 #include <utility>
 
@@ -222,8 +224,18 @@ class InitialiserFence {
     gFencePrefix = std::move(prefix);
     gFenceSuffix = std::move(suffix);
     gFenceExitCode = exitCode;
+    // The handlers run on a stack of their own: an initialiser that overflows the
+    // thread's stack (endless recursion) is reported too, not a bare SIGSEGV.
+    const long minimum = ::sysconf(_SC_SIGSTKSZ);
+    altStackSize_ = std::max<size_t>(64 * 1024, minimum > 0 ? static_cast<size_t>(minimum) : 0);
+    altStack_ = std::make_unique<char[]>(altStackSize_);
+    stack_t ss{};
+    ss.ss_sp = altStack_.get();
+    ss.ss_size = altStackSize_;
+    ownStack_ = ::sigaltstack(&ss, &oldStack_) == 0;
     struct sigaction sa {};
     sa.sa_handler = fenceSignal;
+    sa.sa_flags = ownStack_ ? SA_ONSTACK : 0;
     sigemptyset(&sa.sa_mask);
     for (size_t i = 0; i < std::size(kSignals); ++i) ::sigaction(kSignals[i], &sa, &old_[i]);
     oldTerminate_ = std::set_terminate(fenceTermination);
@@ -237,6 +249,18 @@ class InitialiserFence {
       if (::sigaction(kSignals[i], nullptr, &now) == 0 && now.sa_handler == fenceSignal)
         ::sigaction(kSignals[i], &old_[i], nullptr);
     }
+    // The thread's alternate stack as it was, if ours is still the one in place (the
+    // memory is freed with this object).
+    stack_t now{};
+    if (ownStack_ && ::sigaltstack(nullptr, &now) == 0 && now.ss_sp == altStack_.get()) {
+      if ((oldStack_.ss_flags & SS_DISABLE) != 0) {
+        stack_t off{};
+        off.ss_flags = SS_DISABLE;
+        ::sigaltstack(&off, nullptr);
+      } else {
+        ::sigaltstack(&oldStack_, nullptr);
+      }
+    }
   }
   InitialiserFence(const InitialiserFence&) = delete;
   InitialiserFence& operator=(const InitialiserFence&) = delete;
@@ -244,6 +268,10 @@ class InitialiserFence {
  private:
   struct sigaction old_[std::size(kSignals)] {};
   std::terminate_handler oldTerminate_ = nullptr;
+  std::unique_ptr<char[]> altStack_;
+  size_t altStackSize_ = 0;
+  stack_t oldStack_{};
+  bool ownStack_ = false;
 };
 
 }  // namespace

@@ -90,7 +90,7 @@ struct PluginOpenOptions {
   bool probeInitialisers = true;
   /// With probeInitialisers: instead of a probe child, run the initialisers in this
   /// process, fenced: if one throws or crashes (SIGSEGV, SIGBUS, SIGILL, SIGFPE,
-  /// SIGABRT), print "error: <the kInitialiserFailed message>" on stderr and _exit()
+  /// SIGABRT; the handlers run on an alternate signal stack, so a stack overflow too), print "error: <the kInitialiserFailed message>" on stderr and _exit()
   /// with this code. For a command that would do exactly that with the error (`jobhost
   /// check`, `run --dry-run`): it saves loading the plugin and its dependencies twice,
   /// about a third of a check with the example plugin (issue 33, H1), and runs the

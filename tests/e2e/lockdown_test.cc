@@ -20,6 +20,7 @@ const std::string kThrowingPlugin = JOBHOST_THROWING_PLUGIN;
 const std::string kStaticInitPlugin = JOBHOST_STATIC_INIT_PLUGIN;
 const std::string kStaticInitCrashPlugin = JOBHOST_STATIC_INIT_CRASH_PLUGIN;
 const std::string kStaticInitExceptionPlugin = JOBHOST_STATIC_INIT_EXCEPTION_PLUGIN;
+const std::string kStaticInitOverflowPlugin = JOBHOST_STATIC_INIT_OVERFLOW_PLUGIN;
 
 unsigned modeOf(const fs::path& p) {
   struct stat st {};
@@ -107,6 +108,8 @@ TEST_F(Lockdown, AStaticInitialiserThatThrowsOrCrashesIsOneErrorFromRunCheckAndD
       {kStaticInitPlugin, "StaticInitThrows", "threw int 42"},
       {kStaticInitCrashPlugin, "StaticInitFails", "crashed with SIGSEGV"},
       {kStaticInitExceptionPlugin, "StaticInitFails", "threw no configuration for the global"},
+      // The stack is gone: check's handler runs on a stack of its own (sigaltstack).
+      {kStaticInitOverflowPlugin, "StaticInitFails", "crashed with SIGSEGV"},
   };
   for (const auto& c : cases) {
     for (const std::vector<std::string>& command :

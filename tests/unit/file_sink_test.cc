@@ -39,13 +39,17 @@ class FileSinkTest : public ::testing::Test {
 
 TEST_F(FileSinkTest, APartOlderThanTheRolloverIntervalIsClosedAtTheNextRecord) {
   jobhost::FileSink<std::string> sink(dir_.string());
-  sink.withRolloverInterval(100ms);
+  sink.withRolloverInterval(300ms);
   sink.open(ctx_);
   auto txn = sink.beginTransaction();
+  const auto start = std::chrono::steady_clock::now();
   sink.invoke(txn, "a", jobhost::kNoTimestamp);
   sink.invoke(txn, "b", jobhost::kNoTimestamp);
+  // The part opened after `start`: if less than the interval has passed, it cannot have
+  // rolled (a machine that stalled for the interval between the two proves nothing).
+  if (std::chrono::steady_clock::now() - start >= 300ms) GTEST_SKIP() << "the machine stalled 300 ms between two records";
   EXPECT_EQ(txn.parts.size(), 1u) << "a part rolled before its interval";
-  std::this_thread::sleep_for(150ms);
+  std::this_thread::sleep_for(400ms);
   sink.invoke(txn, "c", jobhost::kNoTimestamp);
   ASSERT_EQ(txn.parts.size(), 2u) << "a part older than its rollover interval was not rolled";
   sink.preCommit(txn);

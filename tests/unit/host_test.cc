@@ -1233,9 +1233,13 @@ TEST(InputGateTest, CapacityCountsBytesNotEvents) {
   ASSERT_TRUE(gate.push(0, data("12345")));
   ASSERT_TRUE(gate.push(0, data("1234")));  // 9 bytes held: under 10, accepted
   auto pushed = std::async(std::launch::async, [&] { return gate.push(0, data("x")); });
-  CancelOnExit guard{gate};
-  EXPECT_EQ(pushed.wait_for(50ms), std::future_status::ready) << "a channel holding 9 of 10 bytes refused data";
-  auto blocked = std::async(std::launch::async, [&] { return gate.push(0, data("y")); });  // 10 held: full
+  std::future<bool> blocked;
+  CancelOnExit guard{gate};  // after the futures: cancels before their destructors wait
+  // Generous: on a loaded machine the pushing thread may not run for a while (50 ms here
+  // failed a CI run once); only a push that blocks never returns.
+  ASSERT_EQ(pushed.wait_for(10s), std::future_status::ready) << "a channel holding 9 of 10 bytes refused data";
+  EXPECT_TRUE(pushed.get());
+  blocked = std::async(std::launch::async, [&] { return gate.push(0, data("y")); });  // 10 held: full
   EXPECT_EQ(blocked.wait_for(50ms), std::future_status::timeout) << "a channel holding 10 of 10 bytes took more";
   EXPECT_EQ(gate.next({false})->data, "12345");
   ASSERT_EQ(blocked.wait_for(2s), std::future_status::ready);

@@ -807,12 +807,15 @@ TEST_F(JobExecutionTest, AnAbortStopsTheRunningUploadAndItsTaskDeclinesOnceWhile
 // Unaligned checkpoints
 
 /// Emits "hold:1" twice (the second reaches the reduce function), then "k<i % 7>:1" up to `total` records, then ends; its position is
-/// the number emitted. Marks "emitted-<n>" every 10000 records.
+/// the number emitted. Marks "emitted-<n>" every 10000 records. After record 20000 it idles
+/// until the script opens "source": not blocked in a push, it takes a checkpoint trigger at
+/// once, so the barrier reaches the channel while it is full.
 class CountingSource : public SourceFunction<std::string> {
  public:
   CountingSource(std::shared_ptr<Script> script, uint64_t total) : script_(std::move(script)), total_(total) {}
   PollStatus poll(SourceOutput<std::string>& out) override {
-    for (int i = 0; i < 256 && next_ < total_; ++i, ++next_) {
+    if (next_ > 20000 && next_ < total_ && !script_->isOpen("source")) return ScriptedSource::idle();
+    for (int i = 0; i < 256 && next_ < total_ && (next_ <= 20000 || script_->isOpen("source")); ++i, ++next_) {
       out.emit(next_ < 2 ? std::string("hold:1") : "k" + std::to_string(next_ % 7) + ":1");
       if (next_ % 10000 == 0) script_->mark("emitted-" + std::to_string(next_));
     }
@@ -882,10 +885,13 @@ state::CheckpointMetadata takeUnalignedCheckpoint(Plan plan, ExecutionConfig ec,
   if (!exec.prepare(nullptr).ok()) return {};
   exec.start();
   state::CheckpointMetadata m;
+  // The source idles after record 20000 (CountingSource): its barrier goes out at once,
+  // and with the function held every record after "hold" is still queued for the barrier
+  // to overtake. Its acknowledgement (the held task cannot acknowledge) says so.
   if (script.waitMarked("held") && script.waitMarked("emitted-20000")) {
-    std::this_thread::sleep_for(50ms);  // the source is blocked on the full channel by now, or soon
-    if (exec.triggerCheckpoint(t)) {
+    if (exec.triggerCheckpoint(t) && listener.waitAcks(t.checkpointId, 1)) {
       script.open("hold");
+      script.open("source");
       if (listener.waitAcks(t.checkpointId, static_cast<size_t>(exec.taskCount())))
         m = metadataOf(exec, listener.acks(t.checkpointId), t.checkpointId, ec);
     }

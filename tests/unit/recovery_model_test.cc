@@ -369,7 +369,9 @@ std::set<std::string> filesBelow(const fs::path& dir, const fs::path& base) {
   std::error_code ec;
   for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
        it.increment(ec))
-    if (it->is_regular_file()) out.insert(fs::relative(it->path(), base).string());
+    // Lexically: the background clean-up may delete a file meanwhile (fs::relative
+    // resolves the path on disk and would throw).
+    if (std::error_code fe; it->is_regular_file(fe)) out.insert(it->path().lexically_relative(base).string());
   return out;
 }
 

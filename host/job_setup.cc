@@ -100,6 +100,7 @@ int setupJob(const RunOptions& o, JobSetup* s, const PluginOpenOptions& pluginOp
     s->bufferDebloatPeriod = config.getDuration("taskmanager.network.memory.buffer-debloat.period");
     s->checkpointTimeout = config.getDuration("execution.checkpointing.timeout");
     s->unalignedCheckpoints = config.getBool("execution.checkpointing.unaligned");
+    s->alignedCheckpointTimeout = config.getDuration("execution.checkpointing.aligned-checkpoint-timeout");
     s->tolerableFailures =
         static_cast<int>(config.getInt("execution.checkpointing.tolerable-failed-checkpoints", 0, 1000000));
     createRestartStrategy(config);  // validates the restart-strategy.* keys now

@@ -37,6 +37,7 @@ struct JobSetup {
   std::chrono::milliseconds checkpointTimeout{std::chrono::minutes(10)};
   std::chrono::milliseconds interval{0};
   bool unalignedCheckpoints = false;  // execution.checkpointing.unaligned
+  std::chrono::milliseconds alignedCheckpointTimeout{0};  // execution.checkpointing.aligned-checkpoint-timeout
   std::chrono::milliseconds autoWatermarkInterval{200};  // pipeline.auto-watermark-interval
   int64_t windowMiniBatchSize = 0;                        // pipeline.window.mini-batch.size
   /// taskmanager.network.memory.buffer-debloat.target, 0 when .enabled is false.

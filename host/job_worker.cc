@@ -212,6 +212,7 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
   ec.bufferDebloat.target = setup.bufferDebloatTarget;
   ec.bufferDebloat.period = setup.bufferDebloatPeriod;
   ec.unalignedCheckpoints = setup.unalignedCheckpoints;
+  ec.alignedCheckpointTimeout = setup.alignedCheckpointTimeout;
   ec.checkpointing = coordinator != nullptr;
   ec.checkpointIntervalMs = coordinator ? setup.interval.count() : 0;
 

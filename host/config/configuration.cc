@@ -42,6 +42,11 @@ const std::vector<ConfigKey>& knownConfigKeys() {
        "or took before the last barrier are stored in the checkpoint (metadata format version 2) and processed "
        "first on restore, at any parallelism. Under back-pressure checkpoints no longer wait for full channels. "
        "Savepoints stay aligned."},
+      {"execution.checkpointing.aligned-checkpoint-timeout", "0",
+       "With execution.checkpointing.unaligned: 0 makes every checkpoint unaligned from the start; a longer "
+       "duration starts each checkpoint aligned and turns it unaligned at a task whose barriers are later than this "
+       "after the checkpoint was triggered (Flink's aligned checkpoint timeout): in-flight records are stored only "
+       "under back-pressure."},
       {"execution.stop-with-savepoint-on-sigterm", "false",
        "SIGTERM (and Ctrl-C) stop the job with a savepoint into state.savepoints.dir, as `jobhost stop` does, instead "
        "of cancelling it (if the savepoint fails, the job is cancelled)."},

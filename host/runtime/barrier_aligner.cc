@@ -40,12 +40,20 @@ BarrierAligner::UnalignedStep BarrierAligner::onUnalignedBarrier(int channel, ui
                                                                  std::chrono::steady_clock::time_point arrived) {
   UnalignedStep step;
   const bool first = checkpointId > newest_;
+  // The checkpoint being aligned turned unaligned (aligned checkpoint timeout): the
+  // channels that delivered it stay arrived and are read again; the task snapshots now.
+  const bool switched = checkpointId == newest_ && inProgress_ && !unaligned_ && !ended_[static_cast<size_t>(channel)];
+  if (switched) {
+    unaligned_ = true;
+    for (size_t c = 0; c < blocked_.size(); ++c) blocked_[c] = ended_[c];
+    lastArrival_ = alignmentStart_;
+  }
   if (!accept(channel, checkpointId, true)) return step;
   if (arrived == std::chrono::steady_clock::time_point{}) arrived = std::chrono::steady_clock::now();
   if (first || arrived < alignmentStart_) alignmentStart_ = arrived;
   if (first || arrived > lastArrival_) lastArrival_ = arrived;
   step.accepted = checkpointId;
-  if (first) step.snapshot = checkpointId;
+  if (first || switched) step.snapshot = checkpointId;
   if (auto done = maybeComplete()) step.complete = *done;
   return step;
 }

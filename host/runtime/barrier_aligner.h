@@ -30,6 +30,11 @@
 // task drops what it recorded for a checkpoint when a newer barrier of either kind
 // arrives (StreamTask::onBarrierEvent).
 //
+// Aligned checkpoint timeout (channel.h): an unaligned barrier of the checkpoint being
+// aligned switches it to unaligned: every live channel is unblocked, those that delivered
+// the aligned barrier count as arrived (what follows their barrier is after the
+// snapshot), and the step says to snapshot now.
+//
 // Thread-safety: not thread-safe; owned and used by one task thread.
 #pragma once
 

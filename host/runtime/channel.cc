@@ -14,6 +14,74 @@ InputGate::InputGate(int channels, size_t capacityBytes, BufferDebloatOptions de
       debloater_(debloat),
       periodStart_(std::chrono::steady_clock::now()) {
   if (debloater_.enabled()) capacity_ = std::min(maxCapacity_, debloater_.channelBytes());
+  pushedPending_.assign(static_cast<size_t>(channels), false);
+  endPushed_.assign(static_cast<size_t>(channels), false);
+}
+
+void InputGate::setAlignedCheckpointTimeout(std::chrono::milliseconds timeout) {
+  std::lock_guard lock(mu_);
+  alignedTimeout_ = timeout;
+}
+
+void InputGate::overtake(std::deque<ChannelEvent>& q, std::deque<ChannelEvent>::iterator at) {
+  // The events before the barrier back to the last barrier or end marker: [from, to).
+  const auto to = static_cast<size_t>(at - q.begin());
+  size_t from = to;
+  while (from > 0 && q[from - 1].kind != ChannelEvent::kBarrier && q[from - 1].kind != ChannelEvent::kEnd) --from;
+  ChannelEvent barrier = std::move(q[to]);
+  barrier.unaligned = true;
+  barrier.convertible = false;
+  barrier.overtaken.clear();
+  for (size_t i = from; i < to; ++i)
+    if (q[i].kind == ChannelEvent::kData) barrier.overtaken.push_back(q[i].data);
+  q.erase(q.begin() + static_cast<std::ptrdiff_t>(to));
+  q.insert(q.begin() + static_cast<std::ptrdiff_t>(from), std::move(barrier));
+}
+
+std::chrono::steady_clock::time_point InputGate::conversionDueLocked() const {
+  if (alignedTimeout_.count() == 0 || pendingSettled_) return std::chrono::steady_clock::time_point::max();
+  return pendingSince_ + alignedTimeout_;
+}
+
+void InputGate::convertLateBarriersLocked(std::chrono::steady_clock::time_point now) {
+  if (alignedTimeout_.count() == 0 || pendingSettled_ || now < pendingSince_ + alignedTimeout_) return;
+  pendingSettled_ = true;
+  // Late only where a live channel has not delivered the barrier to the consumer: its
+  // barrier is still queued, or not pushed yet.
+  bool late = false;
+  for (size_t c = 0; c < queues_.size() && !late; ++c) {
+    if (endPushed_[c]) continue;
+    if (!pushedPending_[c]) late = true;
+    for (const auto& e : queues_[c])
+      if (e.kind == ChannelEvent::kBarrier && e.checkpointId == pendingId_ && !e.unaligned) late = true;
+  }
+  if (!late) return;
+  convertedId_ = pendingId_;
+  std::optional<size_t> delivered;  // a live channel whose barrier the consumer has taken
+  for (size_t c = 0; c < queues_.size(); ++c) {
+    auto& q = queues_[c];
+    bool queued = false;
+    for (auto it = q.begin(); it != q.end(); ++it)
+      if (it->kind == ChannelEvent::kBarrier && it->checkpointId == convertedId_ && !it->unaligned) {
+        overtake(q, it);
+        queued = true;
+        break;
+      }
+    if (!queued && pushedPending_[c] && !endPushed_[c] && !delivered) delivered = c;
+  }
+  // The consumer may be aligning it, with that channel blocked, waiting for channels whose
+  // barrier is not even here: it learns of the switch at once from an unaligned copy of
+  // the barrier it took (before any other event, blocked channel or not).
+  if (delivered) {
+    ChannelEvent e;
+    e.kind = ChannelEvent::kBarrier;
+    e.checkpointId = convertedId_;
+    e.unaligned = true;
+    e.channel = static_cast<int>(*delivered);
+    e.arrived = now;
+    switch_ = std::move(e);
+  }
+  dataReady_.notify_one();
 }
 
 size_t InputGate::capacityBytes() const {
@@ -38,6 +106,19 @@ bool InputGate::push(int channel, ChannelEvent event, TaskCounter* backPressured
   queuedBytes_[c] += event.data.size();
   auto& q = queues_[c];
   if (event.kind == ChannelEvent::kBarrier) event.arrived = std::chrono::steady_clock::now();
+  if (event.kind == ChannelEvent::kEnd) endPushed_[c] = true;
+  if (event.kind == ChannelEvent::kBarrier && event.convertible && !event.unaligned && alignedTimeout_.count() > 0) {
+    if (event.checkpointId == convertedId_) {
+      event.unaligned = true;  // its checkpoint turned unaligned here: it overtakes at once
+      event.convertible = false;
+    } else if (event.checkpointId > pendingId_) {
+      pendingId_ = event.checkpointId;
+      pendingSince_ = event.started == std::chrono::steady_clock::time_point{} ? event.arrived : event.started;
+      pendingSettled_ = false;
+      pushedPending_.assign(queues_.size(), false);
+    }
+    if (event.checkpointId == pendingId_) pushedPending_[c] = true;
+  }
   if (event.kind == ChannelEvent::kBarrier && event.unaligned) {
     // Overtake everything back to the last barrier or end marker, copying the data.
     auto at = q.end();
@@ -57,6 +138,12 @@ bool InputGate::push(int channel, ChannelEvent event, TaskCounter* backPressured
 }
 
 std::optional<ChannelEvent> InputGate::takeLocked(const std::vector<bool>& blocked) {
+  if (!pendingSettled_) convertLateBarriersLocked(std::chrono::steady_clock::now());
+  if (switch_) {
+    ChannelEvent e = std::move(*switch_);
+    switch_.reset();
+    return e;
+  }
   size_t n = queues_.size();
   for (size_t i = 0; i < n; ++i) {
     size_t c = (rr_ + i) % n;
@@ -102,6 +189,7 @@ std::optional<ChannelEvent> InputGate::tryNextBarrier(const std::vector<bool>& b
                                                       const std::function<bool(uint64_t)>& accept) {
   std::lock_guard lock(mu_);
   if (cancelled_) return std::nullopt;
+  if (!pendingSettled_) convertLateBarriersLocked(std::chrono::steady_clock::now());
   for (size_t c = 0; c < queues_.size(); ++c) {
     auto& q = queues_[c];
     if (blocked[c] || q.empty() || q.front().kind != ChannelEvent::kBarrier || !accept(q.front().checkpointId))
@@ -126,10 +214,12 @@ std::optional<ChannelEvent> InputGate::next(const std::vector<bool>& blocked,
     // Waiting for input is not consuming: the debloat rate is measured over busy time.
     const auto waitStart = std::chrono::steady_clock::now();
     bool timedOut = false;
-    if (deadline == std::chrono::steady_clock::time_point::max()) {
+    // A late barrier to turn unaligned (aligned checkpoint timeout) wakes the wait too.
+    const auto until = std::min(deadline, conversionDueLocked());
+    if (until == std::chrono::steady_clock::time_point::max()) {
       dataReady_.wait(lock);
     } else {
-      timedOut = dataReady_.wait_until(lock, deadline) == std::cv_status::timeout;
+      timedOut = dataReady_.wait_until(lock, until) == std::cv_status::timeout && until == deadline;
     }
     periodIdle_ += std::chrono::steady_clock::now() - waitStart;
     if (timedOut) {

@@ -19,6 +19,18 @@
 // stores those copies in the checkpoint (stream_task.cc): they were sent before the
 // barrier but are processed after the snapshot.
 //
+// Aligned checkpoint timeout (Flink's execution.checkpointing.aligned-checkpoint-timeout,
+// setAlignedCheckpointTimeout): a checkpoint's barriers start aligned (`convertible`) and
+// turn unaligned where they are late: once a convertible barrier is older than the
+// timeout (from its checkpoint's trigger, `started`) and some live channel of the gate
+// has not delivered it to the consumer, the gate makes every barrier of that checkpoint
+// still queued here unaligned (it overtakes its channel's data, as if pushed so), and one
+// pushed later too. The consumer sees an unaligned barrier of the checkpoint it may be
+// aligning and switches (barrier_aligner.h); if it had taken the barrier of some channel
+// already, the next event it gets is an unaligned copy of that one, so it switches at
+// once even while it waits for channels whose barrier has not reached the gate. Savepoints' and the final checkpoint's
+// barriers are never convertible.
+//
 // Thread-safety: all methods are thread-safe; one mutex per gate.
 #pragma once
 
@@ -50,6 +62,12 @@ struct ChannelEvent {
   bool unaligned = false;
   /// kBarrier with `unaligned`: the data buffers it overtook in its channel, oldest first.
   std::vector<std::string> overtaken;
+  /// kBarrier, aligned: it turns unaligned once its checkpoint is older than the gate's
+  /// aligned checkpoint timeout (file comment).
+  bool convertible = false;
+  /// kBarrier: when its checkpoint was triggered (a convertible barrier's timeout runs
+  /// from then); unset: when it reached the gate.
+  std::chrono::steady_clock::time_point started{};
   /// kBarrier: when it was pushed into the gate (set by the gate).
   std::chrono::steady_clock::time_point arrived{};
 };
@@ -83,6 +101,8 @@ class InputGate {
   void wakeUp();
   /// Wakes every waiter; later push/next return false/nullopt.
   void cancel();
+  /// Turns late convertible barriers unaligned after `timeout` (file comment); 0: never.
+  void setAlignedCheckpointTimeout(std::chrono::milliseconds timeout);
   int channels() const { return static_cast<int>(queues_.size()); }
   /// Bytes a producer's buffer for this gate collects before it is sent (changes with
   /// debloating; any thread).
@@ -92,6 +112,15 @@ class InputGate {
 
  private:
   std::optional<ChannelEvent> takeLocked(const std::vector<bool>& blocked);
+  /// Aligned checkpoint timeout: makes the pending checkpoint's queued barriers unaligned
+  /// once it is late, if some live channel has not delivered its barrier.
+  void convertLateBarriersLocked(std::chrono::steady_clock::time_point now);
+  /// When convertLateBarriersLocked has something to do next (max: nothing pending).
+  std::chrono::steady_clock::time_point conversionDueLocked() const;
+  /// Moves the aligned barrier at `at` of queue `q` in front of the data queued before
+  /// it (back to the last barrier or end marker) and makes it unaligned, with copies of
+  /// that data.
+  static void overtake(std::deque<ChannelEvent>& q, std::deque<ChannelEvent>::iterator at);
   /// Ends a debloat period once it is over (called with mu_ held, on taking data).
   void debloatLocked(std::chrono::steady_clock::time_point now);
   mutable std::mutex mu_;
@@ -112,6 +141,15 @@ class InputGate {
   size_t rr_ = 0;           // round-robin start, guarded by mu_
   bool cancelled_ = false;  // guarded by mu_
   bool woken_ = false;      // guarded by mu_; set by wakeUp(), consumed by next()
+  // Aligned checkpoint timeout (file comment); guarded by mu_.
+  std::chrono::milliseconds alignedTimeout_{0};
+  uint64_t pendingId_ = 0;    // the newest checkpoint with a convertible barrier pushed
+  std::chrono::steady_clock::time_point pendingSince_{};
+  bool pendingSettled_ = true;  // pendingId_ turned unaligned, or every live channel delivered it
+  uint64_t convertedId_ = 0;  // its barriers turn unaligned, also those pushed later
+  std::vector<bool> pushedPending_;  // per channel: pendingId_'s barrier (or the end) was pushed
+  std::vector<bool> endPushed_;      // per channel: its end marker was pushed
+  std::optional<ChannelEvent> switch_;  // an unaligned copy of a barrier already taken, to hand out first
 };
 
 }  // namespace jobhost::host

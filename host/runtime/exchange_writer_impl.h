@@ -61,11 +61,15 @@ class ExchangeWriterImpl : public ExchangeWriter {
   }
   /// Barriers and end markers. An unaligned barrier (channel.h) does not wait for room
   /// behind a full channel: it overtakes what is queued there.
-  void broadcast(ChannelEvent::Kind kind, uint64_t id, bool unaligned = false) {
+  /// `convertible`, `started`: an aligned barrier that may turn unaligned (channel.h).
+  void broadcast(ChannelEvent::Kind kind, uint64_t id, bool unaligned = false, bool convertible = false,
+                 std::chrono::steady_clock::time_point started = {}) {
     flush(unaligned);
     for (auto* g : gates_) {
       ChannelEvent e = control(kind, id, 0);
       e.unaligned = unaligned;
+      e.convertible = convertible;
+      e.started = started;
       g->push(channel_, std::move(e));
     }
   }

@@ -34,6 +34,10 @@ struct ExecutionConfig {
   /// execution.checkpointing.unaligned: checkpoint barriers (not a savepoint's) overtake
   /// the records in the channels, which are stored in the snapshot (channel_state.h).
   bool unalignedCheckpoints = false;
+  /// execution.checkpointing.aligned-checkpoint-timeout, with unalignedCheckpoints: > 0,
+  /// checkpoints start aligned and turn unaligned where their barriers are this late
+  /// (channel.h); 0, unaligned from the start.
+  std::chrono::milliseconds alignedCheckpointTimeout{0};
 };
 
 }  // namespace jobhost::host

@@ -69,6 +69,8 @@ struct JobExecution::Impl {
     /// must hold every record and every timer's firing — aligned, and its barrier never
     /// taken between the timers of a watermark.
     bool final = false;
+    /// When it was triggered: an aligned checkpoint timeout runs from then (channel.h).
+    std::chrono::steady_clock::time_point triggered{};
   };
 
   /// One operator of a task (or the sending side of an exchange, `sender`).

@@ -225,7 +225,10 @@ void JobExecution::Impl::onBarrierEvent(Task& t, ChannelEvent& ev) {
     t.pendingChannelState.reset();
   }
   if (!ev.unaligned) {
-    if (auto aligned = a.onBarrier(ev.channel, ev.checkpointId)) performCheckpoint(t, *aligned, a.lastAlignmentMicros());
+    if (auto aligned = a.onBarrier(ev.channel, ev.checkpointId)) {
+      if (a.lastCompletedUnaligned()) finishChannelState(t, *aligned);  // it had turned unaligned
+      else performCheckpoint(t, *aligned, a.lastAlignmentMicros());
+    }
     return;
   }
   auto step = a.onUnalignedBarrier(ev.channel, ev.checkpointId, ev.arrived);

@@ -87,8 +87,13 @@ void JobExecution::Impl::performCheckpoint(Task& t, uint64_t id, uint64_t alignm
     for (int h : t.heads) advance(t, h, kMaxWatermark);
   // Lines of records before the barrier reach the OS before anyone learns of it.
   flushLineSinks(t);
+  // Aligned, a checkpoint's barrier (not a savepoint's or the final one's) may turn
+  // unaligned downstream once older than the aligned checkpoint timeout (channel.h).
+  const bool convertible = active && !unaligned && config.unalignedCheckpoints &&
+                           config.alignedCheckpointTimeout.count() > 0 && !active->target.savepoint && !active->final;
+  const auto started = active ? active->triggered : std::chrono::steady_clock::time_point{};
   auto broadcastBarrier = [&] {
-    for (auto& w : t.writers) w->broadcast(ChannelEvent::kBarrier, id, unaligned);
+    for (auto& w : t.writers) w->broadcast(ChannelEvent::kBarrier, id, unaligned, convertible, started);
   };
   if (!active) {
     broadcastBarrier();
@@ -232,14 +237,18 @@ bool JobExecution::triggerCheckpoint(const CheckpointTarget& target) {
   {
     std::lock_guard lock(x.targetsMu);
     final = x.finalCheckpoint && x.endedSources.load() == x.sourceTasks;
-    x.targets[target.checkpointId] = {target, std::make_shared<std::atomic<bool>>(false), final};
+    x.targets[target.checkpointId] = {target, std::make_shared<std::atomic<bool>>(false), final,
+                                      std::chrono::steady_clock::now()};
     while (x.targets.size() > 8) x.targets.erase(x.targets.begin());
     if (final) x.afterAllEnded.insert(target.checkpointId);
   }
   // Savepoints stay aligned, as in Flink; so does the final checkpoint: it must hold every
   // record (the job finishes after it and its sinks commit what follows it), not leave
   // some in flight to be replayed by a restore from it.
-  const bool unaligned = x.config.unalignedCheckpoints && !target.savepoint && !final;
+  // With an aligned checkpoint timeout they start aligned and turn unaligned where late
+  // (channel.h).
+  const bool unaligned =
+      x.config.unalignedCheckpoints && x.config.alignedCheckpointTimeout.count() == 0 && !target.savepoint && !final;
   for (auto& t : x.tasks) {
     if (t->gate) continue;
     {

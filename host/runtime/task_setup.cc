@@ -124,6 +124,7 @@ Status JobExecution::prepare(const RestoreSource* source) {
       t->subtask = i;
       if (x.stages[s].channelCount() > 0) {
         t->gate = std::make_unique<InputGate>(x.stages[s].channelCount(), kMaxChannelBytes, x.config.bufferDebloat);
+        if (x.config.unalignedCheckpoints) t->gate->setAlignedCheckpointTimeout(x.config.alignedCheckpointTimeout);
         t->valve = std::make_unique<WatermarkValve>(x.stages[s].channelCount());
       }
       if (!t->gate) ++x.sourceTasks;

@@ -8,7 +8,9 @@
 #   - join:  OrderPaymentJoin over generated orders and payments (300 000 orders, about
 #            90 % paid, some too late or too early for the 0-5 s interval), its runs at
 #            parallelism 2, 3 and 1 in turn, so in-flight records are restored rescaled;
-#   - q8:    NexmarkQ8 (a windowed join of persons and auctions), 8 000 000 events, p=2.
+#   - q8:    NexmarkQ8 (a windowed join of persons and auctions), 8 000 000 events, p=2,
+#            with an aligned checkpoint timeout of 10 ms: its checkpoints start aligned
+#            and turn unaligned at the tasks where their barriers are late.
 # Each run writes through the exactly-once file sink (--output DIR) into the same
 # directory, is SIGKILLed (whole process tree) at a random moment after its first
 # checkpoint, and the next run restores the job directory the killed one wrote; `kills`
@@ -57,7 +59,7 @@ make_join_input() {
 
 # run_config NAME: the kill loop of one configuration.
 run_config() {
-  local name=$1 cls job_args=() p=2 ps=(2)
+  local name=$1 cls job_args=() p=2 ps=(2) extra=()
   case $name in
     join)
       make_join_input
@@ -67,6 +69,9 @@ run_config() {
     q8)
       cls=NexmarkQ8
       job_args=(--events 8000000 --seed 5)
+      # Here checkpoints start aligned and turn unaligned where late (the aligned
+      # checkpoint timeout): the switch in the middle of an alignment, killed and restored.
+      extra=(-D execution.checkpointing.aligned-checkpoint-timeout=10ms)
       # The expected output: an uninterrupted run with aligned checkpoints.
       "$jobhost" run -c NexmarkQ8 -p 2 -D "state.checkpoints.dir=$work/q8-reference/ck" \
         -D execution.checkpointing.interval=500ms "$plugin" "${job_args[@]}" --output "$work/q8-reference/out" \
@@ -81,7 +86,7 @@ run_config() {
   for ((i = 1; i <= kills; i++)); do
     p=${ps[$(((i - 1) % ${#ps[@]}))]}
     local -a args=(run -c "$cls" -p "$p" -D "state.checkpoints.dir=$ck" -D execution.checkpointing.interval=200ms
-                   "${common[@]}")
+                   "${common[@]}" "${extra[@]}")
     [ -n "$prev" ] && args+=(-s "$prev")
     local before
     before=$(ls "$ck" 2>/dev/null | tr '\n' ' ' || true)

@@ -127,6 +127,29 @@ TEST(BarrierAlignerTest, AnUnalignedCheckpointSnapshotsAtItsFirstBarrierBlocksNo
   EXPECT_FALSE(a.recording(0));
 }
 
+// Aligned checkpoint timeout (channel.h): the gate turned the late barriers of the
+// checkpoint being aligned unaligned; the first of them switches the alignment.
+TEST(BarrierAlignerTest, AnUnalignedBarrierOfTheCheckpointBeingAlignedSwitchesItToUnaligned) {
+  BarrierAligner a(3);
+  EXPECT_EQ(a.onBarrier(0, 4), std::nullopt);  // aligned: channel 0 waits
+  EXPECT_EQ(a.blocked(), blockedOf({true, false, false}));
+  auto s = a.onUnalignedBarrier(1, 4);
+  EXPECT_EQ(s.snapshot, 4u) << "no snapshot was taken for the aligned barrier: take it now";
+  EXPECT_EQ(s.accepted, 4u);
+  EXPECT_EQ(s.complete, 0u);
+  EXPECT_EQ(a.blocked(), blockedOf({false, false, false})) << "nothing waits any more";
+  EXPECT_FALSE(a.recording(0)) << "what follows its aligned barrier is after the snapshot";
+  EXPECT_FALSE(a.recording(1));
+  EXPECT_TRUE(a.recording(2)) << "sent before its barrier, taken after the snapshot";
+  s = a.onUnalignedBarrier(2, 4);
+  EXPECT_EQ(s.snapshot, 0u);
+  EXPECT_EQ(s.complete, 4u);
+  EXPECT_TRUE(a.lastCompletedUnaligned());
+  // The next checkpoint starts aligned again.
+  EXPECT_EQ(a.onBarrier(2, 5), std::nullopt);
+  EXPECT_EQ(a.blocked(), blockedOf({false, false, true}));
+}
+
 TEST(BarrierAlignerTest, OneChannelTakesAnUnalignedSnapshotAndCompletesAtOnce) {
   BarrierAligner a(1);
   auto s = a.onUnalignedBarrier(0, 2);

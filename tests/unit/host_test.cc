@@ -1200,6 +1200,104 @@ TEST(InputGateTest, NextWaitsForAnUnblockedChannel) {
   EXPECT_EQ(e->data, "free");
 }
 
+// Aligned checkpoint timeout: a convertible barrier stays in its place until its
+// checkpoint is older than the timeout while some channel has not delivered it; then
+// every queued barrier of that checkpoint overtakes the data before it (carrying copies),
+// and one pushed later overtakes at once. Data after a barrier never moves.
+ChannelEvent convertibleBarrier(uint64_t id, std::chrono::steady_clock::time_point started) {
+  ChannelEvent e;
+  e.kind = ChannelEvent::kBarrier;
+  e.checkpointId = id;
+  e.convertible = true;
+  e.started = started;
+  return e;
+}
+
+TEST(InputGateTest, ALateConvertibleBarrierTurnsUnalignedAndOvertakesTheDataBeforeIt) {
+  InputGate gate(2, 1 << 20);
+  gate.setAlignedCheckpointTimeout(100ms);
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(gate.push(0, data("a1")));
+  ASSERT_TRUE(gate.push(0, data("a2")));
+  ASSERT_TRUE(gate.push(0, convertibleBarrier(7, start)));
+  ASSERT_TRUE(gate.push(0, data("after")));
+  const std::vector<bool> open = {false, false};
+  std::this_thread::sleep_for(120ms);  // a slow consumer: the barrier is late now
+  auto e = gate.tryNext(open);
+  ASSERT_TRUE(e);
+  ASSERT_EQ(e->kind, ChannelEvent::kBarrier);
+  EXPECT_EQ(e->checkpointId, 7u);
+  EXPECT_TRUE(e->unaligned);
+  EXPECT_EQ(e->overtaken, (std::vector<std::string>{"a1", "a2"})) << "the data before it, and only that";
+  EXPECT_EQ(gate.tryNext(open)->data, "a1");
+  EXPECT_EQ(gate.tryNext(open)->data, "a2");
+  EXPECT_EQ(gate.tryNext(open)->data, "after");
+  ASSERT_TRUE(gate.push(1, data("b1")));
+  ASSERT_TRUE(gate.push(1, convertibleBarrier(7, start)));  // pushed after the conversion
+  auto late = gate.tryNext(open);
+  ASSERT_TRUE(late);
+  EXPECT_EQ(late->kind, ChannelEvent::kBarrier);
+  EXPECT_TRUE(late->unaligned);
+  EXPECT_EQ(late->overtaken, std::vector<std::string>{"b1"});
+}
+
+// A consumer aligning checkpoint 8 (channel 0 delivered it and is blocked) waits for
+// channel 1, whose barrier has not reached the gate: at the timeout it is woken with an
+// unaligned copy of channel 0's barrier, and so switches to unaligned at once.
+TEST(InputGateTest, AConsumerWaitingForALateBarrierIsWokenToSwitchAtTheTimeout) {
+  InputGate gate(2, 1 << 20);
+  gate.setAlignedCheckpointTimeout(100ms);
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(gate.push(0, convertibleBarrier(8, start)));
+  auto aligned = gate.tryNext({false, false});
+  ASSERT_TRUE(aligned);
+  ASSERT_EQ(aligned->kind, ChannelEvent::kBarrier);
+  if (std::chrono::steady_clock::now() - start < 100ms) EXPECT_FALSE(aligned->unaligned);
+  ASSERT_TRUE(gate.push(0, data("after")));  // channel 0 is blocked: this waits
+  auto e = gate.next({true, false}, std::chrono::steady_clock::now() + 10s);
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 100ms);
+  ASSERT_TRUE(e) << "not woken at the timeout";
+  EXPECT_EQ(e->kind, ChannelEvent::kBarrier);
+  EXPECT_EQ(e->checkpointId, 8u);
+  EXPECT_TRUE(e->unaligned);
+  EXPECT_EQ(e->channel, 0);
+  EXPECT_TRUE(e->overtaken.empty()) << "what follows a delivered barrier is not in flight";
+  ASSERT_TRUE(gate.push(1, data("c1")));
+  ASSERT_TRUE(gate.push(1, convertibleBarrier(8, start)));
+  auto b = gate.tryNext({true, false});
+  ASSERT_TRUE(b);
+  EXPECT_TRUE(b->unaligned);
+  EXPECT_EQ(b->overtaken, std::vector<std::string>{"c1"});
+}
+
+TEST(InputGateTest, ABarrierEveryChannelDeliveredInTimeStaysAligned) {
+  InputGate gate(1, 1 << 20);
+  gate.setAlignedCheckpointTimeout(200ms);
+  ChannelEvent b;
+  b.kind = ChannelEvent::kBarrier;
+  b.checkpointId = 3;
+  b.convertible = true;
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(gate.push(0, std::move(b)));
+  auto e = gate.tryNext({false});
+  ASSERT_TRUE(e);
+  if (std::chrono::steady_clock::now() - start < 200ms) EXPECT_FALSE(e->unaligned);
+  std::this_thread::sleep_for(250ms);
+  ASSERT_TRUE(gate.push(0, data("x")));
+  auto d = gate.tryNext({false});
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->kind, ChannelEvent::kData) << "a barrier delivered in time must not turn anything unaligned";
+  // A savepoint's barrier (not convertible) never turns.
+  ChannelEvent sp;
+  sp.kind = ChannelEvent::kBarrier;
+  sp.checkpointId = 4;
+  ASSERT_TRUE(gate.push(0, data("y")));
+  ASSERT_TRUE(gate.push(0, std::move(sp)));
+  std::this_thread::sleep_for(250ms);
+  EXPECT_EQ(gate.tryNext({false})->data, "y");
+  EXPECT_FALSE(gate.tryNext({false})->unaligned);
+}
+
 TEST(InputGateTest, ChannelsAreServedRoundRobin) {
   InputGate gate(2, 8);
   for (int i = 0; i < 3; ++i) {

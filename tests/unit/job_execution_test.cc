@@ -876,7 +876,7 @@ state::CheckpointMetadata metadataOf(const JobExecution& exec, const std::vector
 /// unaligned checkpoint `t` (the barrier overtakes the queued records), lets the function
 /// go and returns the checkpoint's metadata (empty if something failed; reported).
 state::CheckpointMetadata takeUnalignedCheckpoint(Plan plan, ExecutionConfig ec, Script& script,
-                                                  const CheckpointTarget& t) {
+                                                  const CheckpointTarget& t, bool expectChannelState = true) {
   ec.unalignedCheckpoints = true;
   ec.checkpointing = true;
   RecordingListener listener;
@@ -899,13 +899,18 @@ state::CheckpointMetadata takeUnalignedCheckpoint(Plan plan, ExecutionConfig ec,
   script.openEverything();  // on a failed step too: the held function must let go before wait()
   exec.cancel();
   exec.wait();
-  EXPECT_TRUE(m.hasChannelState()) << "no unaligned checkpoint with in-flight records was taken";
+  EXPECT_FALSE(m.operators.empty()) << "no checkpoint was taken";
+  EXPECT_EQ(m.hasChannelState(), expectChannelState)
+      << (expectChannelState ? "no unaligned checkpoint with in-flight records was taken"
+                             : "the checkpoint is unaligned");
   return m;
 }
 
 struct RescaleCase {
   int from, to;
   state::BackendType backend;
+  /// execution.checkpointing.aligned-checkpoint-timeout: 0, unaligned from the start.
+  std::chrono::milliseconds alignedTimeout{0};
 };
 
 TEST_F(JobExecutionTest, AnUnalignedCheckpointStoresTheRecordsItsBarrierOvertookAndARestoreProcessesThemFirst) {
@@ -920,16 +925,21 @@ TEST_F(JobExecutionTest, AnUnalignedCheckpointStoresTheRecordsItsBarrierOvertook
   const std::vector<RescaleCase> cases = {{1, 1, state::BackendType::kHashMap},
                                           {2, 2, state::BackendType::kRocksDb},
                                           {1, 3, state::BackendType::kHashMap},
-                                          {2, 1, state::BackendType::kRocksDb}};
+                                          {2, 1, state::BackendType::kRocksDb},
+                                          // Starts aligned; its barrier waits longer than 1 ms behind the
+                                          // held function, so it turns unaligned at the keyed task.
+                                          {1, 2, state::BackendType::kHashMap, 1ms}};
   for (const auto& c : cases) {
-    SCOPED_TRACE("p=" + std::to_string(c.from) + " -> p=" + std::to_string(c.to));
+    SCOPED_TRACE("p=" + std::to_string(c.from) + " -> p=" + std::to_string(c.to) +
+                 (c.alignedTimeout.count() ? ", aligned checkpoint timeout 1 ms" : ""));
     auto script = std::make_shared<Script>();
     auto last = std::make_shared<std::map<std::string, long>>();
     auto mu = std::make_shared<std::mutex>();
     CheckpointTarget t = target(1);
     t.exclusiveDir = "chk-1-" + std::to_string(c.from) + std::to_string(c.to);
-    state::CheckpointMetadata m =
-        takeUnalignedCheckpoint(countingJob(script, kTotal, last, mu), config(c.from, c.backend), *script, t);
+    ExecutionConfig wc = config(c.from, c.backend);
+    wc.alignedCheckpointTimeout = c.alignedTimeout;
+    state::CheckpointMetadata m = takeUnalignedCheckpoint(countingJob(script, kTotal, last, mu), wc, *script, t);
     size_t inFlightBuffers = 0;
     EXPECT_TRUE(m.hasChannelState());
     for (const auto& op : m.operators)
@@ -957,6 +967,19 @@ TEST_F(JobExecutionTest, AnUnalignedCheckpointStoresTheRecordsItsBarrierOvertook
     last->erase("hold");  // counted before the snapshot, never again
     EXPECT_EQ(*last, expected);
   }
+}
+
+// With an aligned checkpoint timeout a checkpoint whose barriers are in time stays
+// aligned: the same held function and full channel, but a timeout of an hour.
+TEST_F(JobExecutionTest, WithAnAlignedCheckpointTimeoutACheckpointInTimeStaysAligned) {
+  auto script = std::make_shared<Script>();
+  auto last = std::make_shared<std::map<std::string, long>>();
+  auto mu = std::make_shared<std::mutex>();
+  ExecutionConfig ec = config(1);
+  ec.alignedCheckpointTimeout = std::chrono::hours(1);
+  state::CheckpointMetadata m =
+      takeUnalignedCheckpoint(countingJob(script, 60000, last, mu), ec, *script, target(1), /*expectChannelState=*/false);
+  EXPECT_FALSE(m.operators.empty());
 }
 
 // In-flight records of an exchange that was not a keyBy cannot go into one that is (the

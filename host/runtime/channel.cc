@@ -16,6 +16,7 @@ InputGate::InputGate(int channels, size_t capacityBytes, BufferDebloatOptions de
   if (debloater_.enabled()) capacity_ = std::min(maxCapacity_, debloater_.channelBytes());
   pushedPending_.assign(static_cast<size_t>(channels), false);
   endPushed_.assign(static_cast<size_t>(channels), false);
+  endTaken_.assign(static_cast<size_t>(channels), false);
 }
 
 void InputGate::setAlignedCheckpointTimeout(std::chrono::milliseconds timeout) {
@@ -43,19 +44,31 @@ std::chrono::steady_clock::time_point InputGate::conversionDueLocked() const {
   return pendingSince_ + alignedTimeout_;
 }
 
+bool InputGate::pendingQueuedLocked(size_t c) const {
+  for (const auto& e : queues_[c])
+    if (e.kind == ChannelEvent::kBarrier && e.checkpointId == pendingId_ && !e.unaligned) return true;
+  return false;
+}
+
+bool InputGate::pendingDeliveredLocked() const {
+  for (size_t c = 0; c < queues_.size(); ++c) {
+    if (endTaken_[c]) continue;  // an ended channel counts as aligned once its end is read
+    if ((!pushedPending_[c] && !endPushed_[c]) || pendingQueuedLocked(c)) return false;
+  }
+  return true;
+}
+
+void InputGate::onBarrierTakenLocked(const ChannelEvent& e) {
+  // Every live channel delivered the pending barrier in time: nothing will be late.
+  if (!pendingSettled_ && e.checkpointId == pendingId_ && pendingDeliveredLocked()) pendingSettled_ = true;
+}
+
 void InputGate::convertLateBarriersLocked(std::chrono::steady_clock::time_point now) {
   if (alignedTimeout_.count() == 0 || pendingSettled_ || now < pendingSince_ + alignedTimeout_) return;
   pendingSettled_ = true;
   // Late only where a live channel has not delivered the barrier to the consumer: its
   // barrier is still queued, or not pushed yet.
-  bool late = false;
-  for (size_t c = 0; c < queues_.size() && !late; ++c) {
-    if (endPushed_[c]) continue;
-    if (!pushedPending_[c]) late = true;
-    for (const auto& e : queues_[c])
-      if (e.kind == ChannelEvent::kBarrier && e.checkpointId == pendingId_ && !e.unaligned) late = true;
-  }
-  if (!late) return;
+  if (pendingDeliveredLocked()) return;
   convertedId_ = pendingId_;
   std::optional<size_t> delivered;  // a live channel whose barrier the consumer has taken
   for (size_t c = 0; c < queues_.size(); ++c) {
@@ -67,7 +80,7 @@ void InputGate::convertLateBarriersLocked(std::chrono::steady_clock::time_point 
         queued = true;
         break;
       }
-    if (!queued && pushedPending_[c] && !endPushed_[c] && !delivered) delivered = c;
+    if (!queued && pushedPending_[c] && !endTaken_[c] && !delivered) delivered = c;
   }
   // The consumer may be aligning it, with that channel blocked, waiting for channels whose
   // barrier is not even here: it learns of the switch at once from an unaligned copy of
@@ -147,11 +160,20 @@ std::optional<ChannelEvent> InputGate::takeLocked(const std::vector<bool>& block
   size_t n = queues_.size();
   for (size_t i = 0; i < n; ++i) {
     size_t c = (rr_ + i) % n;
-    if (blocked[c] || queues_[c].empty()) continue;
+    if (queues_[c].empty()) continue;
+    // A blocked channel still hands out a barrier the timeout turned unaligned (it heads
+    // its channel): the consumer aligning an older, aborted checkpoint there abandons it
+    // for this one instead of waiting until its other channels drain.
+    const ChannelEvent& head = queues_[c].front();
+    if (blocked[c] && !(convertedId_ != 0 && head.kind == ChannelEvent::kBarrier && head.unaligned &&
+                        head.checkpointId == convertedId_))
+      continue;
     ChannelEvent e = std::move(queues_[c].front());
     queues_[c].pop_front();
     queuedBytes_[c] -= e.data.size();
     rr_ = c + 1;
+    if (e.kind == ChannelEvent::kEnd) endTaken_[c] = true;
+    if (e.kind == ChannelEvent::kBarrier) onBarrierTakenLocked(e);
     if (debloater_.enabled() && e.kind == ChannelEvent::kData) {
       periodBytes_ += e.data.size();
       debloatLocked(std::chrono::steady_clock::now());
@@ -190,12 +212,18 @@ std::optional<ChannelEvent> InputGate::tryNextBarrier(const std::vector<bool>& b
   std::lock_guard lock(mu_);
   if (cancelled_) return std::nullopt;
   if (!pendingSettled_) convertLateBarriersLocked(std::chrono::steady_clock::now());
+  if (switch_ && accept(switch_->checkpointId)) {
+    ChannelEvent e = std::move(*switch_);
+    switch_.reset();
+    return e;
+  }
   for (size_t c = 0; c < queues_.size(); ++c) {
     auto& q = queues_[c];
     if (blocked[c] || q.empty() || q.front().kind != ChannelEvent::kBarrier || !accept(q.front().checkpointId))
       continue;
     ChannelEvent e = std::move(q.front());
     q.pop_front();
+    onBarrierTakenLocked(e);
     return e;
   }
   return std::nullopt;

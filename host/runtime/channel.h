@@ -115,6 +115,12 @@ class InputGate {
   /// Aligned checkpoint timeout: makes the pending checkpoint's queued barriers unaligned
   /// once it is late, if some live channel has not delivered its barrier.
   void convertLateBarriersLocked(std::chrono::steady_clock::time_point now);
+  /// Whether pendingId_'s aligned barrier is still queued in channel `c`.
+  bool pendingQueuedLocked(size_t c) const;
+  /// Whether every live channel has handed out pendingId_'s barrier (or its end marker).
+  bool pendingDeliveredLocked() const;
+  /// A barrier was handed out: settles the pending checkpoint once all were, in time.
+  void onBarrierTakenLocked(const ChannelEvent& e);
   /// When convertLateBarriersLocked has something to do next (max: nothing pending).
   std::chrono::steady_clock::time_point conversionDueLocked() const;
   /// Moves the aligned barrier at `at` of queue `q` in front of the data queued before
@@ -149,6 +155,7 @@ class InputGate {
   uint64_t convertedId_ = 0;  // its barriers turn unaligned, also those pushed later
   std::vector<bool> pushedPending_;  // per channel: pendingId_'s barrier (or the end) was pushed
   std::vector<bool> endPushed_;      // per channel: its end marker was pushed
+  std::vector<bool> endTaken_;       // per channel: its end marker was handed out
   std::optional<ChannelEvent> switch_;  // an unaligned copy of a barrier already taken, to hand out first
 };
 

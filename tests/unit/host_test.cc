@@ -1270,6 +1270,30 @@ TEST(InputGateTest, AConsumerWaitingForALateBarrierIsWokenToSwitchAtTheTimeout) 
   EXPECT_EQ(b->overtaken, std::vector<std::string>{"c1"});
 }
 
+// Channel 0 is blocked by the alignment of checkpoint 8 (aborted meanwhile: channel 1
+// never brings its barrier). Checkpoint 9's barrier, late behind channel 0's data, turns
+// unaligned and is handed out although its channel is blocked, so the consumer abandons 8
+// for 9 instead of waiting for channel 1 to drain.
+TEST(InputGateTest, ALateBarrierTurnedUnalignedIsHandedOutFromABlockedChannel) {
+  InputGate gate(2, 1 << 20);
+  gate.setAlignedCheckpointTimeout(50ms);
+  ChannelEvent old;
+  old.kind = ChannelEvent::kBarrier;
+  old.checkpointId = 8;
+  ASSERT_TRUE(gate.push(0, std::move(old)));
+  ASSERT_EQ(gate.tryNext({false, false})->checkpointId, 8u);
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(gate.push(0, data("d")));
+  ASSERT_TRUE(gate.push(0, convertibleBarrier(9, start)));
+  auto e = gate.next({true, false}, std::chrono::steady_clock::now() + 10s);
+  ASSERT_TRUE(e) << "a blocked channel's late barrier was never handed out";
+  EXPECT_EQ(e->kind, ChannelEvent::kBarrier);
+  EXPECT_EQ(e->checkpointId, 9u);
+  EXPECT_TRUE(e->unaligned);
+  EXPECT_EQ(e->overtaken, std::vector<std::string>{"d"});
+  EXPECT_FALSE(gate.tryNext({true, false})) << "data of a blocked channel was handed out";
+}
+
 TEST(InputGateTest, ABarrierEveryChannelDeliveredInTimeStaysAligned) {
   InputGate gate(1, 1 << 20);
   gate.setAlignedCheckpointTimeout(200ms);

@@ -227,11 +227,11 @@ class InitialiserFence {
     // The handlers run on a stack of their own: an initialiser that overflows the
     // thread's stack (endless recursion) is reported too, not a bare SIGSEGV.
     const long minimum = ::sysconf(_SC_SIGSTKSZ);
-    altStackSize_ = std::max<size_t>(64 * 1024, minimum > 0 ? static_cast<size_t>(minimum) : 0);
-    altStack_ = std::make_unique<char[]>(altStackSize_);
+    const size_t altStackSize = std::max<size_t>(64 * 1024, minimum > 0 ? static_cast<size_t>(minimum) : 0);
+    altStack_ = std::make_unique<char[]>(altStackSize);
     stack_t ss{};
     ss.ss_sp = altStack_.get();
-    ss.ss_size = altStackSize_;
+    ss.ss_size = altStackSize;
     ownStack_ = ::sigaltstack(&ss, &oldStack_) == 0;
     struct sigaction sa {};
     sa.sa_handler = fenceSignal;
@@ -269,7 +269,6 @@ class InitialiserFence {
   struct sigaction old_[std::size(kSignals)] {};
   std::terminate_handler oldTerminate_ = nullptr;
   std::unique_ptr<char[]> altStack_;
-  size_t altStackSize_ = 0;
   stack_t oldStack_{};
   bool ownStack_ = false;
 };

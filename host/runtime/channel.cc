@@ -123,7 +123,6 @@ bool InputGate::push(int channel, ChannelEvent event, TaskCounter* backPressured
   if (event.kind == ChannelEvent::kBarrier && event.convertible && !event.unaligned && alignedTimeout_.count() > 0) {
     if (event.checkpointId == convertedId_) {
       event.unaligned = true;  // its checkpoint turned unaligned here: it overtakes at once
-      event.convertible = false;
     } else if (event.checkpointId > pendingId_) {
       pendingId_ = event.checkpointId;
       pendingSince_ = event.started == std::chrono::steady_clock::time_point{} ? event.arrived : event.started;
@@ -132,20 +131,10 @@ bool InputGate::push(int channel, ChannelEvent event, TaskCounter* backPressured
     }
     if (event.checkpointId == pendingId_) pushedPending_[c] = true;
   }
-  if (event.kind == ChannelEvent::kBarrier && event.unaligned) {
-    // Overtake everything back to the last barrier or end marker, copying the data.
-    auto at = q.end();
-    while (at != q.begin()) {
-      auto prev = std::prev(at);
-      if (prev->kind == ChannelEvent::kBarrier || prev->kind == ChannelEvent::kEnd) break;
-      at = prev;
-    }
-    for (auto it = at; it != q.end(); ++it)
-      if (it->kind == ChannelEvent::kData) event.overtaken.push_back(it->data);
-    q.insert(at, std::move(event));
-  } else {
-    q.push_back(std::move(event));
-  }
+  const bool overtakes = event.kind == ChannelEvent::kBarrier && event.unaligned;
+  q.push_back(std::move(event));
+  // An unaligned barrier overtakes everything back to the last barrier or end marker.
+  if (overtakes) overtake(q, std::prev(q.end()));
   dataReady_.notify_one();
   return true;
 }

@@ -123,9 +123,8 @@ class InputGate {
   void onBarrierTakenLocked(const ChannelEvent& e);
   /// When convertLateBarriersLocked has something to do next (max: nothing pending).
   std::chrono::steady_clock::time_point conversionDueLocked() const;
-  /// Moves the aligned barrier at `at` of queue `q` in front of the data queued before
-  /// it (back to the last barrier or end marker) and makes it unaligned, with copies of
-  /// that data.
+  /// Moves the barrier at `at` of queue `q` in front of the data queued before it (back
+  /// to the last barrier or end marker) and makes it unaligned, with copies of that data.
   static void overtake(std::deque<ChannelEvent>& q, std::deque<ChannelEvent>::iterator at);
   /// Ends a debloat period once it is over (called with mu_ held, on taking data).
   void debloatLocked(std::chrono::steady_clock::time_point now);

@@ -71,6 +71,12 @@ struct JobExecution::Impl {
     bool final = false;
     /// When it was triggered: an aligned checkpoint timeout runs from then (channel.h).
     std::chrono::steady_clock::time_point triggered{};
+    /// The kind of its barriers, decided once in triggerCheckpoint(): unaligned from the
+    /// sources on, or aligned and `convertible` (may turn unaligned downstream once older
+    /// than the aligned checkpoint timeout, channel.h). Neither for a savepoint or the
+    /// final checkpoint.
+    bool unaligned = false;
+    bool convertible = false;
   };
 
   /// One operator of a task (or the sending side of an exchange, `sender`).

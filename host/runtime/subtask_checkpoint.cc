@@ -87,10 +87,8 @@ void JobExecution::Impl::performCheckpoint(Task& t, uint64_t id, uint64_t alignm
     for (int h : t.heads) advance(t, h, kMaxWatermark);
   // Lines of records before the barrier reach the OS before anyone learns of it.
   flushLineSinks(t);
-  // Aligned, a checkpoint's barrier (not a savepoint's or the final one's) may turn
-  // unaligned downstream once older than the aligned checkpoint timeout (channel.h).
-  const bool convertible = active && !unaligned && config.unalignedCheckpoints &&
-                           config.alignedCheckpointTimeout.count() > 0 && !active->target.savepoint && !active->final;
+  // An aligned barrier the trigger made convertible stays so until it turns (channel.h).
+  const bool convertible = active && !unaligned && active->convertible;
   const auto started = active ? active->triggered : std::chrono::steady_clock::time_point{};
   auto broadcastBarrier = [&] {
     for (auto& w : t.writers) w->broadcast(ChannelEvent::kBarrier, id, unaligned, convertible, started);
@@ -233,22 +231,24 @@ bool JobExecution::triggerCheckpoint(const CheckpointTarget& target) {
   // Once a task has finished it cannot take part in a checkpoint any more (Flink before
   // FLIP-147 behaves the same): no new checkpoints, the job is draining.
   if (!running() || x.finishedTasks.load() > 0) return false;
-  bool final = false;
+  bool unaligned = false;
   {
     std::lock_guard lock(x.targetsMu);
-    final = x.finalCheckpoint && x.endedSources.load() == x.sourceTasks;
-    x.targets[target.checkpointId] = {target, std::make_shared<std::atomic<bool>>(false), final,
-                                      std::chrono::steady_clock::now()};
+    Impl::ActiveCheckpoint a{target, std::make_shared<std::atomic<bool>>(false)};
+    a.final = x.finalCheckpoint && x.endedSources.load() == x.sourceTasks;
+    a.triggered = std::chrono::steady_clock::now();
+    // Savepoints stay aligned, as in Flink; so does the final checkpoint: it must hold
+    // every record (the job finishes after it and its sinks commit what follows it), not
+    // leave some in flight to be replayed by a restore from it. With an aligned checkpoint
+    // timeout the others start aligned and turn unaligned where late (channel.h).
+    const bool mayTurn = x.config.unalignedCheckpoints && !target.savepoint && !a.final;
+    a.unaligned = mayTurn && x.config.alignedCheckpointTimeout.count() == 0;
+    a.convertible = mayTurn && x.config.alignedCheckpointTimeout.count() > 0;
+    unaligned = a.unaligned;
+    if (a.final) x.afterAllEnded.insert(target.checkpointId);
+    x.targets[target.checkpointId] = std::move(a);
     while (x.targets.size() > 8) x.targets.erase(x.targets.begin());
-    if (final) x.afterAllEnded.insert(target.checkpointId);
   }
-  // Savepoints stay aligned, as in Flink; so does the final checkpoint: it must hold every
-  // record (the job finishes after it and its sinks commit what follows it), not leave
-  // some in flight to be replayed by a restore from it.
-  // With an aligned checkpoint timeout they start aligned and turn unaligned where late
-  // (channel.h).
-  const bool unaligned =
-      x.config.unalignedCheckpoints && x.config.alignedCheckpointTimeout.count() == 0 && !target.savepoint && !final;
   for (auto& t : x.tasks) {
     if (t->gate) continue;
     {

@@ -771,8 +771,15 @@ class PreflightTest : public TempDirTest {
     in_.metadata = &meta_;
     in_.storage = storage_.get();
     in_.snapshotPath = "/ckpt/job/chk-5";
-    in_.operators = {{"counts", "Keyed Aggregation", true, false, 1, {reduceState()}},
-                     {"source", "Text File Source", false, true, 1, {}}};
+    OperatorInfo counts, source;
+    counts.uid = "counts";
+    counts.name = "Keyed Aggregation";
+    counts.keyed = true;
+    counts.states = {reduceState()};
+    source.uid = "source";
+    source.name = "Text File Source";
+    source.source = true;
+    in_.operators = {counts, source};
     in_.selectedClass = "WordCount";
     in_.pluginPath = "/plugins/libwordcount_jobs.so";
     in_.pluginDigest = "digest-1";
@@ -1252,7 +1259,9 @@ TEST(InputGateTest, AConsumerWaitingForALateBarrierIsWokenToSwitchAtTheTimeout) 
   auto aligned = gate.tryNext({false, false});
   ASSERT_TRUE(aligned);
   ASSERT_EQ(aligned->kind, ChannelEvent::kBarrier);
-  if (std::chrono::steady_clock::now() - start < 100ms) EXPECT_FALSE(aligned->unaligned);
+  if (std::chrono::steady_clock::now() - start < 100ms) {
+    EXPECT_FALSE(aligned->unaligned);
+  }
   ASSERT_TRUE(gate.push(0, data("after")));  // channel 0 is blocked: this waits
   auto e = gate.next({true, false}, std::chrono::steady_clock::now() + 10s);
   EXPECT_GE(std::chrono::steady_clock::now() - start, 100ms);
@@ -1277,10 +1286,7 @@ TEST(InputGateTest, AConsumerWaitingForALateBarrierIsWokenToSwitchAtTheTimeout) 
 TEST(InputGateTest, ALateBarrierTurnedUnalignedIsHandedOutFromABlockedChannel) {
   InputGate gate(2, 1 << 20);
   gate.setAlignedCheckpointTimeout(50ms);
-  ChannelEvent old;
-  old.kind = ChannelEvent::kBarrier;
-  old.checkpointId = 8;
-  ASSERT_TRUE(gate.push(0, std::move(old)));
+  ASSERT_TRUE(gate.push(0, barrier(8)));
   ASSERT_EQ(gate.tryNext({false, false})->checkpointId, 8u);
   const auto start = std::chrono::steady_clock::now();
   ASSERT_TRUE(gate.push(0, data("d")));
@@ -1297,26 +1303,21 @@ TEST(InputGateTest, ALateBarrierTurnedUnalignedIsHandedOutFromABlockedChannel) {
 TEST(InputGateTest, ABarrierEveryChannelDeliveredInTimeStaysAligned) {
   InputGate gate(1, 1 << 20);
   gate.setAlignedCheckpointTimeout(200ms);
-  ChannelEvent b;
-  b.kind = ChannelEvent::kBarrier;
-  b.checkpointId = 3;
-  b.convertible = true;
   const auto start = std::chrono::steady_clock::now();
-  ASSERT_TRUE(gate.push(0, std::move(b)));
+  ASSERT_TRUE(gate.push(0, convertibleBarrier(3, {})));  // the timeout runs from its arrival
   auto e = gate.tryNext({false});
   ASSERT_TRUE(e);
-  if (std::chrono::steady_clock::now() - start < 200ms) EXPECT_FALSE(e->unaligned);
+  if (std::chrono::steady_clock::now() - start < 200ms) {
+    EXPECT_FALSE(e->unaligned);
+  }
   std::this_thread::sleep_for(250ms);
   ASSERT_TRUE(gate.push(0, data("x")));
   auto d = gate.tryNext({false});
   ASSERT_TRUE(d);
   EXPECT_EQ(d->kind, ChannelEvent::kData) << "a barrier delivered in time must not turn anything unaligned";
   // A savepoint's barrier (not convertible) never turns.
-  ChannelEvent sp;
-  sp.kind = ChannelEvent::kBarrier;
-  sp.checkpointId = 4;
   ASSERT_TRUE(gate.push(0, data("y")));
-  ASSERT_TRUE(gate.push(0, std::move(sp)));
+  ASSERT_TRUE(gate.push(0, barrier(4)));
   std::this_thread::sleep_for(250ms);
   EXPECT_EQ(gate.tryNext({false})->data, "y");
   EXPECT_FALSE(gate.tryNext({false})->unaligned);

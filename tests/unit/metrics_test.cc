@@ -96,8 +96,11 @@ TEST(PrometheusText, FamiliesHaveHelpAndTypeAndLabelsAreEscaped) {
   std::istringstream in(text);
   std::string line, family;
   while (std::getline(in, line)) {
-    if (line.rfind("# TYPE ", 0) == 0) family = line.substr(7, line.find(' ', 7) - 7);
-    else if (line[0] != '#') EXPECT_EQ(line.rfind(family, 0), 0u) << line;
+    if (line.rfind("# TYPE ", 0) == 0) {
+      family = line.substr(7, line.find(' ', 7) - 7);
+    } else if (line[0] != '#') {
+      EXPECT_EQ(line.rfind(family, 0), 0u) << line;
+    }
   }
 }
 

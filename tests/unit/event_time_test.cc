@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -592,26 +593,40 @@ TEST_F(EventTimeTest, WithAllowedLatenessALateRecordFiresItsWindowAgainWithTheUp
   auto late = std::make_shared<Collected>();
   const OutputTag<Event> lateTag("too-late");
   // One record per poll and a watermark after each: the test controls the order exactly
-  // with a source that emits a record only after the previous one's watermark went out.
+  // with a source that emits a record only once the previous one's watermark went out.
+  // The task calls the assigners' periodic emit after every poll (stream_task.cc), due
+  // `interval` after its last emit. So once an idle poll comes `interval` or more after
+  // the first idle poll following a record (before which a periodic check ran), the check
+  // after it emits a watermark that covers the record, however the thread was delayed; the
+  // next poll may emit the next record. (A fixed pacing of 60 ms failed when the source's
+  // thread stalled for longer.)
   class OnePerWatermark : public SourceFunction<Event> {
    public:
     explicit OnePerWatermark(std::shared_ptr<const std::vector<Event>> e) : e_(std::move(e)) {}
     PollStatus poll(SourceOutput<Event>& out) override {
       if (next_ >= e_->size()) return PollStatus::kEnd;
-      auto now = std::chrono::steady_clock::now();
-      if (now < nextAt_) {
+      const auto now = std::chrono::steady_clock::now();
+      if (next_ > 0 && !covered_) {
+        if (!firstIdle_) {
+          firstIdle_ = now;
+        } else if (now - *firstIdle_ >= 3 * interval_) {
+          covered_ = true;  // the periodic check after this poll emits the watermark
+        }
         std::this_thread::sleep_for(1ms);
         return PollStatus::kIdle;
       }
       out.emit((*e_)[next_++]);
-      nextAt_ = now + 60ms;  // several watermark intervals (10 ms) between records
+      firstIdle_.reset();
+      covered_ = false;
       return PollStatus::kMore;
     }
 
    private:
+    const std::chrono::milliseconds interval_{10};  // config()'s watermark interval
     std::shared_ptr<const std::vector<Event>> e_;
     size_t next_ = 0;
-    std::chrono::steady_clock::time_point nextAt_{};
+    std::optional<std::chrono::steady_clock::time_point> firstIdle_;
+    bool covered_ = false;
   };
   StreamEnvironment env;
   auto src = env.addSource<Event>([=] { return std::make_unique<OnePerWatermark>(events); }, "Paced");

@@ -27,7 +27,13 @@ class NamedOp : public Operator {
     struct Mark {
       std::atomic<const char*>* slot;
       const char* previous;
-      Mark(std::atomic<const char*>* s, const char* name) : slot(s), previous(s ? s->exchange(name, std::memory_order_relaxed) : nullptr) {}
+      // Only the task's own thread writes its slot (and its crash handler, on the same
+      // thread, reads it), so a load and a store do: an exchange would be a locked
+      // instruction on every record of every operator.
+      Mark(std::atomic<const char*>* s, const char* name)
+          : slot(s), previous(s ? s->load(std::memory_order_relaxed) : nullptr) {
+        if (s) s->store(name, std::memory_order_relaxed);
+      }
       ~Mark() {
         if (slot) slot->store(previous, std::memory_order_relaxed);
       }

@@ -689,6 +689,33 @@ TEST_F(Checkpoints, TheS3ClientIsAModuleLoadedOnFirstUseAndAMissingOneIsOneClear
   EXPECT_TRUE(jobDirs().empty()) << "nothing was written";
 }
 
+// A module that is there but not ours to call: one of another jobhost build (its
+// interface differs: never called, it would abort) or a library that is no S3 module.
+// Each is one error naming the file and why, before the job starts.
+TEST_F(Checkpoints, AnS3ModuleOfAnotherBuildOrNoModuleAtAllIsRefusedWithOneClearError) {
+  struct Case {
+    std::string dir, why;
+  };
+  fs::create_directories(tmp / "not-a-module");
+  fs::copy_file(JOBHOST_NOT_A_MODULE, tmp / "not-a-module" / "libjobhost_s3_http.so");
+  const std::vector<Case> cases = {
+      {JOBHOST_FOREIGN_MODULE_DIR, "(a module of another jobhost build: its interface differs)"},
+      {(tmp / "not-a-module").string(), "(not a jobhost S3 module)"}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.dir);
+    Result r = run({"/usr/bin/env", "JOBHOST_MODULE_DIR=" + c.dir, "AWS_ACCESS_KEY_ID=k", "AWS_SECRET_ACCESS_KEY=s",
+                    kJobhost, "run", "-c", "WordCount", "-D", "state.checkpoints.dir=s3://bucket/ck", "-D",
+                    "execution.checkpointing.interval=1s", kPlugin, "--input", kWords},
+                   tmp.path);
+    EXPECT_EQ(r.exitCode, 2) << r.err;
+    EXPECT_TRUE(contains(r.err, "cannot load jobhost's S3 module libjobhost_s3_http.so, which s3:// locations need (tried " +
+                                    (fs::path(c.dir) / "libjobhost_s3_http.so").string() + " " + c.why + ")"))
+        << r.err;
+    EXPECT_FALSE(contains(r.err, "Aborted")) << r.err;
+    EXPECT_TRUE(jobDirs().empty()) << "nothing was written";
+  }
+}
+
 }  // namespace
 
 namespace {

@@ -10,9 +10,20 @@
 // hold `target` worth of it; the producers cut their buffers to a quarter of that, so a
 // channel still holds several buffers and the pipeline keeps moving.
 //
+// A task that keeps up (it waited for input for a tenth of its recent periods or more)
+// may hold more: up to kMaxGateBytes over its channels. Such a task pauses now and then
+// (a watermark fires its windows' timers, a mini-batch is flushed) and is otherwise faster
+// than its producers; a channel of 512 KiB filled in a few milliseconds of such a pause
+// and stopped the producer for the rest of it, so neither thread ran at full speed
+// (NexmarkQ7 on the heap: source and window task each ~60 % busy; with the larger channels
+// the run took a quarter less time, docs/benchmarks.md). Under back-pressure (a task busy
+// all the time) the channels stay at most kMaxChannelBytes: there more data in flight only
+// delays barriers.
+//
 // Thread-safety: none; the InputGate calls it under its mutex.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -21,8 +32,11 @@ namespace jobhost::host {
 
 /// Bytes a producer's buffer of one channel collects before it is sent, at most.
 constexpr size_t kMaxBufferBytes = 32 * 1024;
-/// What a channel holds without debloating: 16 full buffers.
+/// What a channel holds without debloating, and at most under back-pressure: 16 full
+/// buffers.
 constexpr size_t kMaxChannelBytes = 16 * kMaxBufferBytes;
+/// What one gate's channels may hold together, with debloating, while its task keeps up.
+constexpr size_t kMaxGateBytes = 8 * 1024 * 1024;
 
 struct BufferDebloatOptions {
   /// taskmanager.network.memory.buffer-debloat.target: the time a channel's data should
@@ -40,15 +54,24 @@ class BufferDebloater {
   /// The smallest buffer a producer is asked for.
   static constexpr size_t kMinBufferBytes = 1024;
 
-  explicit BufferDebloater(BufferDebloatOptions options) : options_(options) {}
+  /// The share of its time a task waited for input, on average, from which on it counts
+  /// as keeping up.
+  static constexpr double kKeepsUpIdleShare = 0.1;
+
+  /// `channels`: how many channels of the gate share kMaxGateBytes.
+  explicit BufferDebloater(BufferDebloatOptions options, int channels = 1)
+      : options_(options),
+        mostChannelBytes_(std::max(kMaxChannelBytes, kMaxGateBytes / static_cast<size_t>(std::max(1, channels)))) {}
 
   bool enabled() const { return options_.target.count() > 0; }
   const BufferDebloatOptions& options() const { return options_; }
 
   /// One measured period: `bytes` consumed in `busy` (the period less the time the task
-  /// waited for input). A period with less than a millisecond of busy time says nothing
-  /// about the rate and is ignored. Returns true when the capacity changed.
-  bool onPeriod(uint64_t bytes, std::chrono::nanoseconds busy);
+  /// waited for input, `idle`). A period with less than a millisecond of busy time says
+  /// nothing about the rate and is ignored. Returns true when the capacity changed.
+  bool onPeriod(uint64_t bytes, std::chrono::nanoseconds busy, std::chrono::nanoseconds idle = {});
+  /// The most a channel may hold (a task that keeps up): at least kMaxChannelBytes.
+  size_t mostChannelBytes() const { return mostChannelBytes_; }
 
   /// Bytes a channel may hold before its producer waits (a data event is accepted while
   /// the channel holds less, so it may go over by one buffer).
@@ -58,10 +81,14 @@ class BufferDebloater {
   size_t bufferBytes() const;
   /// The smoothed consumption rate, bytes per second (0 before the first period).
   double rate() const { return rate_; }
+  /// The smoothed share of its time the task waited for input (0 before the first period).
+  double idleShare() const { return idleShare_; }
 
  private:
   BufferDebloatOptions options_;
+  size_t mostChannelBytes_;
   double rate_ = 0;
+  double idleShare_ = 0;
   size_t channelBytes_ = kMaxChannelBytes;
 };
 

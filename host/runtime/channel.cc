@@ -8,10 +8,12 @@ namespace jobhost::host {
 InputGate::InputGate(int channels, size_t capacityBytes, BufferDebloatOptions debloat)
     : queues_(static_cast<size_t>(channels)),
       queuedBytes_(static_cast<size_t>(channels), 0),
-      maxCapacity_(capacityBytes),
+      // With debloating a task that keeps up may hold more (buffer_debloat.h).
+      maxCapacity_(debloat.target.count() > 0 ? std::max(capacityBytes, BufferDebloater(debloat, channels).mostChannelBytes())
+                                              : capacityBytes),
       capacity_(capacityBytes),
       bufferBytes_(std::min(kMaxBufferBytes, std::max(capacityBytes / 4, BufferDebloater::kMinBufferBytes))),
-      debloater_(debloat),
+      debloater_(debloat, channels),
       periodStart_(std::chrono::steady_clock::now()) {
   if (debloater_.enabled()) capacity_ = std::min(maxCapacity_, debloater_.channelBytes());
   pushedPending_.assign(static_cast<size_t>(channels), false);
@@ -180,7 +182,7 @@ void InputGate::debloatLocked(std::chrono::steady_clock::time_point now) {
   if (elapsed < (firstPeriod_ ? debloater_.options().period / 10 : debloater_.options().period)) return;
   firstPeriod_ = false;
   const auto busy = std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed) - periodIdle_;
-  if (debloater_.onPeriod(periodBytes_, busy)) {
+  if (debloater_.onPeriod(periodBytes_, busy, periodIdle_)) {
     capacity_ = std::min(maxCapacity_, debloater_.channelBytes());
     bufferBytes_.store(debloater_.bufferBytes(), std::memory_order_relaxed);
     // takeLocked() wakes the producers after this, so a grown capacity is seen.

@@ -1420,6 +1420,55 @@ TEST(BufferDebloaterTest, StaysWithinItsBoundsAndIgnoresWhatSaysNothing) {
   EXPECT_EQ(steady.channelBytes(), 100'000u);
 }
 
+TEST(BufferDebloaterTest, ATaskThatKeepsUpMayHoldMoreUpToItsShareOfTheGate) {
+  BufferDebloater d({.target = 1s, .period = 200ms}, 2);
+  EXPECT_EQ(d.mostChannelBytes(), kMaxGateBytes / 2);
+  // 100 MB/s while busy, waiting for input 40 % of the time: a second of that is more
+  // than the channel's share of the gate, so it gets the share.
+  ASSERT_TRUE(d.onPeriod(12'000'000, 120ms, 80ms));
+  EXPECT_DOUBLE_EQ(d.idleShare(), 0.4);
+  EXPECT_EQ(d.channelBytes(), kMaxGateBytes / 2);
+  // Back-pressured from now on (it never waits): within a few periods the average share
+  // of waiting falls under a tenth and the channel is back at the size without debloating.
+  for (int i = 0; i < 10; ++i) d.onPeriod(20'000'000, 200ms, 0ms);
+  EXPECT_LT(d.idleShare(), BufferDebloater::kKeepsUpIdleShare);
+  EXPECT_EQ(d.channelBytes(), kMaxChannelBytes);
+  // However many channels share a gate, each may hold what it holds without debloating.
+  EXPECT_EQ(BufferDebloater({.target = 1s, .period = 200ms}, 64).mostChannelBytes(), kMaxChannelBytes);
+}
+
+// A consumer much faster than its producer, which sends 256 KiB at a time and then
+// pauses: the consumer waits for input most of the time, so with debloating its channel
+// may grow past the size without debloating (up to its share of the gate); without
+// debloating it keeps that size.
+TEST(InputGateTest, DebloatingGrowsTheChannelOfAConsumerThatKeepsUp) {
+  for (bool debloat : {false, true}) {
+    SCOPED_TRACE(debloat ? "debloating on" : "debloating off");
+    InputGate gate(1, kMaxChannelBytes, BufferDebloatOptions{.target = debloat ? 1s : 0ms, .period = 20ms});
+    std::atomic<bool> stop{false};
+    auto producer = std::async(std::launch::async, [&] {
+      while (!stop) {
+        for (int i = 0; i < 8 && !stop; ++i)
+          if (!gate.push(0, data(std::string(32 * 1024, 'r')))) return;
+        std::this_thread::sleep_for(5ms);
+      }
+    });
+    CancelOnExit guard{gate};
+    const auto until = std::chrono::steady_clock::now() + 400ms;
+    while (std::chrono::steady_clock::now() < until)
+      if (gate.next({false}, until)) std::this_thread::sleep_for(200us);  // busy: not waiting in the gate
+    stop = true;
+    gate.cancel();
+    producer.get();
+    if (debloat) {
+      EXPECT_GT(gate.capacityBytes(), kMaxChannelBytes);
+      EXPECT_LE(gate.capacityBytes(), kMaxGateBytes);
+    } else {
+      EXPECT_EQ(gate.capacityBytes(), kMaxChannelBytes);
+    }
+  }
+}
+
 // A consumer that takes a 1 KiB buffer every millisecond (about 1 MB/s while busy) from a
 // producer that never stops: with a 10 ms target its channel shrinks to about 10 kB and
 // the producer is asked for buffers of a quarter of that; without debloating the channel

@@ -247,7 +247,9 @@ class RecoveryModel : public ::testing::TestWithParam<ModelParam> {
     if (!ids.empty()) from = jobDir_ / state::checkpointDirName(ids.back());
     // The newest complete checkpoint is restored: the newest one reported complete, or a
     // newer one whose publication failed only after its `_metadata` was durable.
-    if (!mustExist_.empty()) ASSERT_GE(ids.back(), *mustExist_.rbegin()) << "recovery must restore the newest";
+    if (!mustExist_.empty()) {
+      ASSERT_GE(ids.back(), *mustExist_.rbegin()) << "recovery must restore the newest";
+    }
     startJob(from);
   }
   void injectRandomFaults(std::mt19937_64& rng) {

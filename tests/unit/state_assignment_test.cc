@@ -56,11 +56,24 @@ state::OperatorSnapshot sourceSnapshot(const std::string& uid, const std::string
   return op;
 }
 
-OperatorInfo keyedOperator(const std::string& uid, std::vector<StateDescriptorInfo> states) {
-  return {uid, "Keyed Aggregation", true, false, 1, std::move(states)};
+/// An OperatorInfo with the fields most tests set (the rest default).
+OperatorInfo operatorInfo(const std::string& uid, const std::string& name, bool keyed, bool source, int parallelism,
+                          std::vector<StateDescriptorInfo> states = {}) {
+  OperatorInfo o;
+  o.uid = uid;
+  o.name = name;
+  o.keyed = keyed;
+  o.source = source;
+  o.parallelism = parallelism;
+  o.states = std::move(states);
+  return o;
 }
 
-OperatorInfo sourceOperator(const std::string& uid) { return {uid, "Text File Source", false, true, 1, {}}; }
+OperatorInfo keyedOperator(const std::string& uid, std::vector<StateDescriptorInfo> states) {
+  return operatorInfo(uid, "Keyed Aggregation", true, false, 1, std::move(states));
+}
+
+OperatorInfo sourceOperator(const std::string& uid) { return operatorInfo(uid, "Text File Source", false, true, 1); }
 
 /// An unaligned checkpoint's in-flight records on exchange `uid`, sent to input `input`.
 state::OperatorSnapshot inFlightSnapshot(const std::string& uid, int input = 0) {
@@ -256,7 +269,7 @@ TEST(StateAssignment, ABroadcastStateOfAnotherTypeOrNoBroadcastStateIsAnErrorBef
     return o;
   };
   auto unkeyedTarget = [](std::vector<BroadcastStateInfo> b) {
-    OperatorInfo o{"apply", "Broadcast Process", false, false, 1, {}};
+    OperatorInfo o = operatorInfo("apply", "Broadcast Process", false, false, 1);
     o.operatorState = true;
     o.broadcastStates = std::move(b);
     return o;
@@ -391,7 +404,7 @@ state::OperatorSnapshot kafkaSnapshot(std::vector<std::string> positions) {
 }
 
 OperatorInfo kafkaSource(const std::string& subscription) {
-  OperatorInfo o = {"lines", "Kafka Source", false, true, 2, {}};
+  OperatorInfo o = operatorInfo("lines", "Kafka Source", false, true, 2);
   o.subscription = subscription;
   return o;
 }

@@ -60,8 +60,13 @@ class BufferDebloater {
 
   /// `channels`: how many channels of the gate share kMaxGateBytes.
   explicit BufferDebloater(BufferDebloatOptions options, int channels = 1)
-      : options_(options),
-        mostChannelBytes_(std::max(kMaxChannelBytes, kMaxGateBytes / static_cast<size_t>(std::max(1, channels)))) {}
+      : options_(options), mostChannelBytes_(mostChannelBytes(channels)) {}
+
+  /// The most a channel of a gate with `channels` may hold (its task keeping up): its share
+  /// of kMaxGateBytes, at least kMaxChannelBytes.
+  static size_t mostChannelBytes(int channels) {
+    return std::max(kMaxChannelBytes, kMaxGateBytes / static_cast<size_t>(std::max(1, channels)));
+  }
 
   bool enabled() const { return options_.target.count() > 0; }
   const BufferDebloatOptions& options() const { return options_; }
@@ -70,8 +75,6 @@ class BufferDebloater {
   /// waited for input, `idle`). A period with less than a millisecond of busy time says
   /// nothing about the rate and is ignored. Returns true when the capacity changed.
   bool onPeriod(uint64_t bytes, std::chrono::nanoseconds busy, std::chrono::nanoseconds idle = {});
-  /// The most a channel may hold (a task that keeps up): at least kMaxChannelBytes.
-  size_t mostChannelBytes() const { return mostChannelBytes_; }
 
   /// Bytes a channel may hold before its producer waits (a data event is accepted while
   /// the channel holds less, so it may go over by one buffer).

@@ -9,7 +9,7 @@ InputGate::InputGate(int channels, size_t capacityBytes, BufferDebloatOptions de
     : queues_(static_cast<size_t>(channels)),
       queuedBytes_(static_cast<size_t>(channels), 0),
       // With debloating a task that keeps up may hold more (buffer_debloat.h).
-      maxCapacity_(debloat.target.count() > 0 ? std::max(capacityBytes, BufferDebloater(debloat, channels).mostChannelBytes())
+      maxCapacity_(debloat.target.count() > 0 ? std::max(capacityBytes, BufferDebloater::mostChannelBytes(channels))
                                               : capacityBytes),
       capacity_(capacityBytes),
       bufferBytes_(std::min(kMaxBufferBytes, std::max(capacityBytes / 4, BufferDebloater::kMinBufferBytes))),

@@ -1422,7 +1422,7 @@ TEST(BufferDebloaterTest, StaysWithinItsBoundsAndIgnoresWhatSaysNothing) {
 
 TEST(BufferDebloaterTest, ATaskThatKeepsUpMayHoldMoreUpToItsShareOfTheGate) {
   BufferDebloater d({.target = 1s, .period = 200ms}, 2);
-  EXPECT_EQ(d.mostChannelBytes(), kMaxGateBytes / 2);
+  EXPECT_EQ(BufferDebloater::mostChannelBytes(2), kMaxGateBytes / 2);
   // 100 MB/s while busy, waiting for input 40 % of the time: a second of that is more
   // than the channel's share of the gate, so it gets the share.
   ASSERT_TRUE(d.onPeriod(12'000'000, 120ms, 80ms));
@@ -1434,7 +1434,7 @@ TEST(BufferDebloaterTest, ATaskThatKeepsUpMayHoldMoreUpToItsShareOfTheGate) {
   EXPECT_LT(d.idleShare(), BufferDebloater::kKeepsUpIdleShare);
   EXPECT_EQ(d.channelBytes(), kMaxChannelBytes);
   // However many channels share a gate, each may hold what it holds without debloating.
-  EXPECT_EQ(BufferDebloater({.target = 1s, .period = 200ms}, 64).mostChannelBytes(), kMaxChannelBytes);
+  EXPECT_EQ(BufferDebloater::mostChannelBytes(64), kMaxChannelBytes);
 }
 
 // A consumer much faster than its producer, which sends 256 KiB at a time and then

@@ -197,9 +197,11 @@ int runJob(const RunOptions& o) {
   // that copy was half of every `jobhost check`, issue 33 H1).
   PluginOpenOptions pluginOptions;
   pluginOptions.pin = !o.dryRun;
-  // A check only reports a failing static initialiser and exits: it fences them in this
-  // process rather than loading the plugin a second time in a probe child (H1 again).
-  if (o.dryRun) pluginOptions.exitOnInitialiserFailure = kExitUsage;
+  // A failing static initialiser ends a run or a check before anything else has started
+  // (no lock, no thread, no worker): both fence the initialisers in this process rather
+  // than loading the plugin a second time in a probe child (H1; for `run` 30 ms of every
+  // start, issue 33 N7). setupJob() would print the same error and return the same code.
+  pluginOptions.exitOnInitialiserFailure = kExitUsage;
   if (int rc = setupJob(o, &setup, pluginOptions); rc != 0) return rc;
   for (const auto& w : setup.config.suspiciousKeys()) spdlog::warn("{}", w);
   auto restart = createRestartStrategy(setup.config);

@@ -26,8 +26,10 @@
 // child's terminate handler reports what) or crashes, open() fails with
 // kInitialiserFailed and the calling process never runs them. Initialisers therefore
 // run twice when the probe passes (child, then caller): keep them free of side effects.
-// A command that only reports such a failure and exits (`jobhost check`) fences them in
-// its own process instead (PluginOpenOptions::exitOnInitialiserFailure): one load.
+// A command that only reports such a failure and exits (`jobhost run` and `check`, which
+// load the plugin before anything else starts) fences them in its own process instead
+// (PluginOpenOptions::exitOnInitialiserFailure): one load. `info` and `state` use the
+// probe: `info` goes on to list the declared classes after the error.
 // selectClass() then resolves the class named by `-c` through its Boost.DLL alias
 // `jhjob_<Class>`, checking the descriptor's magic and ABI tag before any other field.
 //
@@ -86,13 +88,14 @@ struct PluginOpenOptions {
   /// Run the static initialisers in a child process first (see "Static initialisers").
   /// On by default: every command that loads a plugin (run, check, info, state) then
   /// reports a throwing initialiser instead of dying in std::terminate. A worker turns it
-  /// off: the supervisor probed the same bytes, and a worker's crash is a task failure.
+  /// off: the supervisor ran the same bytes' initialisers, and a worker's crash is a task
+  /// failure.
   bool probeInitialisers = true;
   /// With probeInitialisers: instead of a probe child, run the initialisers in this
   /// process, fenced: if one throws or crashes (SIGSEGV, SIGBUS, SIGILL, SIGFPE,
   /// SIGABRT; the handlers run on an alternate signal stack, so a stack overflow too), print "error: <the kInitialiserFailed message>" on stderr and _exit()
   /// with this code. For a command that would do exactly that with the error (`jobhost
-  /// check`, `run --dry-run`): it saves loading the plugin and its dependencies twice,
+  /// run`, `check`, `run --dry-run`): it saves loading the plugin and its dependencies twice,
   /// about a third of a check with the example plugin (issue 33, H1), and runs the
   /// initialisers once. 0 (default): the probe child, and open() returns the error.
   int exitOnInitialiserFailure = 0;

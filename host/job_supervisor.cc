@@ -88,8 +88,10 @@ struct Worker {
 /// Starts `jobhost __worker args...`. `inheritFds`: descriptors (< 0: none) the worker
 /// keeps open across exec (the locks of the job's checkpoint and working directories, so
 /// a lock lives while any process of the job does). `pluginFd` (>= 0): the pinned plugin
-/// copy, passed on as JOBHOST_PLUGIN_FD.
-Worker spawnWorker(const std::vector<std::string>& args, const std::vector<int>& inheritFds, int pluginFd) {
+/// copy, passed on as JOBHOST_PLUGIN_FD, and `pluginDigest`, its digest, as
+/// JOBHOST_PLUGIN_DIGEST.
+Worker spawnWorker(const std::vector<std::string>& args, const std::vector<int>& inheritFds, int pluginFd,
+                   const std::string& pluginDigest) {
   int sv[2];
   int crash[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0 || pipe2(crash, O_CLOEXEC) != 0)
@@ -102,7 +104,10 @@ Worker spawnWorker(const std::vector<std::string>& args, const std::vector<int>&
     int cr = dup(crash[1]);
     for (int fd : inheritFds)
       if (fd >= 0) (void)dup(fd);  // dup() clears FD_CLOEXEC
-    if (pluginFd >= 0) setenv("JOBHOST_PLUGIN_FD", std::to_string(dup(pluginFd)).c_str(), 1);
+    if (pluginFd >= 0) {
+      setenv("JOBHOST_PLUGIN_FD", std::to_string(dup(pluginFd)).c_str(), 1);
+      setenv("JOBHOST_PLUGIN_DIGEST", pluginDigest.c_str(), 1);
+    }
     signal(SIGINT, SIG_IGN);
     signal(SIGTERM, SIG_IGN);
     sigset_t none;
@@ -702,7 +707,7 @@ int JobSupervisor::run() {
       Worker w;
       try {
         w = spawnWorker(workerArguments(attempt, *restore), {jobLock_ ? jobLock_->fd() : -1, workDir_ ? workDir_->lockFd() : -1},
-                        setup_.plugin->pinnedFd());
+                        setup_.plugin->pinnedFd(), setup_.plugin->contentDigest());
       } catch (const std::exception& e) {
         spdlog::error("{}", e.what());
         exitCode = kExitJobFailed;

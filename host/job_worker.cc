@@ -142,6 +142,7 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
   JobSetup setup;
   PluginOpenOptions pluginOptions;
   pluginOptions.fd = w.pluginFd;  // the supervisor's pinned copy: the bytes the job started with
+  pluginOptions.sealedDigest = w.pluginDigest;
   pluginOptions.probeInitialisers = false;
   if (int rc = setupJob(o, &setup, pluginOptions); rc != 0)
     return end(wire::EndKind::SETUP_FAILED, "setup failed", "", "", false, rc);

@@ -25,6 +25,7 @@ struct WorkerParams {
   int channelFd = -1;  // socketpair end to the supervisor
   int crashFd = -1;    // pipe for the fatal-signal report
   int pluginFd = -1;   // the supervisor's pinned copy of the plugin (JOBHOST_PLUGIN_FD)
+  std::string pluginDigest;  // the supervisor's digest of those bytes (JOBHOST_PLUGIN_DIGEST)
   /// The exact snapshot directory to restore (a chk-<n> or savepoint), if any.
   std::optional<std::string> restoreFrom;
   /// restoreFrom is the user's -s snapshot (then -n applies), not one of the job's own

@@ -377,6 +377,7 @@ int main(int argc, char** argv) {
     workerParams.channelFd = std::atoi(ch);
     workerParams.crashFd = std::atoi(cr);
     if (const char* pf = std::getenv("JOBHOST_PLUGIN_FD")) workerParams.pluginFd = std::atoi(pf);
+    if (const char* pd = std::getenv("JOBHOST_PLUGIN_DIGEST")) workerParams.pluginDigest = pd;
     return runWorker(workerOpts, workerParams);
   }
   if (*info) return infoCommand(infoPlugin, infoDefines, infoConfig);

@@ -573,6 +573,30 @@ bool readPluginFile(const std::string& path, PluginFileBytes* bytes, PluginError
   return true;
 }
 
+bool mapSealedPluginFd(int fd, const std::string& path, PluginFileBytes* bytes, bool* sealed, PluginError* error) {
+  bytes->release();
+  *sealed = false;
+  constexpr int kSeals = F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK;
+  const int seals = ::fcntl(fd, F_GET_SEALS);
+  struct stat st;
+  if (seals < 0 || (seals & kSeals) != kSeals || ::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size <= 0 ||
+      static_cast<uint64_t>(st.st_size) > kMaxPluginFileBytes) {
+    return readPluginFile("/proc/self/fd/" + std::to_string(fd), bytes, error);
+  }
+  const size_t size = static_cast<size_t>(st.st_size);
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+  if (map == MAP_FAILED) {
+    *error = PluginError{PluginError::kLoadFailed, "cannot read " + path + ": " + std::strerror(errno)};
+    return false;
+  }
+  bytes->map_ = map;
+  bytes->mapBytes_ = size;
+  bytes->data_ = static_cast<char*>(map);
+  bytes->size_ = size;
+  *sealed = true;
+  return true;
+}
+
 PluginMetadataResult readPluginMetadataFile(const std::string& path, PluginFileBytes* fileBytes) {
   PluginFileBytes local;
   PluginFileBytes* bytes = fileBytes != nullptr ? fileBytes : &local;

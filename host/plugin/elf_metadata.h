@@ -84,6 +84,8 @@ class PluginFileBytes {
 
  private:
   friend bool readPluginFile(const std::string& path, PluginFileBytes* bytes, PluginError* error);
+  friend bool mapSealedPluginFd(int fd, const std::string& path, PluginFileBytes* bytes, bool* sealed,
+                                PluginError* error);
   void* map_ = nullptr;  // the mapping (a 2 MiB-aligned start inside it holds the data)
   size_t mapBytes_ = 0;
   char* data_ = nullptr;
@@ -96,6 +98,13 @@ class PluginFileBytes {
 /// another non-regular file) or kLoadFailed (permission denied, I/O error, too large).
 /// Never blocks on a FIFO.
 bool readPluginFile(const std::string& path, PluginFileBytes* bytes, PluginError* error);
+
+/// The bytes of `fd` in *bytes. If `fd` is sealed against writes, growth and shrinking (a
+/// pinned copy, plugin_loader.h "Pinning"), they are mapped read-only, not copied: nothing
+/// can change them, and only the pages the metadata lives on are touched; *sealed is then
+/// true. Otherwise they are read as readPluginFile() reads a file and *sealed is false.
+/// `path` names the plugin in errors. Returns false on failure, as readPluginFile().
+bool mapSealedPluginFd(int fd, const std::string& path, PluginFileBytes* bytes, bool* sealed, PluginError* error);
 
 /// readPluginFile() then readPluginMetadata(); error messages start with "<path>: "
 /// unless they already name the path. If fileBytes is not null and the file could be

@@ -311,8 +311,13 @@ std::unique_ptr<PluginLibrary> PluginLibrary::open(const std::string& path, Plug
   // 1 and 2: static checks, no plugin code runs.
   PluginFileBytes bytes;
   PluginMetadataResult metadata;
+  bool sealed = false;
   if (options.fd >= 0) {
-    if (!readPluginFile(fdPath(options.fd), &bytes, error)) return nullptr;
+    if (!options.sealedDigest.empty()) {
+      if (!mapSealedPluginFd(options.fd, path, &bytes, &sealed, error)) return nullptr;
+    } else if (!readPluginFile(fdPath(options.fd), &bytes, error)) {
+      return nullptr;
+    }
     metadata = readPluginMetadata(bytes.view());
     if (metadata.error) metadata.error->message = path + ": " + metadata.error->message;
   } else {
@@ -326,7 +331,7 @@ std::unique_ptr<PluginLibrary> PluginLibrary::open(const std::string& path, Plug
     *error = std::move(*incompatible);
     return nullptr;
   }
-  std::string digest = pluginDigestHex(bytes.view());
+  std::string digest = sealed ? options.sealedDigest : pluginDigestHex(bytes.view());
   int pinnedFd = -1;
   if (options.fd >= 0) {
     pinnedFd = options.fd;

@@ -8,6 +8,7 @@
 //   JOBHOST_TEST_MISSING_DEP_PLUGIN   libjhtest_missing_dep.so  (needs a missing library)
 //   JOBHOST_TEST_ABI_MISMATCH_PLUGIN  libjhtest_abi_mismatch.so (SDK 2.0.0 metadata)
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -427,6 +428,41 @@ TEST_F(PluginTest, ContentDigestIsXxh3OfTheFile) {
     ASSERT_NE(other, nullptr) << error.message;
     EXPECT_NE(other->contentDigest(), lib->contentDigest());
   }
+}
+
+// A worker loads the supervisor's pinned copy (a sealed memfd) with the digest the
+// supervisor computed: the sealed bytes cannot differ from what it hashed, so they are
+// mapped and not hashed again. A descriptor that is not sealed is read and hashed whatever
+// digest comes with it.
+TEST_F(PluginTest, ThePinnedCopysDigestIsPassedOnOnlyWhileTheCopyIsSealed) {
+  const std::string plugin = testPlugin();
+  ASSERT_FALSE(plugin.empty());
+  const std::string real = pluginDigestHex(readAll(plugin));
+  PluginError error;
+  PluginOpenOptions pin;
+  pin.pin = true;
+  auto pinned = PluginLibrary::open(plugin, &error, pin);
+  ASSERT_NE(pinned, nullptr) << error.message;
+  ASSERT_GE(pinned->pinnedFd(), 0);
+  EXPECT_EQ(pinned->contentDigest(), real);
+
+  // A digest that is not the bytes' one shows which path was taken.
+  const std::string told = "0123456789abcdef";
+  PluginOpenOptions sealed;
+  sealed.fd = ::dup(pinned->pinnedFd());  // the library takes the descriptor over
+  sealed.sealedDigest = told;
+  auto worker = PluginLibrary::open(plugin, &error, sealed);
+  ASSERT_NE(worker, nullptr) << error.message;
+  EXPECT_EQ(worker->contentDigest(), told);
+  EXPECT_NE(worker->selectClass("WordCount", &error), nullptr) << error.message;
+
+  PluginOpenOptions plain;
+  plain.fd = ::open(plugin.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(plain.fd, 0);
+  plain.sealedDigest = told;
+  auto unsealed = PluginLibrary::open(plugin, &error, plain);
+  ASSERT_NE(unsealed, nullptr) << error.message;
+  EXPECT_EQ(unsealed->contentDigest(), real);
 }
 
 // ---------------------------------------------------------------------------------------

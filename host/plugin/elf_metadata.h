@@ -86,7 +86,7 @@ class PluginFileBytes {
   friend bool readPluginFile(const std::string& path, PluginFileBytes* bytes, PluginError* error);
   friend bool mapSealedPluginFd(int fd, const std::string& path, PluginFileBytes* bytes, bool* sealed,
                                 PluginError* error);
-  void* map_ = nullptr;  // the mapping (a 2 MiB-aligned start inside it holds the data)
+  void* map_ = nullptr;  // the mapping: a read file's data starts 2 MiB-aligned inside it, a mapped sealed copy's at its start
   size_t mapBytes_ = 0;
   char* data_ = nullptr;
   size_t size_ = 0;

@@ -16,8 +16,9 @@
 // through /proc/self/fd/<n>. A copy rather than the plugin file's own descriptor: `cp`
 // or `install` over the plugin rewrites the same inode, which an open descriptor would
 // see. The digest is of exactly those bytes, and every worker of the job inherits the
-// memfd (PluginOpenOptions::fd) and loads the same bytes, so a plugin rebuilt on disk
-// affects only jobs started afterwards. (Each worker is a fresh process, so dlopen()'s
+// memfd (PluginOpenOptions::fd, with the digest in PluginOpenOptions::sealedDigest: a
+// worker maps the sealed bytes rather than reading and hashing them again) and loads the
+// same bytes, so a plugin rebuilt on disk affects only jobs started afterwards. (Each worker is a fresh process, so dlopen()'s
 // "same path, same handle" rule never hands an attempt an older mapping either.)
 //
 // Static initialisers (PluginOpenOptions::probeInitialisers): they run inside

@@ -30,7 +30,9 @@
 
 namespace jobhost::host {
 
-namespace {
+// Named, not anonymous: DashboardHttpServer::Impl (a member of a class with external
+// linkage) holds an Offloader and a DashboardService (-Wsubobject-linkage).
+namespace dashboard_http {
 
 constexpr size_t kMaxBodyBytes = 4096;
 constexpr size_t kMaxRequestsInFlight = 16;
@@ -176,7 +178,11 @@ class DashboardService final : public kj::HttpService {
   DashboardAccess access_;
 };
 
-}  // namespace
+}  // namespace dashboard_http
+
+using dashboard_http::DashboardService;
+using dashboard_http::Offloader;
+using dashboard_http::kMaxHttpConnections;
 
 struct DashboardHttpServer::Impl {
   Impl(kj::Timer& timer, std::shared_ptr<Dashboard> dashboard, DashboardAccess access)

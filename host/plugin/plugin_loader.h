@@ -18,8 +18,9 @@
 // see. The digest is of exactly those bytes, and every worker of the job inherits the
 // memfd (PluginOpenOptions::fd, with the digest in PluginOpenOptions::sealedDigest: a
 // worker maps the sealed bytes rather than reading and hashing them again) and loads the
-// same bytes, so a plugin rebuilt on disk affects only jobs started afterwards. (Each worker is a fresh process, so dlopen()'s
-// "same path, same handle" rule never hands an attempt an older mapping either.)
+// same bytes, so a plugin rebuilt on disk affects only jobs started afterwards. (Each
+// worker is a fresh process, so dlopen()'s "same path, same handle" rule never hands an
+// attempt an older mapping either.)
 //
 // Static initialisers (PluginOpenOptions::probeInitialisers): they run inside
 // dlopen(), where an exception — std::exception or not — always ends in std::terminate.
@@ -27,10 +28,10 @@
 // child's terminate handler reports what) or crashes, open() fails with
 // kInitialiserFailed and the calling process never runs them. Initialisers therefore
 // run twice when the probe passes (child, then caller): keep them free of side effects.
-// A command that only reports such a failure and exits (`jobhost run` and `check`, which
-// load the plugin before anything else starts) fences them in its own process instead
-// (PluginOpenOptions::exitOnInitialiserFailure): one load. `info` and `state` use the
-// probe: `info` goes on to list the declared classes after the error.
+// A command that loads the plugin before anything else starts, and so would only report
+// such a failure and exit (`jobhost run`, `check`), fences them in its own process
+// instead (PluginOpenOptions::exitOnInitialiserFailure): one load. `info` and `state` use
+// the probe: `info` goes on to list the declared classes after the error.
 // selectClass() then resolves the class named by `-c` through its Boost.DLL alias
 // `jhjob_<Class>`, checking the descriptor's magic and ABI tag before any other field.
 //
@@ -100,9 +101,10 @@ struct PluginOpenOptions {
   bool probeInitialisers = true;
   /// With probeInitialisers: instead of a probe child, run the initialisers in this
   /// process, fenced: if one throws or crashes (SIGSEGV, SIGBUS, SIGILL, SIGFPE,
-  /// SIGABRT; the handlers run on an alternate signal stack, so a stack overflow too), print "error: <the kInitialiserFailed message>" on stderr and _exit()
-  /// with this code. For a command that would do exactly that with the error (`jobhost
-  /// run`, `check`, `run --dry-run`): it saves loading the plugin and its dependencies twice,
+  /// SIGABRT; the handlers run on an alternate signal stack, so a stack overflow too),
+  /// print "error: <the kInitialiserFailed message>" on stderr and _exit() with this
+  /// code. For a command that would do exactly that with the error (`jobhost run`,
+  /// `check`, `run --dry-run`): it saves loading the plugin and its dependencies twice,
   /// about a third of a check with the example plugin (issue 33, H1), and runs the
   /// initialisers once. 0 (default): the probe child, and open() returns the error.
   int exitOnInitialiserFailure = 0;

@@ -68,11 +68,11 @@ std::string encode(Reader r) {
   return std::string(s.cStr(), s.size());
 }
 
-HttpReply json(int status, std::string body) { return HttpReply{status, "application/json; charset=utf-8", std::move(body), {}}; }
+HttpReply json(int status, std::string body) { return HttpReply{status, "application/json; charset=utf-8", std::move(body)}; }
 
 HttpReply error(int status, const std::string& message) { return jsonErrorReply(status, message); }
 
-HttpReply asset(std::string_view body, const char* type) { return HttpReply{200, type, std::string(body), {}}; }
+HttpReply asset(std::string_view body, const char* type) { return HttpReply{200, type, std::string(body)}; }
 
 /// The path of a request target, split at '/'. nullopt if it is not an origin-form path
 /// ("/..."). One trailing slash is ignored; empty segments ("//") are kept (and match no
@@ -353,7 +353,7 @@ std::optional<HttpReply> Dashboard::quick(const std::string& method, const std::
     return onlyGet(asset(ui_assets::kIndexHtml, "text/html; charset=utf-8"));
   if (seg->size() == 1 && (*seg)[0] == "app.js") return onlyGet(asset(ui_assets::kAppJs, "text/javascript; charset=utf-8"));
   if (seg->size() == 1 && (*seg)[0] == "app.css") return onlyGet(asset(ui_assets::kAppCss, "text/css; charset=utf-8"));
-  if (seg->empty() || (*seg)[0] != "api") return HttpReply{404, "text/plain; charset=utf-8", "not found\n", {}};
+  if (seg->empty() || (*seg)[0] != "api") return HttpReply{404, "text/plain; charset=utf-8", "not found\n"};
   const auto& s = *seg;
   if (s.size() < 2 || s[1] != "jobs") return error(404, "no such API endpoint; see README \"Web dashboard\"");
   if (s.size() == 2) return get ? std::nullopt : std::optional(error(405, "method not allowed: use GET"));

@@ -23,7 +23,7 @@ namespace {
 
 constexpr size_t kMaxHealthConnections = 16;
 
-HttpReply text(int status, std::string body) { return HttpReply{status, "text/plain; charset=utf-8", body + "\n", {}}; }
+HttpReply text(int status, std::string body) { return HttpReply{status, "text/plain; charset=utf-8", body + "\n"}; }
 
 }  // namespace
 
@@ -60,7 +60,7 @@ HttpReply healthReply(const std::string& method, const std::string& target, JobC
   JobStatusInfo s = job.status();
   if (path == "/healthz") return text(200, std::string("ok: ") + jobStateName(s.state));
   if (path == "/readyz") return readinessReply(s, maxCheckpointAge, wallClockMs());
-  return HttpReply{200, kPrometheusContentType, prometheusText(s, wallClockMs()), {}};
+  return HttpReply{200, kPrometheusContentType, prometheusText(s, wallClockMs())};
 }
 
 struct HealthServer::Impl {

@@ -7,6 +7,7 @@
 // are tests/e2e/postgres_test.cc.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <string>
@@ -319,6 +320,37 @@ TEST_F(PostgresSinkTest, ValuesWithQuotesBackslashesTabsNewlinesAndBracesArriveU
               std::vector<std::string>{"0"});
     op.close();
   }
+}
+
+// The buffer of one interval's rows, without a server: upserting keeps one row per key
+// (the latest), whichever columns are the key and whatever bytes the values hold (empty,
+// NUL-free binary, values that look like the buffer's own length prefixes); appending keeps
+// every row in arrival order. take() empties it.
+TEST(PgRowBufferTest, OneRowPerKeyTheLatestWhenUpsertingEveryRowInOrderWhenAppending) {
+  using Rows = std::vector<std::vector<std::string>>;
+  const std::string odd = std::string("\x04\x00\x00\x00", 4) + "abcd";
+  jobhost::detail::PgRowBuffer upserts({2, 0});  // key: columns 2 and 0
+  const Rows in = {{"a", "1", "x"},  {"a", "2", "y"},      {"a", "3", "x"}, {"", "4", ""},
+                   {"b", odd, "x"},  {"", "5", ""},        {"ab", "6", ""}, {"a", "7", "xy"},
+                   {odd, "8", odd}, {"b", "", "x"}, {odd, "9", odd}};
+  for (const auto& r : in) upserts.add(r);
+  EXPECT_EQ(upserts.size(), 7u);  // (a,x) (a,y) ("","") (b,x) (ab,"") (a,xy) (odd,odd)
+  Rows got = upserts.take();
+  std::sort(got.begin(), got.end());
+  Rows want = {{"", "5", ""}, {"a", "2", "y"}, {"a", "3", "x"}, {"a", "7", "xy"},
+               {"ab", "6", ""}, {"b", "", "x"}, {odd, "9", odd}};
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(got, want);
+  EXPECT_TRUE(upserts.empty());
+  EXPECT_TRUE(upserts.take().empty());
+  upserts.add({"c", "1", "z"});
+  EXPECT_EQ(upserts.take(), (Rows{{"c", "1", "z"}}));
+
+  jobhost::detail::PgRowBuffer appends;
+  for (const auto& r : in) appends.add(r);
+  EXPECT_EQ(appends.size(), in.size());
+  EXPECT_EQ(appends.take(), in);
+  EXPECT_TRUE(appends.empty());
 }
 
 TEST_F(PostgresSinkTest, BadArgumentsAreRefusedWhenTheJobIsBuilt) {

@@ -29,6 +29,7 @@
 #include "signal_handling.h"
 #include "startup_wait.h"
 #include "wall_clock.h"
+#include "worker_spawn.h"
 
 namespace jobhost::host {
 
@@ -76,55 +77,6 @@ void syncDirectories(const fs::path& dir) {
       ::close(fd);
     }
   }
-}
-
-/// One worker process and its channel.
-struct Worker {
-  pid_t pid = -1;
-  int channel = -1;  // our end of the socketpair
-  int crash = -1;    // read end of the crash-report pipe
-};
-
-/// Starts `jobhost __worker args...`. `inheritFds`: descriptors (< 0: none) the worker
-/// keeps open across exec (the locks of the job's checkpoint and working directories, so
-/// a lock lives while any process of the job does). `pluginFd` (>= 0): the pinned plugin
-/// copy, passed on as JOBHOST_PLUGIN_FD, and `pluginDigest`, its digest, as
-/// JOBHOST_PLUGIN_DIGEST.
-Worker spawnWorker(const std::vector<std::string>& args, const std::vector<int>& inheritFds, int pluginFd,
-                   const std::string& pluginDigest) {
-  int sv[2];
-  int crash[2];
-  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0 || pipe2(crash, O_CLOEXEC) != 0)
-    throw std::runtime_error(std::string("cannot create the worker channel: ") + std::strerror(errno));
-  pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error(std::string("cannot start the worker process: ") + std::strerror(errno));
-  if (pid == 0) {
-    // Child: keep our ends open across exec, ignore Ctrl-C (the supervisor handles it).
-    int ch = dup(sv[1]);
-    int cr = dup(crash[1]);
-    for (int fd : inheritFds)
-      if (fd >= 0) (void)dup(fd);  // dup() clears FD_CLOEXEC
-    if (pluginFd >= 0) {
-      setenv("JOBHOST_PLUGIN_FD", std::to_string(dup(pluginFd)).c_str(), 1);
-      setenv("JOBHOST_PLUGIN_DIGEST", pluginDigest.c_str(), 1);
-    }
-    signal(SIGINT, SIG_IGN);
-    signal(SIGTERM, SIG_IGN);
-    sigset_t none;
-    sigemptyset(&none);
-    pthread_sigmask(SIG_SETMASK, &none, nullptr);
-    setenv("JOBHOST_WORKER_FD", std::to_string(ch).c_str(), 1);
-    setenv("JOBHOST_CRASH_FD", std::to_string(cr).c_str(), 1);
-    setenv("JOBHOST_SUPERVISOR_PID", std::to_string(getppid()).c_str(), 1);
-    std::vector<char*> argv;
-    for (const auto& s : args) argv.push_back(const_cast<char*>(s.c_str()));
-    argv.push_back(nullptr);
-    execv("/proc/self/exe", argv.data());
-    _exit(127);
-  }
-  close(sv[1]);
-  close(crash[1]);
-  return {pid, sv[0], crash[0]};
 }
 
 std::string describeSignal(int sig) {
@@ -704,10 +656,14 @@ int JobSupervisor::run() {
     } else if (!workDir.ok()) {
       message = workDir.message();
     } else {
-      Worker w;
+      WorkerProcess w;
       try {
-        w = spawnWorker(workerArguments(attempt, *restore), {jobLock_ ? jobLock_->fd() : -1, workDir_ ? workDir_->lockFd() : -1},
-                        setup_.plugin->pinnedFd(), setup_.plugin->contentDigest());
+        WorkerSpawn spawn;
+        spawn.args = workerArguments(attempt, *restore);
+        spawn.inheritFds = {jobLock_ ? jobLock_->fd() : -1, workDir_ ? workDir_->lockFd() : -1};
+        spawn.pluginFd = setup_.plugin->pinnedFd();
+        spawn.pluginDigest = setup_.plugin->contentDigest();
+        w = spawnWorkerProcess(spawn);
       } catch (const std::exception& e) {
         spdlog::error("{}", e.what());
         exitCode = kExitJobFailed;

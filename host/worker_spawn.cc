@@ -1,0 +1,90 @@
+// Starting a worker process: see worker_spawn.h.
+#include "worker_spawn.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+#include <string_view>
+#include <utility>
+
+extern char** environ;
+
+namespace jobhost::host {
+
+WorkerProcess spawnWorkerProcess(const WorkerSpawn& spawn) {
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+    throw std::runtime_error(std::string("cannot create the worker channel: ") + std::strerror(errno));
+  int crash[2];
+  if (::pipe2(crash, O_CLOEXEC) != 0) {
+    const int e = errno;
+    ::close(sv[0]);
+    ::close(sv[1]);
+    throw std::runtime_error(std::string("cannot create the worker's crash-report pipe: ") + std::strerror(e));
+  }
+
+  // The worker's descriptors keep their numbers: the child clears FD_CLOEXEC on them, so
+  // their numbers are known here and go into the environment built here. (setenv() in the
+  // child could block for good: it takes a lock that another thread of this process may
+  // have held at the fork, and nothing releases it in the child.)
+  std::vector<std::pair<std::string, std::string>> vars = {
+      {"JOBHOST_WORKER_FD", std::to_string(sv[1])},
+      {"JOBHOST_CRASH_FD", std::to_string(crash[1])},
+      {"JOBHOST_SUPERVISOR_PID", std::to_string(::getpid())},
+  };
+  if (spawn.pluginFd >= 0) {
+    vars.emplace_back("JOBHOST_PLUGIN_FD", std::to_string(spawn.pluginFd));
+    vars.emplace_back("JOBHOST_PLUGIN_DIGEST", spawn.pluginDigest);
+  }
+  std::vector<std::string> env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    const std::string_view name = entry.substr(0, entry.find('='));
+    bool ours = false;
+    for (const auto& v : vars) ours = ours || v.first == name;
+    // Ours replace an inherited value; a stale JOBHOST_PLUGIN_* without a plugin descriptor
+    // would point the worker at a descriptor that is not its plugin.
+    if (!ours && name != "JOBHOST_PLUGIN_FD" && name != "JOBHOST_PLUGIN_DIGEST") env.emplace_back(entry);
+  }
+  for (const auto& [name, value] : vars) env.push_back(name + "=" + value);
+  std::vector<char*> envp, argv;
+  for (auto& s : env) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> args = spawn.args;
+  for (auto& s : args) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  std::vector<int> keep = {sv[1], crash[1], spawn.pluginFd};
+  keep.insert(keep.end(), spawn.inheritFds.begin(), spawn.inheritFds.end());
+
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    // The child: async-signal-safe calls only, until exec.
+    for (int fd : keep)
+      if (fd >= 0) ::fcntl(fd, F_SETFD, 0);
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    ::sigaction(SIGINT, &ignore, nullptr);  // Ctrl-C and a TERM are the supervisor's to handle
+    ::sigaction(SIGTERM, &ignore, nullptr);
+    sigset_t none;
+    ::sigemptyset(&none);
+    ::pthread_sigmask(SIG_SETMASK, &none, nullptr);
+    ::execve(spawn.executable.c_str(), argv.data(), envp.data());
+    ::_exit(127);
+  }
+  const int forkError = errno;
+  ::close(sv[1]);
+  ::close(crash[1]);
+  if (pid < 0) {
+    ::close(sv[0]);
+    ::close(crash[0]);
+    throw std::runtime_error(std::string("cannot start the worker process: ") + std::strerror(forkError));
+  }
+  return {pid, sv[0], crash[0]};
+}
+
+}  // namespace jobhost::host

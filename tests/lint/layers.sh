@@ -19,7 +19,7 @@ layer() {
     runtime/*) echo 2 ;;
     checkpoint/*) echo 3 ;;
     control/*) echo 4 ;;
-    metrics/* | signal_handling.* | startup_wait.h | job_work_directory.*) echo 5 ;;
+    metrics/* | signal_handling.* | startup_wait.h | job_work_directory.* | worker_spawn.*) echo 5 ;;
     ui/* | job_setup.*) echo 6 ;;
     cli/* | job_worker.*) echo 7 ;;
     job_supervisor.*) echo 8 ;;

@@ -1,4 +1,4 @@
-// Tests of starting a worker process (host/worker_spawn.h) with a shell standing in for
+// Tests of starting a worker process (host/worker_spawn.h) with bash standing in for
 // `jobhost __worker`: what the worker inherits (descriptors, environment, signals), and
 // that a start never hangs while another thread of the supervisor changes the environment.
 #include <fcntl.h>
@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -45,7 +46,7 @@ int waitFor(pid_t pid, std::chrono::seconds limit) {
   return status;
 }
 
-// The shell prints, on the channel, the supervisor's pid, the plugin descriptor and digest
+// The stand-in prints, on the channel, the supervisor's pid, the plugin descriptor and digest
 // it was given and whether that descriptor is open; "crash" on the crash pipe; "lock" on
 // the inherited descriptor $1; and on the channel again the signals it ignores.
 const char* kWorker =
@@ -65,21 +66,32 @@ TEST(WorkerSpawn, AWorkerStartsWhileAnotherThreadChangesTheEnvironmentAndGetsWha
   ::setenv("JOBHOST_WORKER_FD", "999", 1);     // stale values of the supervisor's environment:
   ::setenv("JOBHOST_PLUGIN_FD", "998", 1);     // replaced, or dropped without a plugin descriptor
   ::setenv("JOBHOST_PLUGIN_DIGEST", "stale", 1);
-  std::atomic<bool> stop{false};
-  std::thread noise([&] {
-    unsigned long i = 0;
-    while (!stop.load(std::memory_order_relaxed)) ::setenv("JOBHOST_TEST_NOISE", std::to_string(++i).c_str(), 1);
-  });
-  int plugin = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  ASSERT_GE(plugin, 0);
+  struct Noise {  // stopped and joined however the test ends
+    std::atomic<bool> stop{false};
+    std::thread thread{[this] {
+      unsigned long i = 0;
+      while (!stop.load(std::memory_order_relaxed)) ::setenv("JOBHOST_TEST_NOISE", std::to_string(++i).c_str(), 1);
+    }};
+    ~Noise() {
+      stop = true;
+      thread.join();
+    }
+  };
+  std::optional<Noise> noise(std::in_place);
+  // A descriptor number of two digits, as a supervisor's are.
+  const int opened = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(opened, 0);
+  const int plugin = ::fcntl(opened, F_DUPFD_CLOEXEC, 40);
+  ::close(opened);
+  ASSERT_GE(plugin, 40);
   for (int i = 0; i < 40; ++i) {
     SCOPED_TRACE("start " + std::to_string(i + 1));
     const bool withPlugin = i % 2 == 1;
     int lock[2];
     ASSERT_EQ(::pipe2(lock, O_CLOEXEC), 0);
     WorkerSpawn spawn;
-    spawn.executable = "/bin/sh";
-    spawn.args = {"sh", "-c", kWorker, "sh", std::to_string(lock[1])};
+    spawn.executable = "/bin/bash";  // not dash: its redirections take descriptors 0-9 only
+    spawn.args = {"bash", "-c", kWorker, "bash", std::to_string(lock[1])};
     spawn.inheritFds = {-1, lock[1]};
     if (withPlugin) {
       spawn.pluginFd = plugin;
@@ -103,8 +115,7 @@ TEST(WorkerSpawn, AWorkerStartsWhileAnotherThreadChangesTheEnvironmentAndGetsWha
     EXPECT_EQ(crash, "crash");
     EXPECT_EQ(locked, "lock");
   }
-  stop = true;
-  noise.join();
+  noise.reset();
   ::close(plugin);
   for (const char* v : {"JOBHOST_TEST_NOISE", "JOBHOST_WORKER_FD", "JOBHOST_PLUGIN_FD", "JOBHOST_PLUGIN_DIGEST"})
     ::unsetenv(v);

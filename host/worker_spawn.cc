@@ -16,31 +16,26 @@ extern char** environ;
 
 namespace jobhost::host {
 
-WorkerProcess spawnWorkerProcess(const WorkerSpawn& spawn) {
-  int sv[2];
-  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
-    throw std::runtime_error(std::string("cannot create the worker channel: ") + std::strerror(errno));
-  int crash[2];
-  if (::pipe2(crash, O_CLOEXEC) != 0) {
-    const int e = errno;
-    ::close(sv[0]);
-    ::close(sv[1]);
-    throw std::runtime_error(std::string("cannot create the worker's crash-report pipe: ") + std::strerror(e));
-  }
+namespace {
 
+/// Forks and execs the worker with `channel` and `crash` (the worker's ends) as its
+/// JOBHOST_WORKER_FD and JOBHOST_CRASH_FD; the pid, or -1 with errno set.
+pid_t startWorker(const WorkerSpawn& spawn, int channel, int crash) {
   // The worker's descriptors keep their numbers: the child clears FD_CLOEXEC on them, so
   // their numbers are known here and go into the environment built here. (setenv() in the
   // child could block for good: it takes a lock that another thread of this process may
   // have held at the fork, and nothing releases it in the child.)
   std::vector<std::pair<std::string, std::string>> vars = {
-      {"JOBHOST_WORKER_FD", std::to_string(sv[1])},
-      {"JOBHOST_CRASH_FD", std::to_string(crash[1])},
+      {"JOBHOST_WORKER_FD", std::to_string(channel)},
+      {"JOBHOST_CRASH_FD", std::to_string(crash)},
       {"JOBHOST_SUPERVISOR_PID", std::to_string(::getpid())},
   };
   if (spawn.pluginFd >= 0) {
     vars.emplace_back("JOBHOST_PLUGIN_FD", std::to_string(spawn.pluginFd));
     vars.emplace_back("JOBHOST_PLUGIN_DIGEST", spawn.pluginDigest);
   }
+  // environ is read here, in a process with threads: see worker_spawn.h on changing the
+  // environment.
   std::vector<std::string> env;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     const std::string_view entry(*e);
@@ -58,7 +53,7 @@ WorkerProcess spawnWorkerProcess(const WorkerSpawn& spawn) {
   std::vector<std::string> args = spawn.args;
   for (auto& s : args) argv.push_back(s.data());
   argv.push_back(nullptr);
-  std::vector<int> keep = {sv[1], crash[1], spawn.pluginFd};
+  std::vector<int> keep = {channel, crash, spawn.pluginFd};
   keep.insert(keep.end(), spawn.inheritFds.begin(), spawn.inheritFds.end());
 
   const pid_t pid = ::fork();
@@ -76,7 +71,31 @@ WorkerProcess spawnWorkerProcess(const WorkerSpawn& spawn) {
     ::execve(spawn.executable.c_str(), argv.data(), envp.data());
     ::_exit(127);
   }
-  const int forkError = errno;
+  return pid;
+}
+
+}  // namespace
+
+WorkerProcess spawnWorkerProcess(const WorkerSpawn& spawn) {
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+    throw std::runtime_error(std::string("cannot create the worker channel: ") + std::strerror(errno));
+  int crash[2];
+  if (::pipe2(crash, O_CLOEXEC) != 0) {
+    const int e = errno;
+    ::close(sv[0]);
+    ::close(sv[1]);
+    throw std::runtime_error(std::string("cannot create the worker's crash-report pipe: ") + std::strerror(e));
+  }
+  pid_t pid = -1;
+  int forkError = 0;
+  try {
+    pid = startWorker(spawn, sv[1], crash[1]);
+    forkError = errno;
+  } catch (...) {  // std::bad_alloc building the worker's environment: nothing stays open
+    for (int fd : {sv[0], sv[1], crash[0], crash[1]}) ::close(fd);
+    throw;
+  }
   ::close(sv[1]);
   ::close(crash[1]);
   if (pid < 0) {

@@ -5,7 +5,10 @@
 // lease's renewal, the dashboard's metrics), so its child may call only async-signal-safe
 // functions between fork and exec: everything the worker needs (its argument vector, its
 // environment, the descriptor numbers) is built before the fork, and the child only marks
-// descriptors inheritable, resets its signal handling and execs.
+// descriptors inheritable, resets its signal handling and execs. The environment is read
+// from `environ` then: jobhost changes its environment only while it has one thread (at
+// start-up); code that adds or removes variables later, while a worker may be started,
+// would race with that read (replacing an existing variable's value does not).
 #pragma once
 
 #include <sys/types.h>

@@ -324,7 +324,7 @@ TEST_F(PostgresSinkTest, ValuesWithQuotesBackslashesTabsNewlinesAndBracesArriveU
 
 // The buffer of one interval's rows, without a server: upserting keeps one row per key
 // (the latest), whichever columns are the key and whatever bytes the values hold (empty,
-// NUL-free binary, values that look like the buffer's own length prefixes); appending keeps
+// NUL bytes, values that look like the buffer's own length prefixes); appending keeps
 // every row in arrival order. take() empties it.
 TEST(PgRowBufferTest, OneRowPerKeyTheLatestWhenUpsertingEveryRowInOrderWhenAppending) {
   using Rows = std::vector<std::vector<std::string>>;

@@ -16,6 +16,31 @@ extern char** environ;
 
 namespace jobhost::host {
 
+std::vector<std::string> environmentFor(const std::vector<std::pair<std::string, std::string>>& set,
+                                        const std::vector<std::string_view>& drop) {
+  // environ is read here, maybe with threads running: see worker_spawn.h on changing the
+  // environment.
+  std::vector<std::string> env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    const std::string_view name = entry.substr(0, entry.find('='));
+    bool skip = false;
+    for (const auto& v : set) skip = skip || v.first == name;
+    for (std::string_view d : drop) skip = skip || d == name;
+    if (!skip) env.emplace_back(entry);
+  }
+  for (const auto& [name, value] : set) env.push_back(name + "=" + value);
+  return env;
+}
+
+std::vector<char*> execPointers(std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  out.reserve(strings.size() + 1);
+  for (auto& s : strings) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
 namespace {
 
 /// Forks and execs the worker with `channel` and `crash` (the worker's ends) as its
@@ -34,25 +59,11 @@ pid_t startWorker(const WorkerSpawn& spawn, int channel, int crash) {
     vars.emplace_back("JOBHOST_PLUGIN_FD", std::to_string(spawn.pluginFd));
     vars.emplace_back("JOBHOST_PLUGIN_DIGEST", spawn.pluginDigest);
   }
-  // environ is read here, in a process with threads: see worker_spawn.h on changing the
-  // environment.
-  std::vector<std::string> env;
-  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
-    const std::string_view entry(*e);
-    const std::string_view name = entry.substr(0, entry.find('='));
-    bool ours = false;
-    for (const auto& v : vars) ours = ours || v.first == name;
-    // Ours replace an inherited value; a stale JOBHOST_PLUGIN_* without a plugin descriptor
-    // would point the worker at a descriptor that is not its plugin.
-    if (!ours && name != "JOBHOST_PLUGIN_FD" && name != "JOBHOST_PLUGIN_DIGEST") env.emplace_back(entry);
-  }
-  for (const auto& [name, value] : vars) env.push_back(name + "=" + value);
-  std::vector<char*> envp, argv;
-  for (auto& s : env) envp.push_back(s.data());
-  envp.push_back(nullptr);
+  // A stale JOBHOST_PLUGIN_* of this process's environment without a plugin descriptor
+  // would point the worker at a descriptor that is not its plugin.
+  std::vector<std::string> env = environmentFor(vars, {"JOBHOST_PLUGIN_FD", "JOBHOST_PLUGIN_DIGEST"});
   std::vector<std::string> args = spawn.args;
-  for (auto& s : args) argv.push_back(s.data());
-  argv.push_back(nullptr);
+  const std::vector<char*> envp = execPointers(env), argv = execPointers(args);
   std::vector<int> keep = {channel, crash, spawn.pluginFd};
   keep.insert(keep.end(), spawn.inheritFds.begin(), spawn.inheritFds.end());
 

@@ -14,6 +14,8 @@
 #include <sys/types.h>
 
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 namespace jobhost::host {
@@ -39,6 +41,16 @@ struct WorkerProcess {
   int channel = -1;
   int crash = -1;
 };
+
+/// The environment of a process this one is about to exec (a worker, `run -d`'s
+/// background job): this process's, with `set`'s variables set to their values and those
+/// named in `drop` removed. Built before the fork (see above).
+std::vector<std::string> environmentFor(const std::vector<std::pair<std::string, std::string>>& set,
+                                        const std::vector<std::string_view>& drop = {});
+
+/// execve()'s form of `strings` (arguments or an environment): pointers into them, then
+/// a null pointer. `strings` must outlive the result.
+std::vector<char*> execPointers(std::vector<std::string>& strings);
 
 /// Starts the worker. Throws std::runtime_error (with the errno's text) when the channel,
 /// the pipe or the process cannot be created; nothing is left open then.

@@ -33,8 +33,7 @@
 #include "control/control_client.h"
 #include "control/control_server.h"
 #include "exit_codes.h"
-
-extern char** environ;
+#include "worker_spawn.h"
 
 namespace jobhost::host {
 
@@ -116,17 +115,8 @@ int runDetached(const std::vector<std::string>& cliArgs, const std::vector<std::
   const std::set<std::string> before = socketsIn(*dir);
 
   // Everything the child needs, prepared before fork (the child only makes syscalls).
-  std::vector<std::string> env;
-  for (char** e = environ; *e; ++e)
-    if (std::strncmp(*e, kReadyFdVariable, sizeof kReadyFdVariable - 1) != 0 ||
-        (*e)[sizeof kReadyFdVariable - 1] != '=')
-      env.push_back(*e);
-  env.push_back(std::string(kReadyFdVariable) + "=" + std::to_string(ready[1]));
-  std::vector<char*> cargv, cenv;
-  for (auto& a : argv) cargv.push_back(a.data());
-  cargv.push_back(nullptr);
-  for (auto& e : env) cenv.push_back(e.data());
-  cenv.push_back(nullptr);
+  std::vector<std::string> env = environmentFor({{kReadyFdVariable, std::to_string(ready[1])}});
+  const std::vector<char*> cargv = execPointers(argv), cenv = execPointers(env);
   std::string execFailed = "jobhost run -d: cannot execute /proc/self/exe\n";
 
   std::cout.flush();

@@ -329,7 +329,7 @@ TEST_F(PostgresSinkTest, ValuesWithQuotesBackslashesTabsNewlinesAndBracesArriveU
 TEST(PgRowBufferTest, OneRowPerKeyTheLatestWhenUpsertingEveryRowInOrderWhenAppending) {
   using Rows = std::vector<std::vector<std::string>>;
   const std::string odd = std::string("\x04\x00\x00\x00", 4) + "abcd";
-  jobhost::detail::PgRowBuffer upserts({2, 0});  // key: columns 2 and 0
+  jobhost::detail::PgRowBuffer upserts(3, {2, 0});  // key: columns 2 and 0 of 3
   const Rows in = {{"a", "1", "x"},  {"a", "2", "y"},      {"a", "3", "x"}, {"", "4", ""},
                    {"b", odd, "x"},  {"", "5", ""},        {"ab", "6", ""}, {"a", "7", "xy"},
                    {odd, "8", odd}, {"b", "", "x"}, {odd, "9", odd}};
@@ -346,7 +346,7 @@ TEST(PgRowBufferTest, OneRowPerKeyTheLatestWhenUpsertingEveryRowInOrderWhenAppen
   upserts.add({"c", "1", "z"});
   EXPECT_EQ(upserts.take(), (Rows{{"c", "1", "z"}}));
 
-  jobhost::detail::PgRowBuffer appends;
+  jobhost::detail::PgRowBuffer appends(3);
   for (const auto& r : in) appends.add(r);
   EXPECT_EQ(appends.size(), in.size());
   EXPECT_EQ(appends.take(), in);

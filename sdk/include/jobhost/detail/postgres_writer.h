@@ -135,13 +135,19 @@ inline std::string describeConninfo(const std::string& conninfo) {
 /// WordCountToPostgres's task thread was this buffer).
 class PgRowBuffer {
  public:
-  explicit PgRowBuffer(std::vector<size_t> keyIndexes = {}) : keys_(std::move(keyIndexes)) {}
+  /// `columns`: the number of columns of every row; `keyIndexes`: the key columns (none:
+  /// appending).
+  explicit PgRowBuffer(size_t columns = 0, std::vector<size_t> keyIndexes = {})
+      : keys_(std::move(keyIndexes)), columns_(columns) {
+    for (size_t c = 0; c < columns_; ++c)
+      if (std::find(keys_.begin(), keys_.end(), c) == keys_.end()) others_.push_back(c);
+  }
+  /// `row` has the buffer's number of columns (PostgresWriter::add checks).
   void add(std::vector<std::string> row) {
     if (keys_.empty()) {
       rows_.push_back(std::move(row));
       return;
     }
-    if (columns_ == 0) setColumns(row.size());
     key_.clear();
     for (size_t k : keys_) appendField(key_, row[k]);
     value_.clear();
@@ -173,13 +179,6 @@ class PgRowBuffer {
   }
 
  private:
-  // The rows of one sink all have its number of columns (PostgresWriter::add checks).
-  void setColumns(size_t n) {
-    columns_ = n;
-    others_.clear();
-    for (size_t c = 0; c < n; ++c)
-      if (std::find(keys_.begin(), keys_.end(), c) == keys_.end()) others_.push_back(c);
-  }
   // A field: its length (4 bytes, host order: the encoding never leaves the process),
   // then its bytes.
   static void appendField(std::string& out, const std::string& v) {
@@ -198,9 +197,9 @@ class PgRowBuffer {
     }
   }
 
-  std::vector<size_t> keys_;      // the key columns (empty: appending)
-  std::vector<size_t> others_;    // the other columns, when upserting
-  size_t columns_ = 0;
+  std::vector<size_t> keys_;    // the key columns (empty: appending)
+  size_t columns_;
+  std::vector<size_t> others_;  // the other columns, when upserting
   std::vector<std::vector<std::string>> rows_;            // appending
   std::unordered_map<std::string, std::string> upserts_;  // upserting: key fields -> other fields
   std::string key_, value_;
@@ -293,7 +292,7 @@ class PostgresWriter {
     if (gidFor(subtask_, 99999999999999ull).size() + 8 > 199)
       throw std::runtime_error(where_ + ": the transaction names would exceed PostgreSQL's 199 characters; use a "
                                "shorter uid or withJobName");
-    buffer_ = detail::PgRowBuffer(keyIndexes_);
+    buffer_ = detail::PgRowBuffer(columns_.size(), keyIndexes_);
     data_ = connect("data");
     control_ = connect("control");
     checkServer();

@@ -342,16 +342,11 @@ void CheckpointCoordinator::storeAnswersLocked(uint64_t id) {
   health_.lastError.clear();
   auto deferred = std::move(deferredCleanups_);
   deferredCleanups_.clear();
-  for (auto& [aborted, parts] : deferred) cleanUpAbortedLocked(aborted, parts);
+  // Every entry was aborted when it was deferred, whether or not aborted_ still holds it.
+  for (auto& [aborted, uploaded] : deferred) discardAbortedLocked(aborted, std::move(uploaded));
 }
 
 void CheckpointCoordinator::cleanUpAbortedLocked(uint64_t id, const std::vector<TaskSnapshot>& parts) {
-  if (health_.unavailableSinceMs != 0 && aborted_.count(id)) {
-    // It would only meet the outage (and hold the lock meanwhile): after it.
-    auto& later = deferredCleanups_[id];
-    later.insert(later.end(), parts.begin(), parts.end());
-    return;
-  }
   if (auto sp = abortedSavepoints_.find(id); sp != abortedSavepoints_.end()) {
     // A savepoint directory is new and ours alone until its _metadata exists.
     enqueueCleanup([storage = sp->second.first, dir = sp->second.second] {
@@ -361,12 +356,26 @@ void CheckpointCoordinator::cleanUpAbortedLocked(uint64_t id, const std::vector<
     });
     return;
   }
-  if (!aborted_.count(id)) return;
+  const bool deferred = deferredCleanups_.count(id) > 0;
+  if (!aborted_.count(id) && !deferred) return;
   std::vector<state::FileRef> uploaded;  // shared files this checkpoint uploaded itself
   for (const auto& part : parts)
     for (const auto& [uid, sub] : part.operators)
       for (const auto& f : state::fileUses(sub.keyed))
         if (f.shared && f.createdByCheckpoint == id) uploaded.push_back(f.file);
+  if (health_.unavailableSinceMs != 0) {
+    // It would only meet the outage (and hold the lock meanwhile): after it. Only the
+    // file names are kept, not the parts (their operator state and in-flight records can
+    // be megabytes, and an outage can abort a checkpoint every interval for hours), and
+    // under their own key: aborted_ forgets all but the last 64 ids.
+    auto& later = deferredCleanups_[id];
+    later.insert(later.end(), std::make_move_iterator(uploaded.begin()), std::make_move_iterator(uploaded.end()));
+    return;
+  }
+  discardAbortedLocked(id, std::move(uploaded));
+}
+
+void CheckpointCoordinator::discardAbortedLocked(uint64_t id, std::vector<state::FileRef> uploaded) {
   enqueueCleanup([this, id, uploaded = std::move(uploaded)] {
     std::vector<state::RemovedFile> removed;
     Status s = registry_.discardIncomplete(chkDir(id), uploaded, &removed);

@@ -170,6 +170,9 @@ class CheckpointCoordinator : public CheckpointListener {
   /// part): its chk-<n>, and the shared files `parts` uploaded that nothing references; for
   /// an aborted savepoint its directory. No-op for ids that were not aborted.
   void cleanUpAbortedLocked(uint64_t id, const std::vector<TaskSnapshot>& parts);
+  /// Removes an aborted checkpoint's directory and the shared files it uploaded, in the
+  /// background.
+  void discardAbortedLocked(uint64_t id, std::vector<state::FileRef> uploaded);
   void loop();
   /// Begins an outage (if none) or counts one more declined checkpoint in it.
   void storeUnavailableLocked(const std::string& error);
@@ -204,9 +207,9 @@ class CheckpointCoordinator : public CheckpointListener {
   bool fencedLocked() const;
   std::string fencedMessageLocked() const;
   std::string fencedMessage() const;
-  /// Clean-ups deferred while the store is unavailable: aborted id -> the parts that
-  /// reported (cleanUpAbortedLocked); guarded by mu_.
-  std::map<uint64_t, std::vector<TaskSnapshot>> deferredCleanups_;
+  /// Clean-ups deferred while the store is unavailable: aborted id -> the shared files its
+  /// reported parts uploaded (cleanUpAbortedLocked); guarded by mu_.
+  std::map<uint64_t, std::vector<state::FileRef>> deferredCleanups_;
   int consecutiveFailures_ = 0;                  // guarded by mu_
   bool stop_ = false;                            // guarded by mu_
   bool triggerSoon_ = false;                     // guarded by mu_; finalCheckpointWanted()

@@ -424,6 +424,56 @@ TEST(CheckpointFiles, ACheckpointWhoseMetadataCannotBeWrittenLeavesNoSharedFileB
   }
 }
 
+// Regression: clean-ups of checkpoints aborted while the store is unavailable wait until
+// it answers again, but the coordinator ran them only for ids it still remembered as
+// aborted (the last 64). After an outage of more than 64 checkpoints the directories and
+// shared files of the earlier ones stayed until a `jobhost gc`; meanwhile it held every
+// aborted checkpoint's whole acknowledgements (operator state, in-flight records) in memory.
+TEST(CheckpointFiles, AnOutageOfManyCheckpointsLeavesNoFileOfTheAbortedOnesOnceTheStoreAnswers) {
+  const fs::path root = fs::temp_directory_path() / ("jobhost-outage-" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  fs::create_directories(root / "local");
+  const fs::path jobDir = root / "job";
+  auto faults = std::make_shared<FaultInjectionFileSystem>();
+  Incarnation job(faults, jobDir, root / "local", /*rocks=*/true, 1, std::nullopt, 1);
+  // ENOSPC publishing every `_metadata`: the store is unavailable, each checkpoint is
+  // aborted after its parts uploaded their files, and the clean-ups wait for the store.
+  constexpr int kAborted = 70;
+  for (int i = 0; i < kAborted; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));  // new records: new SSTs to upload
+    faults->failOnPath(FsOp::kRename, "_metadata", ENOSPC);  // a rule fails once
+    ASSERT_EQ(job.checkpoint(), std::nullopt) << "checkpoint " << i + 1 << " must fail: its _metadata cannot be published";
+  }
+  auto chkDirs = [&] {
+    std::set<std::string> out;
+    for (const auto& e : fs::directory_iterator(jobDir))
+      if (e.path().filename().string().rfind("chk-", 0) == 0) out.insert(e.path().filename().string());
+    return out;
+  };
+  EXPECT_GE(chkDirs().size(), static_cast<size_t>(kAborted)) << "the aborted checkpoints' clean-ups must wait";
+  faults->clearFaults();
+  std::optional<uint64_t> next = job.checkpoint();
+  ASSERT_TRUE(next.has_value());
+  std::shared_ptr<state::CheckpointStorage> storage = state::openStorage(jobDir.string()).value();
+  auto registry = state::SnapshotRegistry::load(storage);
+  ASSERT_TRUE(registry.ok()) << registry.status().toString();
+  const auto* m = registry->checkpoint(*next);
+  ASSERT_NE(m, nullptr);
+  std::set<std::string> referenced;
+  for (const auto& f : m->referencedFiles())
+    if (f.path.rfind("shared/", 0) == 0) referenced.insert(f.path);
+  const std::set<std::string> onlyTheCompleted = {state::checkpointDirName(*next)};
+  for (int i = 0; i < 1000 && (chkDirs() != onlyTheCompleted || filesBelow(jobDir / "shared", jobDir) != referenced);
+       ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(chkDirs(), onlyTheCompleted) << "directories of aborted checkpoints are left";
+  EXPECT_EQ(filesBelow(jobDir / "shared", jobDir), referenced) << "shared files of aborted checkpoints are left";
+  EXPECT_EQ(verify(*storage, *m, root / "local"), "");
+  job.stop();
+  std::error_code ec;
+  fs::remove_all(root, ec);
+}
+
 INSTANTIATE_TEST_SUITE_P(Seeds, RecoveryModel,
                          ::testing::Values(ModelParam{false, 1}, ModelParam{false, 2}, ModelParam{true, 3},
                                            ModelParam{true, 4}),

@@ -377,6 +377,30 @@ std::set<std::string> filesBelow(const fs::path& dir, const fs::path& base) {
   return out;
 }
 
+std::shared_ptr<state::CheckpointStorage> plainStorage(const fs::path& jobDir) {
+  return state::openStorage(jobDir.string()).value();
+}
+
+/// A completed checkpoint as the store has it: its metadata and the shared files it
+/// references.
+struct Published {
+  state::CheckpointMetadata metadata;
+  std::set<std::string> shared;
+};
+std::optional<Published> published(const fs::path& jobDir, uint64_t id) {
+  auto registry = state::SnapshotRegistry::load(plainStorage(jobDir));
+  if (!registry.ok()) {
+    ADD_FAILURE() << registry.status().toString();
+    return std::nullopt;
+  }
+  const state::CheckpointMetadata* m = registry->checkpoint(id);
+  if (!m) return std::nullopt;
+  Published p{*m, {}};
+  for (const auto& f : m->referencedFiles())
+    if (f.path.rfind("shared/", 0) == 0) p.shared.insert(f.path);
+  return p;
+}
+
 // Regression: a checkpoint whose `_metadata` cannot be written is aborted, and the shared
 // files it uploaded itself go with it (nothing references them): at once after an I/O
 // error, once the store answers again after ENOSPC (taken as the store being unavailable:
@@ -403,21 +427,17 @@ TEST(CheckpointFiles, ACheckpointWhoseMetadataCannotBeWrittenLeavesNoSharedFileB
     // background) has run, shared/ holds exactly what that checkpoint references.
     std::optional<uint64_t> next = job.checkpoint();
     ASSERT_TRUE(next.has_value());
-    std::shared_ptr<state::CheckpointStorage> storage = state::openStorage(jobDir.string()).value();
-    auto registry = state::SnapshotRegistry::load(storage);
-    ASSERT_TRUE(registry.ok()) << registry.status().toString();
-    const auto* m = registry->checkpoint(*next);
-    ASSERT_NE(m, nullptr);
-    std::set<std::string> referenced;
-    for (const auto& f : m->referencedFiles())
-      if (f.path.rfind("shared/", 0) == 0) referenced.insert(f.path);
+    std::optional<Published> done = published(jobDir, *next);
+    ASSERT_TRUE(done.has_value());
+    const state::CheckpointMetadata* m = &done->metadata;
+    const std::set<std::string>& referenced = done->shared;
     for (int i = 0; i < 500 && filesBelow(jobDir / "shared", jobDir) != referenced; ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     EXPECT_EQ(filesBelow(jobDir / "shared", jobDir), referenced) << "files of the aborted checkpoint 1 are left";
     for (int i = 0; i < 500 && !filesBelow(jobDir / "chk-1", jobDir).empty(); ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     EXPECT_EQ(filesBelow(jobDir / "chk-1", jobDir), std::set<std::string>{});
-    EXPECT_EQ(verify(*storage, *m, root / "local"), "");
+    EXPECT_EQ(verify(*plainStorage(jobDir), *m, root / "local"), "");
     job.stop();
     std::error_code ec;
     fs::remove_all(root, ec);
@@ -454,21 +474,17 @@ TEST(CheckpointFiles, AnOutageOfManyCheckpointsLeavesNoFileOfTheAbortedOnesOnceT
   faults->clearFaults();
   std::optional<uint64_t> next = job.checkpoint();
   ASSERT_TRUE(next.has_value());
-  std::shared_ptr<state::CheckpointStorage> storage = state::openStorage(jobDir.string()).value();
-  auto registry = state::SnapshotRegistry::load(storage);
-  ASSERT_TRUE(registry.ok()) << registry.status().toString();
-  const auto* m = registry->checkpoint(*next);
-  ASSERT_NE(m, nullptr);
-  std::set<std::string> referenced;
-  for (const auto& f : m->referencedFiles())
-    if (f.path.rfind("shared/", 0) == 0) referenced.insert(f.path);
+  std::optional<Published> done = published(jobDir, *next);
+  ASSERT_TRUE(done.has_value());
+  const state::CheckpointMetadata* m = &done->metadata;
+  const std::set<std::string>& referenced = done->shared;
   const std::set<std::string> onlyTheCompleted = {state::checkpointDirName(*next)};
   for (int i = 0; i < 1000 && (chkDirs() != onlyTheCompleted || filesBelow(jobDir / "shared", jobDir) != referenced);
        ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_EQ(chkDirs(), onlyTheCompleted) << "directories of aborted checkpoints are left";
   EXPECT_EQ(filesBelow(jobDir / "shared", jobDir), referenced) << "shared files of aborted checkpoints are left";
-  EXPECT_EQ(verify(*storage, *m, root / "local"), "");
+  EXPECT_EQ(verify(*plainStorage(jobDir), *m, root / "local"), "");
   job.stop();
   std::error_code ec;
   fs::remove_all(root, ec);

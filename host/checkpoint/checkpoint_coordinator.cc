@@ -708,7 +708,12 @@ state::Result<ResolvedSnapshot> resolveSnapshot(const std::string& input) {
   }
   if (!fs::is_directory(*p)) return Status::InvalidArgument("'" + input + "' is neither a file nor a directory");
   if (fs::exists(*p / state::kMetadataFileName)) return openSnapshotDir(*p);
-  // A job's checkpoint directory: its newest complete checkpoint that can be read.
+  // A job's checkpoint directory: its newest complete checkpoint that can be read. Reading
+  // one lists every file below it, so any other directory is refused first: a slip such
+  // as `-s /` or `-s ~` must not walk the whole tree.
+  if (!state::looksLikeJobDirectory(*p))
+    return Status::NotFound("'" + input + "' is not a snapshot: it has no _metadata and no completed chk-<n> (pass a "
+                            "chk-<n> or savepoint directory, its _metadata file, or a job's checkpoint directory)");
   return latestOfJobDirectory(input, p->string());
 }
 

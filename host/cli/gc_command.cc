@@ -121,10 +121,7 @@ int collectJobDirectory(const std::string& jobDirArg, bool dryRun) {
                    "snapshot: jobhost savepoint -d)\n";
       return kExitUsage;
     }
-    bool looksLikeJobDir = fs::exists(jobDir / state::kSharedDirName);
-    for (const auto& e : fs::directory_iterator(jobDir, ec))
-      looksLikeJobDir |= state::parseCheckpointDirName(e.path().filename().string()).has_value();
-    if (!looksLikeJobDir) {
+    if (!state::looksLikeJobDirectory(jobDir)) {
       std::cerr << "error: '" << jobDirArg << "' is not a job's checkpoint directory (no chk-<n>/ or shared/ in it); "
                 << "pass <state.checkpoints.dir>/<jobId>\n";
       return kExitUsage;

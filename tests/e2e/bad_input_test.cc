@@ -311,6 +311,11 @@ TEST_F(BadInput, ADirectoryThatIsNotASnapshotIsNamedAsSuch) {
   writeFile(job / "chk-1" / "counts-0.kg", "partial");
   r = restoreFails("job directory without a completed checkpoint", job, "WordCount");
   expectHas("job directory without a completed checkpoint", r, "no completed chk-<n>");
+
+  // A slip of the finger: the root directory. It used to be read as a job's checkpoint
+  // directory, every file below it listed, until "cannot list //proc/1/task/1/fdinfo".
+  r = restoreFails("the root directory", "/", "WordCount");
+  expectHas("the root directory", r, "'/' is not a snapshot");
 }
 
 TEST_F(BadInput, DashSPointingAtAFileOfAnotherKindIsRefused) {

@@ -7,12 +7,14 @@
 //     taskowned/               reserved, as Flink
 //     .lock                    held (flock) by the job writing the directory
 //
-// The one parser of `chk-<n>` names: every component that lists checkpoints uses it.
+// The one parser of `chk-<n>` names: every component that lists checkpoints uses it; and
+// the one test of whether a local directory is laid out as a job's checkpoint directory.
 //
 // Thread-safety: pure functions.
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -42,6 +44,17 @@ inline std::optional<uint64_t> parseCheckpointDirName(std::string_view name) {
     n = n * 10 + d;
   }
   return n;
+}
+
+/// Whether the local directory `dir` holds a chk-<n>/ or shared/ (looked at one level
+/// deep only: a slip such as `/` or `~` is answered without walking the tree below it).
+inline bool looksLikeJobDirectory(const std::filesystem::path& dir) {
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if ((name == kSharedDirName || parseCheckpointDirName(name)) && it->is_directory(ec)) return true;
+  }
+  return false;
 }
 
 }  // namespace jobhost::state

@@ -224,25 +224,11 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
     return end(wire::EndKind::FAILED, e.what(), "", "", false, kExitJobFailed);
   }
   auto exec = std::make_unique<JobExecution>(std::move(plan), ec, coordinator.get());
-  state::Status ps = exec->prepare(rs.metadata ? &rs : nullptr);
-  if (!ps.ok()) {
-    std::error_code rm;
-    fs::remove_all(ec.localStateDir, rm);
-    // Only incompatibility and corruption are final; I/O errors (a full local disk, a
-    // storage read error) are task failures for the restart strategy.
-    bool restoreFailure = ps.isIncompatible() || ps.isCorruption();
-    const bool dependency = exec->prepareFailedOnDependency();
-    return end(wire::EndKind::FAILED, ps.toString(), "", "", restoreFailure,
-               restoreFailure ? kExitIncompatible : kExitJobFailed, !dependency && isStoreUnavailability(ps), dependency);
-  }
-  if (coordinator) {
-    coordinator->attach(exec.get());
-    coordinator->start();
-  }
-  exec->start();
-  channel.send([](wire::FromWorker::Builder b) { b.setRunning(); });
-
-  // Requests from the supervisor.
+  // Requests from the supervisor, read from before prepare() on: opening the operators
+  // can wait for a dependency that is down (a source for its brokers, up to its start-up
+  // timeout), and a cancel (Ctrl-C, SIGTERM, jobhost cancel) must reach it meanwhile.
+  std::mutex startMu;
+  bool started = false, cancelRequested = false;  // guarded by startMu
   std::atomic<bool> finished{false};
   std::vector<std::thread> savepointThreads;
   std::mutex threadsMu;
@@ -252,7 +238,10 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
         capnp::StreamFdMessageReader reader(channel.fd());
         auto msg = reader.getRoot<wire::ToWorker>();
         if (msg.isCancel()) {
-          exec->cancel();
+          std::lock_guard lock(startMu);
+          cancelRequested = true;
+          if (started) exec->cancel();
+          else exec->cancelOpening();  // e.g. a source's open() waiting for its brokers
         } else if (msg.isLease()) {
           // The supervisor's lease of the job directory (fencing): publish only until then.
           auto l = msg.getLease();
@@ -288,6 +277,43 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
       if (finished.load()) return;
     }
   });
+  auto stopReading = [&] {
+    ::shutdown(channel.fd(), SHUT_RD);
+    reader.join();
+  };
+  auto joinSavepoints = [&] {
+    std::lock_guard lock(threadsMu);
+    for (auto& t : savepointThreads) t.join();
+  };
+  state::Status ps = exec->prepare(rs.metadata ? &rs : nullptr);
+  if (!ps.ok()) {
+    stopReading();
+    joinSavepoints();  // each answered "the job is not running"
+    std::error_code rm;
+    fs::remove_all(ec.localStateDir, rm);
+    {
+      std::lock_guard lock(startMu);
+      if (cancelRequested) return end(wire::EndKind::CANCELLED, "", "", "", false, kExitOk);
+    }
+    // Only incompatibility and corruption are final; I/O errors (a full local disk, a
+    // storage read error) are task failures for the restart strategy.
+    bool restoreFailure = ps.isIncompatible() || ps.isCorruption();
+    const bool dependency = exec->prepareFailedOnDependency();
+    return end(wire::EndKind::FAILED, ps.toString(), "", "", restoreFailure,
+               restoreFailure ? kExitIncompatible : kExitJobFailed, !dependency && isStoreUnavailability(ps), dependency);
+  }
+  if (coordinator) {
+    coordinator->attach(exec.get());
+    coordinator->start();
+  }
+  exec->start();
+  {
+    std::lock_guard lock(startMu);
+    started = true;
+    if (cancelRequested) exec->cancel();  // asked for while the job was being started
+  }
+  channel.send([](wire::FromWorker::Builder b) { b.setRunning(); });
+
   // The job's counters, every 500 ms and once at the end (the supervisor's status, the
   // dashboard and /metrics read them there).
   auto sendStats = [&] {
@@ -331,16 +357,12 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
   stats.join();
   // No request may reach the execution while it is torn down: stop reading first (the
   // write side stays open for the final report).
-  ::shutdown(channel.fd(), SHUT_RD);
-  reader.join();
+  stopReading();
   if (coordinator) {
     coordinator->detach();  // releases a savepoint still waiting
     coordinator->stop();
   }
-  {
-    std::lock_guard lock(threadsMu);
-    for (auto& t : savepointThreads) t.join();
-  }
+  joinSavepoints();
   sendStats();
   exec.reset();
   std::error_code rm;

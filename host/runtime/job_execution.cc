@@ -56,6 +56,8 @@ void JobExecution::cancel() {
   impl_->cancelAll();
 }
 
+void JobExecution::cancelOpening() { impl_->cancelled.store(true); }
+
 void JobExecution::failExternally(const std::string& reason) { impl_->fail(reason, "", ""); }
 int JobExecution::taskCount() const { return static_cast<int>(impl_->tasks.size()); }
 const std::vector<OperatorInfo>& JobExecution::operators() const { return impl_->operatorInfos; }

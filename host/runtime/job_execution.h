@@ -107,7 +107,12 @@ class JobExecution {
   void start();
   /// Blocks until every task has ended.
   ExecutionResult wait();
+  /// After start(): ends every task.
   void cancel();
+  /// While prepare() runs (from another thread): operators' open() that look at
+  /// OperatorContext::cancelled() see it (a source waiting for its brokers gives up), and
+  /// nothing else changes. Call cancel() if start() follows.
+  void cancelOpening();
   /// Fails the attempt from outside the tasks (e.g. too many failed checkpoints).
   void failExternally(const std::string& reason);
   /// Asks the sources to inject a barrier. False if the job is not running (or a task

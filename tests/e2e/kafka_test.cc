@@ -338,6 +338,37 @@ TEST_F(Kafka, UnknownTopicForbiddenTopicAndUnreachableBrokersAreOneErrorEach) {
   }
 }
 
+TEST_F(Kafka, AJobWaitingForItsBrokersStopsAtOnceOnSigterm) {
+  // A source waits for brokers that do not answer, up to its start-up timeout (here 2
+  // min), in open(). The worker opened the operators before it read the supervisor's
+  // requests, so a SIGTERM, Ctrl-C or `jobhost cancel` took effect only when that wait
+  // ended (in a pod: after the grace period, by SIGKILL). No cluster: nothing listens.
+  int closedPort = 0;
+  {
+    int fd = listenOnLoopback(&closedPort);
+    close(fd);
+  }
+  std::vector<std::string> a = {"run", "-c", "WordCount"};
+  for (auto& f : ckFlags("200ms")) a.push_back(f);
+  a.insert(a.end(), {kPlugin, "--topic", "words", "--kafka-bootstrap", "127.0.0.1:" + std::to_string(closedPort),
+                     "--kafka-timeout", "120s"});
+  Process p(jobhost(a), tmp.path / "run.out", tmp.path / "run.err");
+  bool waiting = false;  // the source says so, once
+  for (int i = 0; i < 1200 && !waiting && p.running(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    waiting = readFile(tmp.path / "run.err").find("do not answer yet") != std::string::npos;
+  }
+  ASSERT_TRUE(waiting) << readFile(tmp.path / "run.err");
+  const auto signalled = std::chrono::steady_clock::now();
+  p.signal(SIGTERM);
+  Result r = p.wait(std::chrono::seconds(100));
+  EXPECT_EQ(r.exitCode, 130) << r.err;
+  EXPECT_LT(std::chrono::steady_clock::now() - signalled, std::chrono::seconds(30))
+      << "the job stopped only when its source gave up waiting for the brokers:\n" << r.err;
+  EXPECT_EQ(count(r.err, "cannot reach the Kafka brokers"), 0u) << "stopped, not failed:\n" << r.err;
+  EXPECT_EQ(count(r.err, "do not answer yet"), 1u) << r.err;
+}
+
 TEST_F(Kafka, BrokerErrorsAreRetriedWithoutLoss) {
   startCluster({"words:4", "out-alo:4", "out-eo:4"});
   REQUIRE_CLUSTER(cluster_, why_);

@@ -480,10 +480,15 @@ class KafkaPartitionReader {
     const std::vector<std::string>* topics = s_->subscription->isPattern() ? nullptr : &s_->subscription->topicList();
     std::vector<KafkaTopicMetadata> md;
     auto start = std::chrono::steady_clock::now();
+    // At the start each request waits longer than the one before, up to 2 s: a request
+    // blocks for its whole wait while no broker answers, and the job's cancellation is
+    // looked at only between two (it used to take 5 s to see a Ctrl-C or SIGTERM).
+    auto longest = std::chrono::milliseconds(250);
+    bool saidWaiting = false;
     for (;;) {
       auto left = s_->startupTimeout - std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
-      auto wait = initial ? std::clamp(left, std::chrono::milliseconds(100), std::chrono::milliseconds(5000))
-                          : std::chrono::milliseconds(5000);
+      auto wait = initial ? std::clamp(left, std::chrono::milliseconds(100), longest) : std::chrono::milliseconds(5000);
+      longest = std::min(longest * 2, std::chrono::milliseconds(2000));
       rd_kafka_resp_err_t err = fetchKafkaMetadata(rk_.get(), topics, wait, &md);
       // At the start, a topic the brokers answer for with a passing error (no leader yet)
       // is asked for again; an unknown or forbidden one is reported by discover().
@@ -506,6 +511,11 @@ class KafkaPartitionReader {
             label_, s_->bootstrap,
             std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start), err,
             *events_));
+      // Said once, so that a job waiting for its brokers does not look hung.
+      if (!saidWaiting) warnOnce("the Kafka brokers " + s_->bootstrap + " do not answer yet (" + kafkaErrorText(err) +
+               "); waiting for them up to " + std::to_string(s_->startupTimeout.count()) +
+               " ms (client.startup.timeout.ms)");
+      saidWaiting = true;
     }
   }
 

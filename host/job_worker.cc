@@ -232,6 +232,31 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
   std::atomic<bool> finished{false};
   std::vector<std::thread> savepointThreads;
   std::mutex threadsMu;
+  struct SavepointAsk {
+    uint64_t id;
+    std::string dir;
+    state::SnapshotFormat format;
+    bool stop, drain;
+  };
+  std::vector<SavepointAsk> queuedSavepoints;  // guarded by startMu: asked for before the job ran
+  auto launchSavepoint = [&](SavepointAsk ask) {
+    std::lock_guard lock(threadsMu);
+    savepointThreads.emplace_back([&, ask] {
+      state::Result<std::string> r =
+          coordinator ? coordinator->triggerSavepoint(ask.dir, ask.format, std::chrono::minutes(10), ask.stop, ask.drain)
+                      : state::Result<std::string>(state::Status::InvalidArgument("checkpointing is off for this job"));
+      channel.send([&](wire::FromWorker::Builder b) {
+        auto d = b.initSavepointDone();
+        d.setRequestId(ask.id);
+        if (r.ok()) d.setPath(*r);
+        else d.setError(r.status().message());
+      });
+      // Stop-with-savepoint: the sources are suspended after its barrier, so ending
+      // the job now emits nothing after the savepoint. (After the answer: the
+      // supervisor learns of the savepoint before it learns the job ended.)
+      if (ask.stop && r.ok()) exec->cancel();
+    });
+  };
   std::thread reader([&] {
     for (;;) {
       try {
@@ -248,28 +273,12 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
           if (coordinator) coordinator->setPublishDeadline(l.getPublishUntilNanos(), l.getWhy());
         } else if (msg.isSavepoint()) {
           auto sp = msg.getSavepoint();
-          uint64_t id = sp.getRequestId();
-          std::string dir = sp.getTargetDir();
-          auto format = sp.getCanonical() ? state::SnapshotFormat::kCanonical : state::SnapshotFormat::kNative;
-          bool stop = sp.getStop();
-          bool drain = sp.getDrain();
-          std::lock_guard lock(threadsMu);
-          savepointThreads.emplace_back([&, id, dir, format, stop, drain] {
-            state::Result<std::string> r =
-                coordinator ? coordinator->triggerSavepoint(dir, format, std::chrono::minutes(10), stop, drain)
-                            : state::Result<std::string>(
-                                  state::Status::InvalidArgument("checkpointing is off for this job"));
-            channel.send([&](wire::FromWorker::Builder b) {
-              auto d = b.initSavepointDone();
-              d.setRequestId(id);
-              if (r.ok()) d.setPath(*r);
-              else d.setError(r.status().message());
-            });
-            // Stop-with-savepoint: the sources are suspended after its barrier, so ending
-            // the job now emits nothing after the savepoint. (After the answer: the
-            // supervisor learns of the savepoint before it learns the job ended.)
-            if (stop && r.ok()) exec->cancel();
-          });
+          SavepointAsk ask{sp.getRequestId(), sp.getTargetDir(),
+                           sp.getCanonical() ? state::SnapshotFormat::kCanonical : state::SnapshotFormat::kNative,
+                           sp.getStop(), sp.getDrain()};
+          std::lock_guard lock(startMu);
+          if (started) launchSavepoint(ask);
+          else queuedSavepoints.push_back(std::move(ask));  // taken once the job runs
         }
       } catch (const kj::Exception&) {
         return;  // the supervisor closed its end, or we are shutting down
@@ -288,7 +297,11 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
   state::Status ps = exec->prepare(rs.metadata ? &rs : nullptr);
   if (!ps.ok()) {
     stopReading();
-    joinSavepoints();  // each answered "the job is not running"
+    {
+      std::lock_guard lock(startMu);
+      for (auto& ask : queuedSavepoints) launchSavepoint(std::move(ask));  // "the job is not running"
+    }
+    joinSavepoints();
     std::error_code rm;
     fs::remove_all(ec.localStateDir, rm);
     {
@@ -311,6 +324,8 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
     std::lock_guard lock(startMu);
     started = true;
     if (cancelRequested) exec->cancel();  // asked for while the job was being started
+    for (auto& ask : queuedSavepoints) launchSavepoint(std::move(ask));
+    queuedSavepoints.clear();
   }
   channel.send([](wire::FromWorker::Builder b) { b.setRunning(); });
 

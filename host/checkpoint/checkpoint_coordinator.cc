@@ -367,7 +367,7 @@ void CheckpointCoordinator::cleanUpAbortedLocked(uint64_t id, const std::vector<
     // It would only meet the outage (and hold the lock meanwhile): after it. Only the
     // file names are kept, not the parts (their operator state and in-flight records can
     // be megabytes, and an outage can abort a checkpoint every interval for hours), and
-    // under their own key: aborted_ forgets all but the last 64 ids.
+    // under their own key: aborted_ forgets older ids (abortedIdsRemembered).
     auto& later = deferredCleanups_[id];
     later.insert(later.end(), std::make_move_iterator(uploaded.begin()), std::make_move_iterator(uploaded.end()));
     return;
@@ -412,7 +412,7 @@ void CheckpointCoordinator::abortLocked(uint64_t id, CheckpointFailureReason why
   pending_.reset();
   done_.notify_all();
   aborted_.insert(id);
-  while (aborted_.size() > 64) aborted_.erase(aborted_.begin());
+  while (aborted_.size() > std::max<size_t>(1, options_.abortedIdsRemembered)) aborted_.erase(aborted_.begin());
   if (countsAgainstTolerance(why)) ++consecutiveFailures_;
   if (execution_ && countsAgainstTolerance(why) && consecutiveFailures_ > options_.tolerableFailures)
     execution_->failExternally("checkpoint " + std::to_string(id) + " failed: " + reason + " (" +

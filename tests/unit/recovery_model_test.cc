@@ -106,7 +106,8 @@ std::string verify(state::CheckpointStorage& storage, const state::CheckpointMet
 class Incarnation {
  public:
   Incarnation(std::shared_ptr<state::FileSystem> fs, const fs::path& jobDir, const fs::path& local, bool rocks,
-              int retained, const std::optional<fs::path>& restoreFrom, uint64_t firstId) {
+              int retained, const std::optional<fs::path>& restoreFrom, uint64_t firstId,
+              size_t abortedIdsRemembered = CoordinatorOptions{}.abortedIdsRemembered) {
     auto storage = state::openStorage(jobDir.string(), fs);
     EXPECT_TRUE(storage.ok()) << storage.status().toString();
     auto registry = state::SnapshotRegistry::load(std::move(*storage));
@@ -114,6 +115,7 @@ class Incarnation {
     CoordinatorOptions co;
     co.numRetained = retained;
     co.tolerableFailures = 1 << 20;
+    co.abortedIdsRemembered = abortedIdsRemembered;
     state::CheckpointMetadata templ;
     templ.jobId = jobDir.filename().string();
     templ.jobClass = "Model";
@@ -446,19 +448,20 @@ TEST(CheckpointFiles, ACheckpointWhoseMetadataCannotBeWrittenLeavesNoSharedFileB
 
 // Regression: clean-ups of checkpoints aborted while the store is unavailable wait until
 // it answers again, but the coordinator ran them only for ids it still remembered as
-// aborted (the last 64). After an outage of more than 64 checkpoints the directories and
-// shared files of the earlier ones stayed until a `jobhost gc`; meanwhile it held every
-// aborted checkpoint's whole acknowledgements (operator state, in-flight records) in memory.
+// aborted (then the last 64). After an outage of more than that many checkpoints the
+// directories and shared files of the earlier ones stayed until a `jobhost gc`; meanwhile
+// it held every aborted checkpoint's whole acknowledgements (operator state, in-flight
+// records) in memory. Here it remembers 8 ids, and the outage aborts 20 checkpoints.
 TEST(CheckpointFiles, AnOutageOfManyCheckpointsLeavesNoFileOfTheAbortedOnesOnceTheStoreAnswers) {
   const fs::path root = fs::temp_directory_path() / ("jobhost-outage-" + std::to_string(::getpid()));
   fs::remove_all(root);
   fs::create_directories(root / "local");
   const fs::path jobDir = root / "job";
   auto faults = std::make_shared<FaultInjectionFileSystem>();
-  Incarnation job(faults, jobDir, root / "local", /*rocks=*/true, 1, std::nullopt, 1);
+  Incarnation job(faults, jobDir, root / "local", /*rocks=*/true, 1, std::nullopt, 1, /*abortedIdsRemembered=*/8);
   // ENOSPC publishing every `_metadata`: the store is unavailable, each checkpoint is
   // aborted after its parts uploaded their files, and the clean-ups wait for the store.
-  constexpr int kAborted = 70;
+  constexpr int kAborted = 20;
   for (int i = 0; i < kAborted; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));  // new records: new SSTs to upload
     faults->failOnPath(FsOp::kRename, "_metadata", ENOSPC);  // a rule fails once

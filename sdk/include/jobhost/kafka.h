@@ -489,6 +489,7 @@ class KafkaPartitionReader {
       auto left = s_->startupTimeout - std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
       auto wait = initial ? std::clamp(left, std::chrono::milliseconds(100), longest) : std::chrono::milliseconds(5000);
       longest = std::min(longest * 2, std::chrono::milliseconds(2000));
+      const auto asked = std::chrono::steady_clock::now();
       rd_kafka_resp_err_t err = fetchKafkaMetadata(rk_.get(), topics, wait, &md);
       // At the start, a topic the brokers answer for with a passing error (no leader yet)
       // is asked for again; an unknown or forbidden one is reported by discover().
@@ -497,6 +498,7 @@ class KafkaPartitionReader {
         transient |= t.err && t.err != RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART && !isAuthorizationError(t.err);
       if (!err && !(initial && transient && std::chrono::steady_clock::now() - start < s_->startupTimeout)) return md;
       if (!err) {
+        if (cancelled_ && cancelled_()) throw std::runtime_error(label_ + ": cancelled while waiting for a topic's leader");
         std::this_thread::sleep_for(std::chrono::milliseconds(200));
         continue;
       }
@@ -516,6 +518,9 @@ class KafkaPartitionReader {
                "); waiting for them up to " + std::to_string(s_->startupTimeout.count()) +
                " ms (client.startup.timeout.ms)");
       saidWaiting = true;
+      // A request that failed at once is not repeated at once.
+      const auto spent = std::chrono::steady_clock::now() - asked;
+      if (spent < wait) std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(wait - spent, std::chrono::milliseconds(250)));
     }
   }
 
@@ -603,7 +608,9 @@ class KafkaPartitionReader {
       warnOnce(what + " (will try again)");
       return false;
     };
-    const int timeoutMs = static_cast<int>(std::max<int64_t>(s_->startupTimeout.count(), 1000));
+    // Each request waits up to 5 s, repeated up to the start-up timeout: the job's
+    // cancellation is looked at between two.
+    const int timeoutMs = static_cast<int>(std::clamp<int64_t>(s_->startupTimeout.count(), 1000, 5000));
     // A request that fails with a passing error (a leader moving, a time-out) is repeated,
     // with backoff, up to the start-up timeout.
     const auto deadline = std::chrono::steady_clock::now() + s_->startupTimeout;

@@ -48,13 +48,16 @@ inline std::optional<uint64_t> parseCheckpointDirName(std::string_view name) {
 
 /// Whether the local directory `dir` holds a chk-<n>/ or shared/ (looked at one level
 /// deep only: a slip such as `/` or `~` is answered without walking the tree below it).
+/// True when it cannot be listed: the caller's own reading then names the error.
 inline bool looksLikeJobDirectory(const std::filesystem::path& dir) {
   std::error_code ec;
-  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+  std::filesystem::directory_iterator it(dir, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    if ((name == kSharedDirName || parseCheckpointDirName(name)) && it->is_directory(ec)) return true;
+    std::error_code kind;  // a dangling symlink is not one, and does not end the listing
+    if ((name == kSharedDirName || parseCheckpointDirName(name)) && it->is_directory(kind)) return true;
   }
-  return false;
+  return static_cast<bool>(ec);
 }
 
 }  // namespace jobhost::state

@@ -204,6 +204,7 @@ int runJob(const RunOptions& o) {
   pluginOptions.exitOnInitialiserFailure = kExitUsage;
   if (int rc = setupJob(o, &setup, pluginOptions); rc != 0) return rc;
   for (const auto& w : setup.config.suspiciousKeys()) spdlog::warn("{}", w);
+  for (const auto& w : setup.unreadArguments) spdlog::warn("job argument {}", w);
   auto restart = createRestartStrategy(setup.config);
 
   // Restore preflight: only _metadata and the plan, before anything starts. The snapshot

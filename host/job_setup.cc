@@ -45,10 +45,19 @@ std::string localPathOf(const Configuration& config, const std::string& key) {
 
 }  // namespace
 
-Plan buildPlan(const JobSetup& setup, const RunOptions& o) {
+Plan buildPlan(const JobSetup& setup, const RunOptions& o, std::vector<std::string>* unreadArguments) {
   std::unique_ptr<Job> job = createJob(*setup.info);
   StreamEnvironment env{JobArgs(o.jobArgs), /*planOnly=*/o.dryRun || o.planOnly};
   fenceUserCode(setup.className, "build()", [&] { job->build(env); });
+  if (unreadArguments) {
+    unreadArguments->clear();
+    for (const auto& u : env.args().unread(setup.className))
+      unreadArguments->push_back(
+          u.message + (o.hostOptionNames.count(u.option) != 0
+                           ? "; " + u.option + " is also a jobhost option, but jobhost's options go before the plugin "
+                                 "path: everything after it is the job's"
+                           : ""));
+  }
   return env.takePlan();
 }
 
@@ -72,7 +81,7 @@ int setupJob(const RunOptions& o, JobSetup* s, const PluginOpenOptions& pluginOp
       std::unique_ptr<Job> job = createJob(*s->info);
       applyJobConfiguration(*s->info, *job, &config);
     }
-    s->plan = buildPlan(*s, o);
+    s->plan = buildPlan(*s, o, &s->unreadArguments);
     std::string b = config.getString("state.backend.type");
     if (b != "hashmap" && b != "rocksdb")
       throw ConfigError("state.backend.type = '" + b + "' (from " + config.origin("state.backend.type") +

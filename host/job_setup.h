@@ -26,6 +26,9 @@ struct JobSetup {
   std::string className;
   Configuration config;
   Plan plan;  // from the first instance; each attempt builds its own
+  /// What the first build() left unread of the job arguments, one sentence each
+  /// (JobArgs::unread): `run` and `check` warn about them.
+  std::vector<std::string> unreadArguments;
   std::vector<OperatorInfo> operators;
   state::BackendType backend = state::BackendType::kHashMap;
   bool incremental = false;
@@ -66,7 +69,8 @@ std::string attemptLocalDir(const JobSetup& setup, const std::string& jobId, int
 int setupJob(const RunOptions& options, JobSetup* setup, const PluginOpenOptions& pluginOptions = {});
 
 /// A fresh instance of the class and its plan (restarts never reuse objects, so plain
-/// member variables start over, as in Flink). Throws what build() throws.
-Plan buildPlan(const JobSetup& setup, const RunOptions& options);
+/// member variables start over, as in Flink). Throws what build() throws. With
+/// `unreadArguments`, says there which job arguments build() did not read.
+Plan buildPlan(const JobSetup& setup, const RunOptions& options, std::vector<std::string>* unreadArguments = nullptr);
 
 }  // namespace jobhost::host

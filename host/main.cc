@@ -3,6 +3,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <iostream>
 #include <set>
 #include <string>
@@ -422,9 +423,18 @@ int main(int argc, char** argv) {
   if (*stop) return stopCommand(stopJob, stopSavepointDir, stopDrain);
   runOpts.jobArgs = jobArgs;
   checkOpts.jobArgs = jobArgs;
+  for (auto [cmd, opts] : {std::pair{run, &runOpts}, std::pair{check, &checkOpts}})
+    for (const CLI::Option* opt : cmd->get_options()) {
+      for (const auto& n : opt->get_snames()) opts->hostOptionNames.insert("-" + n);
+      for (const auto& n : opt->get_lnames()) opts->hostOptionNames.insert("--" + n);
+    }
   if (*check) {
     if (!checkOpts.fromSnapshot) {
-      std::cerr << "error: check needs -s <snapshot>\n";
+      bool late = std::find(jobArgs.begin(), jobArgs.end(), "-s") != jobArgs.end() ||
+                  std::find(jobArgs.begin(), jobArgs.end(), "--from-snapshot") != jobArgs.end();
+      std::cerr << "error: check needs -s <snapshot>"
+                << (late ? " before the plugin path (everything after the plugin path is the job's arguments)" : "")
+                << "\n";
       return kExitUsage;
     }
     checkOpts.dryRun = true;

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <set>
 #include <vector>
 
 namespace jobhost::host {
@@ -18,6 +19,9 @@ struct RunOptions {
   std::vector<std::string> defines;  // -D key=value
   std::optional<std::string> configFile;
   std::vector<std::string> jobArgs;
+  /// The names of the command's own options ("-s", "--job-id"): a job argument the job
+  /// does not read that is one of them was meant for jobhost (given after the plugin).
+  std::set<std::string> hostOptionNames;
   std::optional<std::string> fromSnapshot;  // -s
   bool allowNonRestoredState = false;
   bool dryRun = false;  // preflight only (jobhost check / run --dry-run)

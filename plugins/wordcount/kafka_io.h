@@ -36,12 +36,7 @@ namespace examples {
 inline std::vector<std::pair<std::string, std::string>> kafkaProperties(const jobhost::JobArgs& args,
                                                                         const std::string& flag) {
   std::vector<std::pair<std::string, std::string>> out;
-  const auto& all = args.all();
-  for (size_t i = 0; i < all.size(); ++i) {
-    std::string kv;
-    if (all[i] == flag && i + 1 < all.size()) kv = all[++i];
-    else if (all[i].rfind(flag + "=", 0) == 0) kv = all[i].substr(flag.size() + 1);
-    else continue;
+  for (const std::string& kv : args.getAll(flag)) {
     auto eq = kv.find('=');
     if (eq == std::string::npos || eq == 0)
       throw jobhost::JobArgumentError("job argument " + flag + " takes KEY=VALUE, got '" + kv + "'");

@@ -428,4 +428,30 @@ TEST_F(BadInput, AJobArgumentTheJobRejectsIsExitCodeTwoNamingTheArgument) {
   EXPECT_EQ(treeChecksums(chk), before);
 }
 
+TEST_F(BadInput, AJobArgumentTheJobDoesNotReadIsNamedWithWhatItMeant) {
+  // A typo next to --input: the job runs on its input, and says once what it ignored.
+  Result r = cli({"run", "-c", "WordCount", kPlugin, "--input", kWords, "--outptu", "x"}, kTimeout);
+  EXPECT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_FALSE(r.out.empty());
+  const std::string warning = "job argument --outptu x is not read by WordCount: it has no effect (did you mean --output?)";
+  expectHas("--outptu", r, warning);
+  EXPECT_EQ(r.err.find(warning), r.err.rfind(warning)) << "said more than once:\n" << r.err;
+  // A positional input (the --input forgotten) and jobhost's -p after the plugin path:
+  // named before WordCount would read its socket (`check` builds the plan only, so
+  // nothing waits for a socket here).
+  const std::string chk = copyOf("hashmap-keygroups").string();
+  r = cli({"check", "-s", chk, "-c", "WordCount", kPlugin, kWords, "-p", "2"}, kTimeout);
+  EXPECT_EQ(r.exitCode, 0) << r.err;
+  expectHas("positional", r, "job argument '" + kWords + "' is not read by WordCount: it takes no positional arguments");
+  expectHas("-p", r, "job argument -p 2 is not read by WordCount: it has no effect");
+  expectHas("-p", r, "-p is also a jobhost option, but jobhost's options go before the plugin path");
+  // Arguments the job reads: no warning.
+  r = cli({"check", "-s", chk, "-c", "WordCount", kPlugin, "--input", kWords}, kTimeout);
+  EXPECT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_EQ(r.err.find("job argument"), std::string::npos) << r.err;
+  // check's -s after the plugin path: check says where it goes.
+  r = failing("check -s late", {"check", "-c", "WordCount", kPlugin, "-s", chk}, 2);
+  expectHas("check -s late", r, "check needs -s <snapshot> before the plugin path");
+}
+
 }  // namespace

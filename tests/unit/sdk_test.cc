@@ -386,6 +386,66 @@ TEST(JobArgsTest, HasMatchesWholeArgumentsOnly) {
   EXPECT_EQ(a.all().size(), 2u);
 }
 
+struct UnreadCase {
+  std::vector<std::string> args;
+  std::vector<std::string> expected;  // a piece of each sentence, in order
+};
+
+/// What WordCount's build() asks (words.h, output.h): --input, and only without it
+/// --host/--port; --output; the flag --throttle.
+std::vector<JobArgs::Unread> unreadAfterWordCountReads(const std::vector<std::string>& args) {
+  JobArgs a(args);
+  JobArgs copy = a;  // a copy shares what was asked
+  if (auto input = copy.get("--input")) {
+    copy.getInt("--rate", 0);
+  } else {
+    copy.get("--host", "localhost");
+    copy.getInt("--port", 9999);
+  }
+  copy.get("--output");
+  copy.has("--throttle");
+  copy.getAll("--property");
+  return a.unread("WordCount");
+}
+
+TEST(JobArgsTest, UnreadNamesEveryArgumentTheJobDidNotAskForAndOnlyThose) {
+  const std::vector<UnreadCase> cases = {
+      {{"--input", "in.txt", "--rate=5", "--output", "out", "--throttle"}, {}},
+      {{}, {}},
+      {{"--property", "a=1", "--property=b=2", "--input=x"}, {}},
+      {{"--inpt", "words.txt"},
+       {"--inpt words.txt is not read by WordCount: it has no effect (did you mean --input?); WordCount asked for "
+        "--input, --host, --port, --output, --throttle, --property"}},
+      {{"--input", "x", "--port", "5"}, {"--port 5 is not read by WordCount"}},
+      {{"words.txt"}, {"'words.txt' is not read by WordCount: it takes no positional arguments"}},
+      {{"--input", "a", "--input=b"}, {"--input is given more than once: WordCount reads only the first, so 'b'"}},
+      {{"--input", "a", "--input", "b", "--output", "o"}, {"so 'b' has no effect"}},
+      {{"--throttle=yes", "--input", "a"}, {"--throttle=yes has no effect: WordCount asks for --throttle as a flag"}},
+      {{"--verbose", "--input", "a", "--zzzzzzzz=1"},
+       {"--verbose is not read by WordCount: it has no effect; WordCount asked", "--zzzzzzzz=1 is not read"}},
+  };
+  for (const auto& c : cases) {
+    auto got = unreadAfterWordCountReads(c.args);
+    std::string all;
+    for (const auto& u : got) all += "\n  " + u.message;
+    ASSERT_EQ(got.size(), c.expected.size()) << ::testing::PrintToString(c.args) << " ->" << all;
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_NE(got[i].message.find(c.expected[i]), std::string::npos) << got[i].message << "\n  expected: " << c.expected[i];
+    if (c.args == std::vector<std::string>{"--verbose", "--input", "a", "--zzzzzzzz=1"}) {
+      EXPECT_EQ(got[0].message.find("did you mean"), std::string::npos) << got[0].message;
+      EXPECT_EQ(got[0].option, "--verbose");
+      EXPECT_EQ(got[1].option, "--zzzzzzzz");
+    }
+  }
+}
+
+TEST(JobArgsTest, AJobThatReadsTheRawListReadsEverything) {
+  JobArgs a({"anything", "--at=all"});
+  EXPECT_EQ(a.unread().size(), 2u);
+  EXPECT_EQ(a.all().size(), 2u);
+  EXPECT_TRUE(a.unread().empty());
+}
+
 // ---------------------------------------------------------------------------------------
 // StreamEnvironment: plan building
 

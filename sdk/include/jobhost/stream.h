@@ -32,6 +32,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -59,14 +60,25 @@
 namespace jobhost {
 
 /// The job's command-line arguments (everything after the plugin path).
+///
+/// JobArgs remembers which names the job asked for (get, getInt, getDuration, getAll,
+/// has; copies share the record), so that the host can say which arguments the job never
+/// read — a typo such as `--inpt` — instead of running as if they had not been given
+/// (`unread()`). A job that reads the raw list (`all()`) is taken to read everything.
 class JobArgs {
  public:
   JobArgs() = default;
   explicit JobArgs(std::vector<std::string> args) : args_(std::move(args)) {}
-  const std::vector<std::string>& all() const { return args_; }
+  /// Every argument as given. The host then no longer tells which ones the job ignored.
+  const std::vector<std::string>& all() const {
+    note("", kRaw);
+    return args_;
+  }
   /// Value of `--name VALUE` or `--name=VALUE`; nullopt when absent. A flag given
-  /// without a value throws JobArgumentError.
+  /// without a value throws JobArgumentError. Given twice, the first one counts (and the
+  /// host warns about the second).
   std::optional<std::string> get(const std::string& name) const {
+    note(name, kValue);
     for (size_t i = 0; i < args_.size(); ++i) {
       if (args_[i] == name) {
         if (i + 1 >= args_.size()) throw JobArgumentError("job argument " + name + " needs a value");
@@ -78,6 +90,20 @@ class JobArgs {
   }
   std::string get(const std::string& name, const std::string& fallback) const {
     return get(name).value_or(fallback);
+  }
+  /// Every value of a repeatable `--name VALUE` / `--name=VALUE`, in order.
+  std::vector<std::string> getAll(const std::string& name) const {
+    note(name, kValues);
+    std::vector<std::string> out;
+    for (size_t i = 0; i < args_.size(); ++i) {
+      if (args_[i] == name) {
+        if (i + 1 >= args_.size()) throw JobArgumentError("job argument " + name + " needs a value");
+        out.push_back(args_[++i]);
+      } else if (args_[i].rfind(name + "=", 0) == 0) {
+        out.push_back(args_[i].substr(name.size() + 1));
+      }
+    }
+    return out;
   }
   /// Integer option; a non-integer value throws JobArgumentError naming the option.
   int64_t getInt(const std::string& name, int64_t fallback) const {
@@ -107,12 +133,119 @@ class JobArgs {
                              *v + "'");
     return std::chrono::milliseconds(std::stoll(v->substr(0, digits)) * scale);
   }
+  /// Whether the flag `name` is given (a whole argument: `--verbose`).
   bool has(const std::string& name) const {
+    note(name, kFlag);
     return std::find(args_.begin(), args_.end(), name) != args_.end();
   }
 
+  /// The arguments the job has not read, one sentence each (empty when the job read the
+  /// raw list). An argument counts as read when the job asked for its name: `--name`
+  /// or `--name=...`, plus the value after `--name` for get() — only the first time
+  /// for get(), every time for getAll(). Anything else had no effect: an unknown
+  /// `--option` (with the argument after it, when that is not an option itself, as its
+  /// likely value), a positional argument, a second `--name` of a get().
+  struct Unread {
+    std::string option;   // "--inpt"; empty for a positional argument or a repeated option
+    std::string message;  // one sentence, starting with the argument
+  };
+  std::vector<Unread> unread(const std::string& job = "the job") const {
+    std::vector<std::pair<std::string, int>> asked;
+    {
+      std::lock_guard<std::mutex> lock(reads_->mu);
+      if (reads_->raw) return {};
+      asked = reads_->asked;
+    }
+    auto kindOf = [&](const std::string& n) {
+      int k = 0;
+      for (const auto& [a, kind] : asked)
+        if (a == n) k |= kind;
+      return k;
+    };
+    std::vector<Unread> out;
+    std::set<std::string> seen;
+    for (size_t i = 0; i < args_.size(); ++i) {
+      const std::string& a = args_[i];
+      const bool option = a.size() > 1 && a[0] == '-';
+      const size_t eq = option ? a.find('=') : std::string::npos;
+      const std::string name = a.substr(0, eq);
+      const int kind = option ? kindOf(name) : 0;
+      const bool takesValue = (kind & (kValue | kValues)) && eq == std::string::npos;
+      if (kind & kValues) {  // repeatable: every occurrence counts
+        if (takesValue) ++i;
+      } else if (kind & kValue) {
+        if (!seen.insert(name).second)
+          out.push_back({"", name + " is given more than once: " + job + " reads only the first, so '" +
+                        (takesValue ? (i + 1 < args_.size() ? args_[i + 1] : std::string()) : a.substr(eq + 1)) +
+                        "' has no effect"});
+        if (takesValue) ++i;
+      } else if (kind & kFlag) {
+        if (eq != std::string::npos)
+          out.push_back({"", a + " has no effect: " + job + " asks for " + name + " as a flag, without a value"});
+      } else if (option) {
+        std::string given = a;
+        if (eq == std::string::npos && i + 1 < args_.size() && !(args_[i + 1].size() > 1 && args_[i + 1][0] == '-'))
+          given += " " + args_[++i];
+        out.push_back({name, given + " is not read by " + job + ": it has no effect" + suggestion(name, asked, job)});
+      } else {
+        out.push_back({"", "'" + a + "' is not read by " + job +
+                               ": it takes no positional arguments, so it has no effect" + suggestion("", asked, job)});
+      }
+    }
+    return out;
+  }
+
  private:
+  enum Kind { kFlag = 1, kValue = 2, kValues = 4, kRaw = 8 };
+  struct Reads {
+    std::mutex mu;  // a job may read a copy of its arguments from its tasks' threads
+    std::vector<std::pair<std::string, int>> asked;
+    bool raw = false;
+  };
+  void note(const std::string& name, Kind kind) const {
+    std::lock_guard<std::mutex> lock(reads_->mu);
+    if (kind == kRaw) {
+      reads_->raw = true;
+      return;
+    }
+    for (const auto& [n, k] : reads_->asked)
+      if (n == name && k == kind) return;
+    reads_->asked.emplace_back(name, kind);
+  }
+  /// " (did you mean --input?)" for a name one or two edits from an asked one, then
+  /// what the job asked for. (Edit distance written here: a few lines; the SDK is
+  /// header-only and depends on the standard library alone.)
+  static std::string suggestion(const std::string& name, const std::vector<std::pair<std::string, int>>& asked,
+                                const std::string& job) {
+    std::string best;
+    size_t bestDistance = 3;
+    std::string names;
+    std::set<std::string> listed;
+    for (const auto& [n, kind] : asked) {
+      if (!listed.insert(n).second) continue;
+      names += (names.empty() ? "" : ", ") + n;
+      if (name.empty()) continue;
+      std::vector<size_t> row(n.size() + 1);
+      for (size_t j = 0; j <= n.size(); ++j) row[j] = j;
+      for (size_t i = 1; i <= name.size(); ++i) {
+        size_t diagonal = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= n.size(); ++j) {
+          size_t up = row[j];
+          row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (name[i - 1] == n[j - 1] ? 0 : 1)});
+          diagonal = up;
+        }
+      }
+      if (row[n.size()] < bestDistance) bestDistance = row[n.size()], best = n;
+    }
+    std::string s;
+    if (!best.empty()) s += " (did you mean " + best + "?)";
+    s += names.empty() ? "; " + job + " asked for no arguments" : "; " + job + " asked for " + names;
+    return s;
+  }
+
   std::vector<std::string> args_;
+  std::shared_ptr<Reads> reads_ = std::make_shared<Reads>();
 };
 
 template <class T>

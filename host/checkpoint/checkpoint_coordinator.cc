@@ -83,7 +83,10 @@ CheckpointCoordinator::CheckpointCoordinator(CoordinatorOptions options, state::
     retainedMetadata_[id] = *registry_.checkpoint(id);
   }
   cleaner_ = std::thread([this] { cleanerLoop(); });
-  subsumeLocked();
+  // The checkpoints found here are retained as they are, however many: the oldest go only
+  // once a checkpoint of this attempt has completed (subsumeLocked after it). Trimming
+  // them now deleted the older ones before the restore had even read the newest, so a
+  // newest one that cannot be restored (damaged, or refused) took the one before with it.
   for (uint64_t id : retained_) recordLocked(recordFromMetadata(retainedMetadata_.at(id), storage_->describe(chkDir(id))));
 }
 

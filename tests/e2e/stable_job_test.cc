@@ -2,6 +2,7 @@
 // latest`, what a scheduler (a Kubernetes pod's command) runs on every start. Real
 // processes, kill -9 of the whole tree, real checkpoint directories.
 #include <csignal>
+#include <fstream>
 #include <set>
 #include <sstream>
 
@@ -160,6 +161,38 @@ TEST_F(StableJob, BadCombinationsAreOneClearErrorEachAndTouchNothing) {
     EXPECT_EQ(r.err.find("terminate called"), std::string::npos) << r.err;
     EXPECT_EQ(listing(ckdir() / "j"), before) << shown << " changed the job directory";
   }
+}
+
+// A newest checkpoint that cannot be restored must not take the one before it with it:
+// the retained checkpoints of a job directory are trimmed to num-retained only after a
+// checkpoint of the new run has completed (before: when the run took the directory
+// over, before it had read the newest).
+TEST_F(StableJob, ARestoreThatFailsLeavesTheOlderCheckpointsOfTheJobAsTheyWere) {
+  fs::path in = input(300);
+  std::vector<std::string> keepTwo = resumeArgs("damaged", "WordCount", 1, in, true);
+  keepTwo.insert(keepTwo.begin() + 1, {"-D", "state.checkpoints.num-retained=2"});
+  Result first = cli(keepTwo);
+  ASSERT_EQ(first.exitCode, 0) << first.err;
+  auto chks = completed(ckdir() / "damaged");
+  ASSERT_EQ(chks.size(), 2u) << first.err;
+  // Damage the newest: every key-group file garbled, same size.
+  int garbled = 0;
+  for (const auto& e : fs::recursive_directory_iterator(chks.back()))
+    if (e.is_regular_file() && e.path().extension() == ".kg") {
+      std::string bytes(static_cast<size_t>(e.file_size()), '\x5a');
+      std::ofstream(e.path(), std::ios::binary | std::ios::trunc) << bytes;
+      ++garbled;
+    }
+  ASSERT_GT(garbled, 0) << "no key-group file in " << chks.back();
+  auto before = listing(ckdir() / "damaged");
+  // num-retained 1 (the default) this time.
+  Result r = cli(resumeArgs("damaged", "WordCount", 1, in, false));
+  EXPECT_EQ(r.exitCode, 3) << r.err;
+  EXPECT_NE(r.err.find("corrupt"), std::string::npos) << r.err;
+  EXPECT_EQ(listing(ckdir() / "damaged"), before) << r.err;
+  // The older one is there to restore from, and restores.
+  Result older = cli({"run", "-s", chks.front().string(), "-c", "WordCount", kPlugin, "--input", in.string()});
+  EXPECT_EQ(older.exitCode, 0) << older.err;
 }
 
 TEST_F(StableJob, AJobIdWithoutCheckpointsYetStartsEmptyAndADryRunSaysSo) {

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 
 #include "control/control_server.h"
@@ -44,6 +45,32 @@ uint64_t bytesBelow(const fs::path& dir) {
 
 }  // namespace
 
+std::string workDirectoryProblem(const std::string& dir, bool requireLock) {
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0) return "cannot be read: " + std::string(std::strerror(errno));
+  if (!S_ISDIR(st.st_mode)) return "is not a directory";
+  if (st.st_uid != ::geteuid()) return "belongs to another user";
+  if ((st.st_mode & 07777) != 0700) return "is not private (mode 0700)";
+  bool locked = false;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    std::error_code typeError;
+    if (name == state::kLockFileName && e.is_regular_file(typeError) && !e.is_symlink(typeError)) {
+      locked = true;
+      continue;
+    }
+    const bool attempt = name.size() > kAttemptPrefix.size() && name.rfind(kAttemptPrefix, 0) == 0 &&
+                         std::all_of(name.begin() + static_cast<long>(kAttemptPrefix.size()), name.end(),
+                                     [](char c) { return c >= '0' && c <= '9'; });
+    if (!attempt || !e.is_directory(typeError) || e.is_symlink(typeError))
+      return "holds '" + name + "', which a job's working directory never does";
+  }
+  if (ec) return "cannot be listed: " + ec.message();
+  if (requireLock && !locked) return "has no " + std::string(state::kLockFileName) + " file";
+  return "";
+}
+
 std::string defaultWorkRoot() { return runtimeDirPath() + "/work"; }
 
 state::Result<std::string> prepareWorkRoot(const std::string& root, bool isDefault) {
@@ -73,6 +100,12 @@ state::Result<JobWorkDirectory> JobWorkDirectory::create(const std::string& root
   // that died (kill -9) is still there. Nobody holds its lock then; taking it makes it ours.
   std::error_code ec;
   if (fs::is_directory(fs::symlink_status(dir, ec)) && !fs::is_symlink(fs::symlink_status(dir, ec))) {
+    // Everything in it but the lock is removed below: only if it is one (state.local.dir
+    // may hold other directories, such as a home directory's).
+    if (std::string problem = workDirectoryProblem(dir, /*requireLock=*/false); !problem.empty())
+      return state::Status::InvalidArgument("cannot use " + dir + " as the working directory of job " + jobId +
+                                            ": it exists and is not one (it " + problem +
+                                            "); remove or rename it, or set state.local.dir to another directory");
     std::optional<LockHolder> heldBy;
     auto lock = JobDirectoryLock::acquire(dir, me, &heldBy);
     if (!lock.ok())
@@ -140,6 +173,11 @@ std::vector<StaleWorkDirectory> findStaleWorkDirectories(const std::string& root
     std::string name = e.path().filename().string();
     std::error_code typeError;
     if (!isJobId(name) || !e.is_directory(typeError) || e.is_symlink(typeError)) continue;
+    // Only what a job made: state.local.dir may be shared (/tmp, a home directory).
+    if (std::string problem = workDirectoryProblem(e.path().string(), /*requireLock=*/true); !problem.empty()) {
+      spdlog::debug("{} is not a job's working directory: it {}", e.path().string(), problem);
+      continue;
+    }
     if (JobDirectoryLock::holder(e.path().string())) continue;  // a running job holds it
     out.push_back({e.path().string(), bytesBelow(e.path())});
   }

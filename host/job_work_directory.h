@@ -61,13 +61,20 @@ class JobWorkDirectory {
   std::optional<JobDirectoryLock> lock_;
 };
 
+/// Why `dir` is not laid out as a job's working directory ("" when it is): a directory
+/// of ours (not a symbolic link), mode 0700, holding nothing but the lock file (required
+/// with `requireLock`) and attempt-<n> directories. One owner for what gc may remove and
+/// what a run may clear and reuse: a configured state.local.dir may hold anything else.
+std::string workDirectoryProblem(const std::string& dir, bool requireLock);
+
 struct StaleWorkDirectory {
   std::string path;    // <root>/<jobId>
   uint64_t bytes = 0;  // regular files below it
 };
 
-/// The working directories under `root` whose job no longer runs (their lock is free, or
-/// they have none). Never lists a directory a running job holds.
+/// The working directories under `root` whose job no longer runs (their lock is free).
+/// Never lists a directory a running job holds, nor one that is not laid out as a job's
+/// (workDirectoryProblem).
 std::vector<StaleWorkDirectory> findStaleWorkDirectories(const std::string& root);
 
 /// Removes one stale working directory, taking its lock first (so a job that starts

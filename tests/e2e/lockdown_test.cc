@@ -373,6 +373,17 @@ TEST_F(Lockdown, GcRemovesWorkingDirectoriesOfEndedJobsAndKeepsRunningOnes) {
                                    fs::exists(localDir() / jobIdIn(readFile(tmp / "running.err")) / "attempt-1"); }))
       << readFile(tmp / "running.err");
   std::string runningId = jobIdIn(readFile(tmp / "running.err"));
+  // state.local.dir may be shared (a home directory, /tmp): directories that are not laid
+  // out as a job's working directory are never removed, whatever their name.
+  fs::create_directories(localDir() / "photos" / "2024");
+  writeFile(localDir() / "photos" / "2024" / "a.jpg", "jpeg");
+  fs::create_directories(localDir() / "notes");
+  fs::permissions(localDir() / "notes", fs::perms::owner_all, fs::perm_options::replace);
+  writeFile(localDir() / "notes" / ".lock", "");
+  writeFile(localDir() / "notes" / "todo.txt", "milk");
+  fs::create_directories(localDir() / "empty");
+  const std::vector<fs::path> theirs = {localDir() / "photos" / "2024" / "a.jpg", localDir() / "notes" / "todo.txt",
+                                        localDir() / "empty"};
 
   std::string flag = "state.local.dir=" + localDir().string();
   Result dry = cli({"gc", "--dry-run", "-D", flag});
@@ -387,6 +398,14 @@ TEST_F(Lockdown, GcRemovesWorkingDirectoriesOfEndedJobsAndKeepsRunningOnes) {
   EXPECT_TRUE(contains(gc.out, "removed 1 working directory")) << gc.out;
   EXPECT_FALSE(fs::exists(localDir() / killedId));
   EXPECT_TRUE(fs::exists(localDir() / runningId / "attempt-1"));
+  for (const auto& f : theirs) EXPECT_TRUE(fs::exists(f)) << f << " was removed by gc:\n" << gc.out;
+  // Nor does a run whose --job-id names one of them clear it to use it.
+  Result reuse = cli({"run", "--job-id", "notes", "-c", "WordCountIncremental", "-D", flag, kPlugin, "--input", kWords});
+  EXPECT_EQ(reuse.exitCode, 2) << reuse.err;
+  EXPECT_TRUE(contains(reuse.err, "cannot use " + (localDir() / "notes").string() +
+                                      " as the working directory of job notes: it exists and is not one (it holds "
+                                      "'todo.txt'")) << reuse.err;
+  for (const auto& f : theirs) EXPECT_TRUE(fs::exists(f)) << f << " was removed by a run:\n" << reuse.err;
 
   running.signal(SIGTERM);
   Result r = running.wait();

@@ -11,6 +11,7 @@
 #include "checkpoint/checkpoint_coordinator.h"
 #include "cli/commands.h"
 #include "exit_codes.h"
+#include "jobhost/state/checkpoint_layout.h"
 #include "jobhost/state/key_group_format.h"
 #include "jobhost/state/snapshot_entries.h"
 
@@ -28,6 +29,20 @@ int convertCommand(const std::string& from, const std::string& outDir) {
   const bool objectStore = state::isObjectStoreUri(outDir);
   fs::path out = objectStore ? fs::path(outDir) : fs::absolute(outDir, ec);
   if (!objectStore) {
+    // Not inside a snapshot or a job's checkpoint directory: a subsumed checkpoint, gc,
+    // `savepoint -d` or DELETE_ON_CANCELLATION would delete the savepoint with it.
+    for (fs::path p = out.lexically_normal().parent_path(); !p.empty(); p = p.parent_path()) {
+      std::error_code lec;
+      fs::directory_iterator listable(p, lec);
+      if (fs::exists(p / state::kMetadataFileName, lec) || (!lec && state::looksLikeJobDirectory(p))) {
+        std::cerr << "error: " << out.string() << " is inside " << p.string()
+                  << (fs::exists(p / state::kMetadataFileName, lec) ? ", a snapshot" : ", a job's checkpoint directory")
+                  << ", whose files a job, jobhost gc or savepoint -d deletes; choose a directory outside it "
+                     "(e.g. under state.savepoints.dir)\n";
+        return kExitUsage;
+      }
+      if (p == p.root_path()) break;
+    }
     if (fs::exists(out, ec) && !fs::is_empty(out, ec)) {
       std::cerr << "error: " << out.string() << " already exists and is not empty; choose a new directory\n";
       return kExitUsage;

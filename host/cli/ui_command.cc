@@ -23,7 +23,9 @@ namespace {
 std::string defaultCheckpointDir() {
   if (const char* h = std::getenv("JOBHOST_HOME")) return (fs::path(h) / "checkpoints").string();
   if (const char* h = std::getenv("HOME")) return (fs::path(h) / ".jobhost" / "checkpoints").string();
-  return (fs::temp_directory_path() / "jobhost-checkpoints").string();
+  std::error_code ec;  // TMPDIR missing or not a directory: /tmp, as the library would without TMPDIR
+  fs::path tmp = fs::temp_directory_path(ec);
+  return ((ec ? fs::path("/tmp") : tmp) / "jobhost-checkpoints").string();
 }
 /// `jobhost ui --print-url`: the URL of each running dashboard of this user (the URL
 /// alone for one, a table for several). Records of dashboards that were killed are removed.

@@ -130,7 +130,16 @@ class Reader final : public OperatorStateReader {
       rocks_.reset();  // one copy at a time: disk use is bounded by the largest handle
       rocksPart_ = SIZE_MAX;
       if (tempDir_.empty()) {
-        std::string root = tempRoot_.empty() ? fs::temp_directory_path().string() : tempRoot_;
+        std::string root = tempRoot_;
+        if (root.empty()) {
+          std::error_code ec;  // the throwing overload ended the process (TMPDIR missing, a file, ...)
+          root = fs::temp_directory_path(ec).string();
+          if (ec)
+            return fromErrno(std::string("cannot use the temporary directory") +
+                                 (std::getenv("TMPDIR") ? std::string(" TMPDIR=") + std::getenv("TMPDIR") : "") +
+                                 " for a copy of the rocksdb state (set TMPDIR to a writable directory)",
+                             ec.value());
+        }
         std::string pattern = root + "/jobhost-state-XXXXXX";
         if (::mkdtemp(pattern.data()) == nullptr) return fromErrno("cannot create a temporary directory in " + root, errno);
         tempDir_ = pattern;

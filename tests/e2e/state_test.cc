@@ -647,4 +647,29 @@ TEST_F(State, BadArgumentsGiveOneClearErrorAndExitTwo) {
   EXPECT_NE(missing.err.find("no-such-snapshot"), std::string::npos) << missing.err;
 }
 
+TEST_F(State, AMissingTemporaryDirectoryOrAConversionIntoASnapshotIsOneClearError) {
+  fs::path chk = checkpointOf("WordCountIncremental");
+  ASSERT_FALSE(chk.empty());
+  auto sums = treeChecksums(chk.parent_path());
+  // Reading RocksDB state copies it into $TMPDIR: one that does not exist ended the
+  // process with an uncaught filesystem_error (exit 134).
+  for (const std::string& tmpdir : std::vector<std::string>{"/nonexistent", (tmp / "a-file").string()}) {
+    writeFile(tmp / "a-file", "x");
+    Result r = run({"/usr/bin/env", "TMPDIR=" + tmpdir, kJobhost, "state", "dump", chk.string(), "--operator", "counts"},
+                   tmp.path);
+    EXPECT_EQ(r.exitCode, 3) << r.err;
+    EXPECT_NE(r.err.find("cannot use the temporary directory TMPDIR=" + tmpdir), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("terminate"), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+  // A savepoint written inside a checkpoint (or a job's directory) goes when that goes.
+  for (const fs::path& inside : {chk / "keep", chk.parent_path() / "keep"}) {
+    Result conv = cli({"convert", chk.string(), inside.string()});
+    EXPECT_EQ(conv.exitCode, 2) << conv.err;
+    EXPECT_NE(conv.err.find(inside.string() + " is inside"), std::string::npos) << conv.err;
+    EXPECT_FALSE(fs::exists(inside));
+  }
+  EXPECT_EQ(treeChecksums(chk.parent_path()), sums);
+}
+
 }  // namespace

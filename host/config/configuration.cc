@@ -161,6 +161,8 @@ void Configuration::loadYaml(const std::string& text, const std::string& path) {
 void Configuration::set(const std::string& key, const std::string& value, Layer layer) {
   auto it = values_.find(key);
   if (it != values_.end() && it->second.layer > layer) return;  // a higher layer already set it
+  if (it != values_.end() && it->second.layer == Layer::kFile && layer == Layer::kJob && it->second.value != value)
+    fileValuesOverridden_[key] = it->second.value;
   values_[key] = {value, layer};
 }
 
@@ -237,11 +239,14 @@ bool isSecretKey(std::string_view key) {
 
 std::vector<std::string> Configuration::suspiciousKeys() const {
   std::vector<std::string> out;
+  std::string unknown;
   for (auto& [k, v] : values_) {
-    if (v.layer == Layer::kDefault) continue;
+    // The job's own keys (configure()) are the plugin author's: only what the user set.
+    if (v.layer == Layer::kDefault || v.layer == Layer::kJob) continue;
     bool known = false;
     for (const auto& kk : knownConfigKeys()) known |= k == kk.key;
     if (known) continue;
+    bool typo = false;
     for (const auto& kk : knownConfigKeys()) {
       std::string a = k, b = kk.key;
       // Same prefix family and similar length: likely a typo.
@@ -249,9 +254,21 @@ std::vector<std::string> Configuration::suspiciousKeys() const {
       while (common < a.size() && common < b.size() && a[common] == b[common]) ++common;
       if (common >= std::min(a.size(), b.size()) * 2 / 3 && a.size() + 3 >= b.size() && b.size() + 3 >= a.size()) {
         out.push_back("unknown configuration key '" + k + "' (from " + origin(k) + "); did you mean '" + b + "'?");
+        typo = true;
         break;
       }
     }
+    if (!typo) unknown += (unknown.empty() ? "" : ", ") + ("'" + k + "' (from " + origin(k) + ")");
+  }
+  if (!unknown.empty())
+    out.push_back("configuration keys jobhost does not know, so they have no effect: " + unknown +
+                  " (the keys: README \"Configuration\")");
+  for (const auto& [k, fileValue] : fileValuesOverridden_) {
+    auto it = values_.find(k);
+    if (it == values_.end() || it->second.layer != Layer::kJob) continue;  // -D overrides both
+    out.push_back(k + ": " + (isSecretKey(k) ? std::string(kHiddenValue) : fileValue) + " in " + file_ +
+                  " has no effect: the job's class sets " + (isSecretKey(k) ? std::string(kHiddenValue) : it->second.value) +
+                  " (its declaration or configure()); -D " + k + "=… overrides the class");
   }
   return out;
 }

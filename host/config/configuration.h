@@ -65,7 +65,10 @@ class Configuration {
   /// Every key with its winning value, for showing (the dashboard, the control
   /// endpoint): a secret's value (isSecretKey) is kHiddenValue.
   std::map<std::string, std::string> effective() const;
-  /// Warnings for keys that look like misspellings of known keys.
+  /// Warnings about what the user set that has no effect: a key that looks like a
+  /// misspelling of a known one (one line each, with the suggestion); other keys jobhost
+  /// does not know (one line for all); a value of the configuration file that the job's
+  /// class overrides (its backend declaration, configure()).
   std::vector<std::string> suspiciousKeys() const;
 
  private:
@@ -75,6 +78,8 @@ class Configuration {
   };
   std::map<std::string, Value> values_;
   std::string file_;
+  /// File values the job's layer replaced with another: key -> the file's value.
+  std::map<std::string, std::string> fileValuesOverridden_;
 };
 
 }  // namespace jobhost::host

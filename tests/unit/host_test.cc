@@ -342,7 +342,6 @@ TEST_F(ConfigurationTest, SuspiciousKeysSuggestTheKnownKeyForATypo) {
       {"parallelism.defualt", "parallelism.default"},
       {"state.backend.incremetal", "state.backend.incremental"},
       {"state.backend.type", ""},  // known
-      {"myplugin.window.size", ""},  // unrelated plugin key
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.key);
@@ -358,6 +357,31 @@ TEST_F(ConfigurationTest, SuspiciousKeysSuggestTheKnownKeyForATypo) {
     EXPECT_TRUE(contains(warnings[0], "did you mean '" + c.suggestion + "'")) << warnings[0];
     EXPECT_TRUE(contains(warnings[0], "(from -D)")) << warnings[0];
   }
+}
+
+TEST_F(ConfigurationTest, EveryKeyTheUserSetThatHasNoEffectIsNamedOnce) {
+  // Unknown keys, however far from a known one, from -D and from the file: one line.
+  fs::path file = root_ / "config.yaml";
+  std::ofstream(file) << "state:\n  backend:\n    type: rocksdb\nmyplugin.window.size: 3\nrestart-strategy.type: none\n";
+  Configuration cfg;
+  cfg.loadYamlFile(file.string());
+  cfg.set("foo", "1", Layer::kCommandLine);
+  cfg.set("parallelism.default", "2", Layer::kCommandLine);
+  cfg.set("job.own.key", "x", Layer::kJob);  // the plugin author's: not the user's to hear about
+  // The class declares hashmap: the file's rocksdb has no effect; -D would override both.
+  cfg.set("state.backend.type", "hashmap", Layer::kJob);
+  cfg.set("restart-strategy.type", "none", Layer::kJob);  // the same value: nothing lost
+  auto warnings = cfg.suspiciousKeys();
+  ASSERT_EQ(warnings.size(), 2u) << ::testing::PrintToString(warnings);
+  EXPECT_TRUE(contains(warnings[0], "configuration keys jobhost does not know, so they have no effect: 'foo' (from -D), "
+                                    "'myplugin.window.size' (from " + file.string() + ")"))
+      << warnings[0];
+  EXPECT_FALSE(contains(warnings[0], "job.own.key")) << warnings[0];
+  EXPECT_TRUE(contains(warnings[1], "state.backend.type: rocksdb in " + file.string() +
+                                        " has no effect: the job's class sets hashmap"))
+      << warnings[1];
+  cfg.set("state.backend.type", "rocksdb", Layer::kCommandLine);
+  EXPECT_EQ(cfg.suspiciousKeys().size(), 1u) << ::testing::PrintToString(cfg.suspiciousKeys());
 }
 
 TEST_F(ConfigurationTest, EffectiveListsEveryKeyWithItsWinningValue) {

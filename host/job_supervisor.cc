@@ -1,5 +1,6 @@
 // The supervisor of `jobhost run`: see job_supervisor.h.
 #include "job_supervisor.h"
+#include "config/units.h"
 
 #include "jobhost/state/s3_storage.h"
 
@@ -207,6 +208,8 @@ state::Result<std::string> JobSupervisor::cancel(bool withSavepoint, const std::
     auto sp = takeSavepoint(targetDir, state::SnapshotFormat::kCanonical, /*stop=*/false);
     if (!sp.ok()) return sp.status();
     path = *sp;
+    std::lock_guard lock(mu_);
+    endSavepoint_ = path;
   }
   requestCancel();
   return path;
@@ -549,6 +552,7 @@ std::optional<JobSupervisor::WorkerEnd> JobSupervisor::readWorker(int fd) {
           // Before the worker reports its end: it ends the job after a stop savepoint.
           if (stop && ok) {
             stopped_ = true;
+            endSavepoint_ = d.getPath().cStr();
             cancelRequested_ = true;
             info_.state = JobState::kCancelling;
           }
@@ -868,17 +872,21 @@ int JobSupervisor::run() {
   }
   if (workDir_) workDir_->remove();
   if (checkpointing) {
-    if (cancelled && setup_.deleteOnCancel) {
-      discardCheckpointsOnCancel();
-    } else {
-      std::lock_guard lock(mu_);
-      if (info_.lastCheckpointId && o_.jobId)
-        spdlog::info("latest checkpoint: {} (continue with: jobhost run --job-id {} --restore latest -c {} {})",
-                     info_.lastCheckpointPath, *o_.jobId, className, o_.pluginPath);
-      else if (info_.lastCheckpointId)
-        spdlog::info("latest checkpoint: {} (restore with: jobhost run -s {} -c {} {})", info_.lastCheckpointPath,
-                     info_.lastCheckpointPath, className, o_.pluginPath);
-    }
+    if (cancelled && setup_.deleteOnCancel) discardCheckpointsOnCancel();
+    std::lock_guard lock(mu_);
+    const bool checkpointsKept = !(cancelled && setup_.deleteOnCancel);
+    if (!endSavepoint_.empty() && (!o_.jobId || !checkpointsKept))
+      // Newer than every checkpoint. (A stable --job-id whose directory holds checkpoints
+      // continues from the newest with --restore latest, below: it refuses -s.)
+      spdlog::info("{} with savepoint {} (continue with: {})", stopped_ ? "stopped" : "cancelled", endSavepoint_,
+                   shellCommand({"jobhost", "run", "-s", endSavepoint_, "-c", className, o_.pluginPath}));
+    else if (checkpointsKept && info_.lastCheckpointId && o_.jobId)
+      spdlog::info("latest checkpoint: {} (continue with: {})", info_.lastCheckpointPath,
+                   shellCommand({"jobhost", "run", "--job-id", *o_.jobId, "--restore", "latest", "-c", className,
+                                 o_.pluginPath}));
+    else if (checkpointsKept && info_.lastCheckpointId)
+      spdlog::info("latest checkpoint: {} (restore with: {})", info_.lastCheckpointPath,
+                   shellCommand({"jobhost", "run", "-s", info_.lastCheckpointPath, "-c", className, o_.pluginPath}));
   }
   return exitCode;
 }

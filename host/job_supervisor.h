@@ -158,6 +158,8 @@ class JobSupervisor : public JobControl {
   std::set<uint64_t> stopRequests_;    // guarded by mu_: savepoint requests that stop the job
   bool cancelRequested_ = false;       // guarded by mu_
   bool stopped_ = false;               // guarded by mu_
+  /// The savepoint of `stop` or `cancel -s`, once taken: what to continue from (mu_).
+  std::string endSavepoint_;
   CheckpointHistory history_;          // guarded by mu_
   TaskRates taskRates_;                // guarded by mu_: the running attempt's task samples
   bool attemptRestores_ = false;

@@ -1,4 +1,5 @@
 #include "checkpoint/preflight.h"
+#include "config/units.h"
 
 #include <algorithm>
 #include <set>
@@ -122,7 +123,7 @@ PreflightReport runPreflight(const PreflightInput& in) {
     if (otherErrors) {
       r.findings.insert(r.findings.begin(), {PreflightFinding::kError, "class", "most likely cause: " + msg});
       if (pluginHas)
-        r.fixes.insert(r.fixes.begin(), "jobhost run -s " + in.snapshotPath + " -c " + m.jobClass + " " + in.pluginPath +
+        r.fixes.insert(r.fixes.begin(), shellCommand({"jobhost", "run", "-s", in.snapshotPath, "-c", m.jobClass, in.pluginPath}) +
                                             "   (the class that wrote this snapshot; this plugin has it)");
     } else {
       add(PreflightFinding::kWarning, "class", msg + "; restoring anyway (a renamed class or a new version is fine)");
@@ -130,7 +131,7 @@ PreflightReport runPreflight(const PreflightInput& in) {
   }
   if (backendProblem) {
     r.fixes.push_back("keep " + in.selectedClass + " but add -D state.backend.type=rocksdb -D state.backend.incremental=true");
-    r.fixes.push_back("jobhost convert " + in.snapshotPath +
+    r.fixes.push_back("jobhost convert " + shellQuote(in.snapshotPath) +
                       " <out-dir>, then restore from <out-dir>: the canonical format restores into any backend");
   }
   if (!in.allowNonRestoredState)

@@ -90,9 +90,9 @@ void waitForEnd(const JobEndpoint& job, const char* what) {
 }
 
 std::string restoreHint(const JobEndpoint& job, const std::string& path) {
-  std::string cmd = "jobhost run -s " + path;
-  if (!job.status.jobClass.empty()) cmd += " -c " + job.status.jobClass;
-  if (!job.status.pluginPath.empty()) cmd += " " + job.status.pluginPath;
+  std::string cmd = "jobhost run -s " + shellQuote(path);
+  if (!job.status.jobClass.empty()) cmd += " -c " + shellQuote(job.status.jobClass);
+  if (!job.status.pluginPath.empty()) cmd += " " + shellQuote(job.status.pluginPath);
   return cmd;
 }
 

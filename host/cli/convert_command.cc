@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "jobhost/state/s3_storage.h"
+#include "config/units.h"
 #include "checkpoint/checkpoint_coordinator.h"
 #include "cli/commands.h"
 #include "exit_codes.h"
@@ -116,7 +117,8 @@ int convertCommand(const std::string& from, const std::string& outDir) {
   if (!bytes.ok()) return fail(bytes.status());
   if (auto s = (*storage)->put(state::kMetadataFileName, *bytes); !s.ok()) return fail(s);
   std::cout << "Converted " << src->directory << " into a canonical savepoint: " << out.string() << "\n"
-            << "Restore it into either backend with: jobhost run -s " << out.string() << " -c <Class> <plugin.so>\n";
+            << "Restore it into either backend with: jobhost run -s " << shellQuote(out.string())
+            << " -c <Class> <plugin.so>\n";
   return kExitOk;
 }
 

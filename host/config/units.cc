@@ -81,4 +81,20 @@ std::optional<uint64_t> parseBytes(const std::string& text) {
   return n << shift;
 }
 
+std::string shellQuote(std::string_view s) {
+  bool plain = !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || std::string_view("_-./:=@%+,").find(c) != std::string_view::npos;
+  });
+  if (plain) return std::string(s);
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+std::string shellCommand(std::initializer_list<std::string_view> words) {
+  std::string out;
+  for (std::string_view w : words) out += (out.empty() ? "" : " ") + shellQuote(w);
+  return out;
+}
+
 }  // namespace jobhost::host

@@ -1,6 +1,6 @@
 // host/config/units.h — byte counts and durations as people read and write them: the
 // one formatter/parser for the whole host (logs, CLI tables, the dashboard, messages,
-// configuration values).
+// configuration values); and commands to type, quoted for a POSIX shell.
 //
 // Thread-safety: pure functions.
 #pragma once
@@ -8,7 +8,9 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
+#include <initializer_list>
 #include <string>
+#include <string_view>
 
 namespace jobhost::host {
 
@@ -34,5 +36,14 @@ std::optional<std::chrono::milliseconds> parseDuration(const std::string& text);
 /// "t"/"tb"/"tib" — case-insensitive, spaces ignored: "64mb", "8 MiB", "1g", "4096".
 /// nullopt if malformed or beyond 2^63 bytes.
 std::optional<uint64_t> parseBytes(const std::string& text);
+
+/// `word` as a POSIX shell reads it back: unchanged when it holds only characters no
+/// shell treats specially (letters, digits, _-./:=@%+,), else in single quotes ('' for
+/// an empty word; a ' inside written '\''), so a path with spaces pastes as one word.
+std::string shellQuote(std::string_view word);
+/// The words quoted and joined by spaces: a command a message tells people to type
+/// ("jobhost run -s <path> -c <Class> <plugin>"). Words with placeholders such as
+/// "<out-dir>" are quoted too; pass those in the text around the command instead.
+std::string shellCommand(std::initializer_list<std::string_view> words);
 
 }  // namespace jobhost::host

@@ -1,6 +1,7 @@
 // The REST API and page of `jobhost ui` (see dashboard.h); the HTTP server is in
 // http_server.cc.
 #include "ui/dashboard.h"
+#include "config/units.h"
 
 // GCC 12 reports a false -Wmaybe-uninitialized inside kj/capnp templates.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -332,16 +333,7 @@ struct Dashboard::DiskJob {
 Dashboard::Dashboard(Options options) : options_(std::move(options)) {}
 
 std::string Dashboard::restoreCommand(const std::string& path, const std::string& jobClass, const std::string& plugin) {
-  auto quote = [](const std::string& s) {
-    bool plain = !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
-      return std::isalnum(static_cast<unsigned char>(c)) || std::string_view("_-./:=@%+,").find(c) != std::string_view::npos;
-    });
-    if (plain) return s;
-    std::string q = "'";
-    for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-    return q + "'";
-  };
-  return "jobhost run -s " + quote(path) + " -c " + quote(jobClass) + " " + quote(plugin);
+  return shellCommand({"jobhost", "run", "-s", path, "-c", jobClass, plugin});
 }
 
 std::optional<HttpReply> Dashboard::quick(const std::string& method, const std::string& target) const {

@@ -31,13 +31,22 @@ int convertCommand(const std::string& from, const std::string& outDir) {
   fs::path out = objectStore ? fs::path(outDir) : fs::absolute(outDir, ec);
   if (!objectStore) {
     // Not inside a snapshot or a job's checkpoint directory: a subsumed checkpoint, gc,
-    // `savepoint -d` or DELETE_ON_CANCELLATION would delete the savepoint with it.
+    // `savepoint -d` or DELETE_ON_CANCELLATION would delete the savepoint with it. (A
+    // job directory here: one with a completed chk-<n>; a shared/ alone says too little.)
+    auto holdsCheckpoint = [](const fs::path& dir) {
+      std::error_code lec;
+      for (fs::directory_iterator it(dir, lec), end; !lec && it != end; it.increment(lec))
+        if (state::parseCheckpointDirName(it->path().filename().string()) &&
+            fs::exists(it->path() / state::kMetadataFileName, lec))
+          return true;
+      return false;
+    };
     for (fs::path p = out.lexically_normal().parent_path(); !p.empty(); p = p.parent_path()) {
       std::error_code lec;
-      fs::directory_iterator listable(p, lec);
-      if (fs::exists(p / state::kMetadataFileName, lec) || (!lec && state::looksLikeJobDirectory(p))) {
+      const bool snapshot = fs::exists(p / state::kMetadataFileName, lec);
+      if (snapshot || holdsCheckpoint(p)) {
         std::cerr << "error: " << out.string() << " is inside " << p.string()
-                  << (fs::exists(p / state::kMetadataFileName, lec) ? ", a snapshot" : ", a job's checkpoint directory")
+                  << (snapshot ? ", a snapshot" : ", a job's checkpoint directory")
                   << ", whose files a job, jobhost gc or savepoint -d deletes; choose a directory outside it "
                      "(e.g. under state.savepoints.dir)\n";
         return kExitUsage;

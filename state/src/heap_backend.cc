@@ -488,7 +488,7 @@ class HeapBackend : public KeyedStateBackend {
 
   /// Bounds the space a chain of incremental checkpoints keeps alive: a file stays
   /// referenced only while at least half of its entries' bytes (not counting the header
-  /// and the one-byte end of each key group) are key groups still read from it;
+  /// and the end of each key group, kKeyGroupEndBytes) are key groups still read from it;
   /// otherwise this checkpoint writes those key groups again and drops the file. Without
   /// it, a job whose updates move across the key groups could keep one mostly-dead file
   /// per checkpoint alive. (RocksDB's compactions bound its SST set the same way.)
@@ -501,10 +501,12 @@ class HeapBackend : public KeyedStateBackend {
       const KeyGroupsStateHandle& f = parts[static_cast<size_t>(b)].file;
       const size_t i = static_cast<size_t>(options_.range.start + static_cast<int>(slot) - f.range.start);
       const uint64_t end = i + 1 < f.offsets.size() ? f.offsets[i + 1] : f.file.size;
-      live[static_cast<size_t>(b)] += end - f.offsets[i] - 1;
+      const uint64_t groupBytes = end - f.offsets[i];
+      live[static_cast<size_t>(b)] += groupBytes > kKeyGroupEndBytes ? groupBytes - kKeyGroupEndBytes : 0;
     }
     auto entryBytes = [](const KeyGroupsStateHandle& f) {
-      const uint64_t fixed = (f.offsets.empty() ? f.file.size : f.offsets.front()) + f.offsets.size();
+      const uint64_t fixed =
+          (f.offsets.empty() ? f.file.size : f.offsets.front()) + f.offsets.size() * kKeyGroupEndBytes;
       return f.file.size > fixed ? f.file.size - fixed : 0;
     };
     for (size_t slot = 0; slot < plan.changed.size(); ++slot) {

@@ -9,14 +9,48 @@
 #include "jobhost/serializer.h"
 #include "jobhost/state/snapshot_file.h"
 
+#ifndef XXH_INLINE_ALL
+#define XXH_INLINE_ALL
+#endif
+#include <xxhash.h>
+
 namespace jobhost::state {
 namespace {
 constexpr char kKeyGroupMagic[4] = {'J', 'H', 'K', 'G'};
+
+void putU64(char* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+}
+uint64_t getU64(const char* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= uint64_t(static_cast<uint8_t>(p[i])) << (8 * i);
+  return v;
+}
 }  // namespace
 
-KeyGroupWriter::KeyGroupWriter() {
+struct KeyGroupWriter::GroupHash {
+  XXH3_state_t state;
+};
+
+KeyGroupWriter::KeyGroupWriter() : groupHash_(std::make_unique<GroupHash>()) {
   buf_.cap = kBufferBytes;
   buf_.data.reset(new char[kBufferBytes]);
+}
+
+void KeyGroupWriter::hashPending() {
+  if (!inGroup_) return;
+  if (buf_.used > hashFrom_) XXH3_64bits_update(&groupHash_->state, buf_.data.get() + hashFrom_, buf_.used - hashFrom_);
+  hashFrom_ = buf_.used;
+}
+
+Status KeyGroupWriter::endGroup() {
+  const char end = 0;  // varint(0): the group's end
+  if (Status s = append({&end, 1}); !s.ok()) return s;
+  hashPending();
+  char sum[8];
+  putU64(sum, XXH3_64bits_digest(&groupHash_->state));
+  inGroup_ = false;  // the checksum is not part of what it sums
+  return append({sum, 8});
 }
 
 Result<std::unique_ptr<KeyGroupWriter>> KeyGroupWriter::create(
@@ -39,6 +73,9 @@ Result<std::unique_ptr<KeyGroupWriter>> KeyGroupWriter::create(
     bw.writeU8(static_cast<uint8_t>(s.kind));
     w->kinds_.push_back(s.kind);
   }
+  char sum[8];
+  putU64(sum, XXH3_64bits(header.data(), header.size()));
+  header.append(sum, 8);
   if (Status s = w->append(header); !s.ok()) return s;
   return w;
 }
@@ -61,6 +98,8 @@ Status KeyGroupWriter::flushIfLarge(bool force) {
 }
 
 Status KeyGroupWriter::writeHere() {
+  hashPending();
+  hashFrom_ = 0;  // the next bytes of the group start the emptied buffer
   if (buf_.used == 0) return Status::OK();
   Status s = file_->append(buf_.bytes());
   written_ += buf_.used;
@@ -81,6 +120,8 @@ Status KeyGroupWriter::handOver() {
     }
   }
   if (synchronous_) return writeHere();
+  hashPending();
+  hashFrom_ = 0;
   Pipe& p = *pipe_;
   std::unique_lock<std::mutex> lock(p.mu);
   p.cv.wait(lock, [&] { return !p.hasPending; });
@@ -141,11 +182,11 @@ Status KeyGroupWriter::beginKeyGroup(int keyGroup) {
   if (keyGroup != next_ || !range_.contains(keyGroup))
     return Status::InvalidArgument("key group " + std::to_string(keyGroup) + " written out of order (expected " +
                                    std::to_string(next_) + ")");
-  if (inGroup_) {
-    const char end = 0;  // varint(0): the previous group's end
-    if (Status s = append({&end, 1}); !s.ok()) return s;
-  }
+  if (inGroup_)
+    if (Status s = endGroup(); !s.ok()) return s;  // the previous group's end and checksum
   offsets_.push_back(written_ + buf_.used);
+  XXH3_64bits_reset(&groupHash_->state);
+  hashFrom_ = buf_.used;
   inGroup_ = true;
   ++next_;
   return Status::OK();
@@ -174,11 +215,8 @@ Result<KeyGroupsStateHandle> KeyGroupWriter::finish() {
     Status s = beginKeyGroup(next_);
     if (!s.ok()) return s;
   }
-  if (inGroup_) {
-    const char end = 0;
-    if (Status s = append({&end, 1}); !s.ok()) return s;
-    inGroup_ = false;
-  }
+  if (inGroup_)
+    if (Status s = endGroup(); !s.ok()) return s;
   if (Status s = flushIfLarge(true); !s.ok()) return s;
   if (Status s = file_->close(); !s.ok()) return s;
   KeyGroupsStateHandle h;
@@ -209,6 +247,21 @@ class ChunkedRangeReader {
 
   /// Starts a new entry: bytes before the current position may be dropped.
   void markEntry() { mark_ = pos_; }
+
+  /// Checksums (format version 2): from now on, every byte consumed goes into the sum of
+  /// the current group, until groupSum().
+  void startGroupSum() {
+    XXH3_64bits_reset(&hash_);
+    hashFrom_ = pos_;
+    hashing_ = true;
+  }
+  /// The sum of the bytes consumed since startGroupSum().
+  uint64_t groupSum() {
+    hashUpTo(pos_);
+    hashing_ = false;
+    return XXH3_64bits_digest(&hash_);
+  }
+  uint64_t readU64() { return getU64(raw(8)); }
 
   uint64_t readVarint() {
     uint64_t v = 0;
@@ -253,8 +306,16 @@ class ChunkedRangeReader {
     return p;
   }
 
+  // Adds the consumed bytes [hashFrom_, upTo) to the group's sum (they are in buf_).
+  void hashUpTo(uint64_t upTo) {
+    if (!hashing_ || upTo <= hashFrom_) return;
+    XXH3_64bits_update(&hash_, buf_.data() + (hashFrom_ - bufStart_), static_cast<size_t>(upTo - hashFrom_));
+    hashFrom_ = upTo;
+  }
+
   // Makes the buffer hold [mark_, upTo) at least, reading whole chunks.
   void refill(uint64_t upTo) {
+    hashUpTo(mark_);  // the bytes about to be dropped
     buf_.erase(0, static_cast<size_t>(mark_ - bufStart_));
     bufStart_ = mark_;
     uint64_t bufEnd = bufStart_ + buf_.size();
@@ -275,6 +336,9 @@ class ChunkedRangeReader {
   uint64_t mark_;          // start of the current entry: kept across refills
   std::string chunk_;      // read target, reused
   Status ioError_;
+  XXH3_state_t hash_;
+  uint64_t hashFrom_ = 0;  // consumed bytes before this are in hash_
+  bool hashing_ = false;
 };
 
 }  // namespace
@@ -305,10 +369,11 @@ Status readKeyGroups(const ReadableFile& file, const std::string& where, const K
   if (headerEnd > size) return corrupt("offset beyond end of file");
   if (Status s = file.read(0, static_cast<size_t>(headerEnd), &header); !s.ok()) return s;
   std::vector<StateKind> kinds;
+  uint32_t version = 0;
   try {
     ByteReader hr(header);
     if (hr.readRaw(4) != std::string_view(kKeyGroupMagic, 4)) return corrupt("bad magic");
-    uint32_t version = hr.readFixed<uint32_t>();
+    version = hr.readFixed<uint32_t>();
     if (version > kKeyGroupFormatVersion)
       return Status::Incompatible("key-group file " + where + " has format version " + std::to_string(version) +
                                   ", this jobhost reads up to " + std::to_string(kKeyGroupFormatVersion));
@@ -321,6 +386,12 @@ Status readKeyGroups(const ReadableFile& file, const std::string& where, const K
       if (k > 2) return corrupt("unknown state kind " + std::to_string(k));
       kinds.push_back(static_cast<StateKind>(k));
       states->push_back({std::move(name), kinds.back()});
+    }
+    if (version >= 2) {
+      const size_t summed = header.size() - hr.remaining();
+      if (hr.remaining() < 8) return corrupt("the header's checksum is missing");
+      const uint64_t recorded = getU64(hr.readRaw(8).data());
+      if (recorded != XXH3_64bits(header.data(), summed)) return corrupt("the header's checksum does not match");
     }
   } catch (const SerializationError& e) {
     return corrupt(e.what());
@@ -337,10 +408,16 @@ Status readKeyGroups(const ReadableFile& file, const std::string& where, const K
     for (int kg = r.start; kg <= r.end; ++kg) {
       if (br.position() != handle.offsets[static_cast<size_t>(kg - handle.range.start)] - begin)
         return corrupt("key group " + std::to_string(kg) + " does not start at its recorded offset");
+      if (version >= 2) br.startGroupSum();
       for (;;) {
         br.markEntry();
         uint64_t tag = br.readVarint();
-        if (tag == 0) break;
+        if (tag == 0) {
+          if (version >= 2 && br.groupSum() != br.readU64())
+            return corrupt("the checksum of key group " + std::to_string(kg) +
+                           " does not match its bytes (damaged on disk or in transfer)");
+          break;
+        }
         if (tag > kinds.size()) return corrupt("entry for unknown state index " + std::to_string(tag - 1));
         auto key = br.readBytes();
         std::pair<uint64_t, size_t> userKey{0, 0};

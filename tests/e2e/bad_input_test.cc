@@ -271,6 +271,23 @@ TEST_F(BadInput, ATruncatedOrGarbledKeyGroupFileFailsTheRestoreAtOnceNamingTheFi
   expectHas("garbled key-group file", r, "corrupt");
 }
 
+// One flipped bit in a count: a key-group file of format version 1 parsed it as another
+// count and the job went on with it (exit 0, wrong output). Version 2 (the key-group files
+// every jobhost writes since 2026-12-07) sums each key group: the restore fails at once.
+TEST_F(BadInput, AFlippedBitInAKeyGroupFileFailsTheRestoreNamingTheFileAndTheKeyGroup) {
+  fs::path job = tmp / "kg2";
+  fs::copy(kCompat.parent_path() / "v1-kg2" / "hashmap-keygroups", job, fs::copy_options::recursive);
+  fs::path kg = job / "counts-0.kg";
+  std::string bytes = readFile(kg);
+  // The last entry's value, just before the last group's end (varint 0 and 8-byte sum).
+  const size_t at = bytes.size() - 1 - 8 - 1;
+  bytes[at] = static_cast<char>(bytes[at] ^ 0x04);
+  writeFile(kg, bytes);
+  Result r = restoreFails("flipped bit", job, "WordCount");
+  expectHas("flipped bit", r, kg.string());
+  expectHas("flipped bit", r, "does not match its bytes");
+}
+
 // The file source's position in the snapshot (operator 'lines', 8 bytes: the byte offset
 // after the last checkpointed line) replaced by garbage: a restore failure like any other
 // damaged state — exit 3 at once, not an "operator failed to open" task failure that the

@@ -93,6 +93,33 @@ const std::vector<Snapshot> kSnapshots = {
      {"WindowedWordCount -p 1 -D state.backend.type=rocksdb -D state.backend.incremental=false",
       "WindowedWordCount -p 3 -D state.backend.type=rocksdb -D state.backend.incremental=true"},
      {"-p", "2", "-D", "state.backend.type=rocksdb", "-D", "state.backend.incremental=true"}, 300},
+    // Key-group files of format version 2, a checksum per key group and for the header
+    // (written 2026-12-07): every snapshot above that holds key-group files, written again.
+    {"v1-kg2/hashmap-keygroups", "WordCount", "KeyGroupsStateHandle", {}, {}},
+    {"v1-kg2/rocksdb-full", "WordCountIncremental", "KeyGroupsStateHandle", {"WordCount"}, {"-D", "state.backend.incremental=false"}},
+    {"v1-kg2/savepoint-canonical", "WordCountIncremental", "KeyGroupsStateHandle", {"WordCount"}, {}},
+    {"v1-kg2/windowed-hashmap-p1", "WindowedWordCount", "KeyGroupsStateHandle",
+     {"WindowedWordCount -p 3 -D state.backend.type=rocksdb"}, {}},
+    {"v1-kg2/windowed-savepoint-canonical-p2", "WindowedWordCount", "KeyGroupsStateHandle",
+     {"WindowedWordCount -p 1 -D state.backend.type=hashmap"}, {"-p", "2", "-D", "state.backend.type=rocksdb"}},
+    {"v1-kg2/join-hashmap-p2", "OrderPaymentJoin", "KeyGroupsStateHandle",
+     {"OrderPaymentJoin -p 1 -D state.backend.type=rocksdb"}, {"-p", "2"}},
+    {"v1-kg2/join-rocksdb-full-p1", "OrderPaymentJoin", "KeyGroupsStateHandle", {"OrderPaymentJoin -p 2"},
+     {"-D", "state.backend.type=rocksdb"}},
+    {"v1-kg2/hashmap-incremental-p1", "WordCount", "IncrementalKeyGroupsStateHandle", {"WordCountIncremental"},
+     {"-D", "state.backend.incremental=true"}},
+    {"v1-kg2/windowed-hashmap-incremental-p2", "WindowedWordCount", "IncrementalKeyGroupsStateHandle",
+     {"WindowedWordCount -p 1 -D state.backend.type=rocksdb", "WindowedWordCount -p 3"},
+     {"-p", "2", "-D", "state.backend.incremental=true"}},
+    {"v1-kg2/join-hashmap-incremental-p1", "OrderPaymentJoin", "IncrementalKeyGroupsStateHandle",
+     {"OrderPaymentJoin -p 2 -D state.backend.type=rocksdb -D state.backend.incremental=true"},
+     {"-D", "state.backend.incremental=true"}},
+    {"v1-kg2/broadcast-hashmap-p1", "WordThresholds", "KeyGroupsStateHandle",
+     {"WordThresholds -p 3 -D state.backend.type=rocksdb"}, {}},
+    {"v2-kg2/unaligned-hashmap-p1", "WordCount", "InputChannelStateHandle",
+     {"WordCount -p 2", "WordCountIncremental -p 3"}, {}, 8000},
+    {"v2-kg2/unaligned-windowed-hashmap-p1", "WindowedWordCount", "InputChannelStateHandle",
+     {"WindowedWordCount -p 2 -D state.backend.type=rocksdb"}, {}, 300},
 };
 
 const fs::path kData = fs::path(JOBHOST_WORDS).parent_path();  // plugins/wordcount/data
@@ -293,7 +320,7 @@ TEST_P(Compat, PassesTheCheckAndRestoresIntoItsWriterWithEveryCount) {
   ASSERT_EQ(inspect.exitCode, 0) << inspect.err;
   EXPECT_NE(inspect.out.find("\"handle\":\"" + s.handle + "\""), std::string::npos) << inspect.out;
   EXPECT_NE(inspect.out.find("\"jobClass\":\"" + s.writer + "\""), std::string::npos) << inspect.out;
-  const std::string version = s.dir.substr(1, s.dir.find('/') - 1);  // "v1/..." -> "1"
+  const std::string version = s.dir.substr(1, s.dir.find_first_not_of("0123456789", 1) - 1);  // "v1-kg2/..." -> "1"
   EXPECT_NE(inspect.out.find("\"formatVersion\":" + version + ","), std::string::npos) << inspect.out;
 
   std::vector<std::string> writer = {"-c", s.writer};

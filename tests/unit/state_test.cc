@@ -18,6 +18,10 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#ifndef XXH_INLINE_ALL
+#define XXH_INLINE_ALL
+#endif
+#include <xxhash.h>
 
 #include "jobhost/errors.h"
 #include "jobhost/serializer.h"
@@ -155,7 +159,15 @@ class KeyGroupFormatTest : public StateTestBase {
       bw.writeBytes(s.name);
       bw.writeU8(static_cast<uint8_t>(s.kind));
     }
+    bw.writeFixed<uint64_t>(XXH3_64bits(out.data(), out.size()));  // format version 2: the header's checksum
     return out;
+  }
+  /// Ends the group that starts at `groupStart` in `expected`: varint(0), then the XXH3
+  /// of the group's bytes (the varint included), little-endian.
+  static void endGroup(std::string& expected, uint64_t groupStart) {
+    ByteWriter bw(expected);
+    bw.writeVarint(0);
+    bw.writeFixed<uint64_t>(XXH3_64bits(expected.data() + groupStart, expected.size() - groupStart));
   }
   /// Adds an entry to `w` and its encoding (as ByteWriter gives it) to `expected`.
   void addToBoth(KeyGroupWriter& w, ByteWriter& expected, int state, const std::string& key, const std::string& user,
@@ -217,20 +229,20 @@ TEST_F(KeyGroupFormatTest, OffsetsPointAtEachKeyGroupAndTheSizeIsTheFileSize) {
   auto size = storage_->fileSize(h.file.path);
   ASSERT_TRUE(size.ok()) << size.status();
   EXPECT_EQ(h.file.size, *size);
-  // Header: "JHKG", u32 version, varint(2), then bytes(name) u8(kind) per state.
-  const uint64_t header = 4 + 4 + 1 + (1 + 6 + 1) + (1 + 5 + 1);
+  // Header: "JHKG", u32 version, varint(2), then bytes(name) u8(kind) per state, u64 checksum.
+  const uint64_t header = 4 + 4 + 1 + (1 + 6 + 1) + (1 + 5 + 1) + 8;
   EXPECT_EQ(h.offsets[0], header);
   for (size_t i = 1; i < h.offsets.size(); ++i) EXPECT_LT(h.offsets[i - 1], h.offsets[i]) << i;
-  // Empty groups (5 and 8) are just their terminating varint(0).
-  EXPECT_EQ(h.offsets[2] - h.offsets[1], 1u);
-  EXPECT_EQ(h.offsets[5] - h.offsets[4], 1u);
+  // Empty groups (5 and 8) are just their terminating varint(0) and checksum.
+  EXPECT_EQ(h.offsets[2] - h.offsets[1], kKeyGroupEndBytes);
+  EXPECT_EQ(h.offsets[5] - h.offsets[4], kKeyGroupEndBytes);
   // The group at each offset starts with the first entry's tag: state index + 1.
   std::string bytes;
   ASSERT_OK(storage_->get(h.file.path, &bytes));
   EXPECT_EQ(bytes.substr(0, 4), "JHKG");
   EXPECT_EQ(bytes[h.offsets[0]], '\x01');  // kg 4: "counts" (state 0)
   EXPECT_EQ(bytes[h.offsets[3]], '\x02');  // kg 7: "index" (state 1)
-  EXPECT_EQ(bytes.back(), '\0');
+  EXPECT_EQ(bytes[bytes.size() - kKeyGroupEndBytes], '\0');
 }
 
 TEST_F(KeyGroupFormatTest, ManySmallEntriesWrittenThroughTheBackgroundWriterAreTheFormatsBytes) {
@@ -244,7 +256,7 @@ TEST_F(KeyGroupFormatTest, ManySmallEntriesWrittenThroughTheBackgroundWriterAreT
   ByteWriter bw(expected);
   std::vector<uint64_t> offsets;
   for (int kg = range.start; kg <= range.end; ++kg) {
-    if (kg > range.start) bw.writeVarint(0);
+    if (kg > range.start) endGroup(expected, offsets.back());
     offsets.push_back(expected.size());
     ASSERT_OK((*w)->beginKeyGroup(kg));
     for (int i = 0; i < 60000; ++i) {
@@ -255,7 +267,7 @@ TEST_F(KeyGroupFormatTest, ManySmallEntriesWrittenThroughTheBackgroundWriterAreT
       ASSERT_NO_FATAL_FAILURE(addToBoth(**w, bw, state, key, user, value));
     }
   }
-  bw.writeVarint(0);
+  endGroup(expected, offsets.back());
   auto h = (*w)->finish();
   ASSERT_TRUE(h.ok()) << h.status();
   ASSERT_GT(expected.size(), size_t{4} << 20);
@@ -276,7 +288,7 @@ TEST_F(KeyGroupFormatTest, EntriesOfEverySizeAreTheFormatsBytes) {
   std::vector<uint64_t> offsets;
   int n = 0;
   for (int kg = range.start; kg <= range.end; ++kg) {
-    if (kg > range.start) bw.writeVarint(0);
+    if (kg > range.start) endGroup(expected, offsets.back());
     offsets.push_back(expected.size());
     ASSERT_OK((*w)->beginKeyGroup(kg));
     for (int round = 0; round < 400; ++round) {
@@ -300,7 +312,7 @@ TEST_F(KeyGroupFormatTest, EntriesOfEverySizeAreTheFormatsBytes) {
       }
     }
   }
-  bw.writeVarint(0);
+  endGroup(expected, offsets.back());
   auto h = (*w)->finish();
   ASSERT_TRUE(h.ok()) << h.status();
   ASSERT_GT(expected.size(), size_t{8} << 20);
@@ -367,7 +379,7 @@ TEST_F(KeyGroupFormatTest, AnEmptyFileHasOneTerminatorPerKeyGroup) {
   auto h = (*w)->finish();  // finish() writes the groups nobody began
   ASSERT_TRUE(h.ok()) << h.status();
   ASSERT_EQ(h->offsets.size(), 4u);
-  EXPECT_EQ(h->file.size, h->offsets[0] + 4);
+  EXPECT_EQ(h->file.size, h->offsets[0] + 4 * kKeyGroupEndBytes);
   std::vector<Entry> got;
   std::vector<std::string> names;
   ASSERT_OK(read(*h, {0, 3}, &got, &names));
@@ -482,13 +494,83 @@ TEST_F(KeyGroupFormatTest, BadMagicIsCorruptionAndANewerVersionIsIncompatible) {
   EXPECT_TRUE(contains(s.message(), "bad magic")) << s;
 
   std::string newer = bytes;
-  newer[4] = 2;
+  newer[4] = static_cast<char>(kKeyGroupFormatVersion + 1);
   ASSERT_OK(storage_->put("bad/newer.kg", newer));
   KeyGroupsStateHandle n = h;
   n.file.path = "bad/newer.kg";
   s = read(n, range_, &got, &names);
   EXPECT_TRUE(s.isIncompatible()) << s;
-  EXPECT_TRUE(contains(s.message(), "version 2")) << s;
+  EXPECT_TRUE(contains(s.message(), "version " + std::to_string(kKeyGroupFormatVersion + 1))) << s;
+}
+
+TEST_F(KeyGroupFormatTest, EveryByteFlippedIsCorruptionNamingTheFileAndNeverOtherEntries) {
+  // A flipped byte inside a value parses as another value: version 1 restored it as a
+  // different count. Every single-byte change must now fail the read (or, for a byte
+  // of a group outside the range read, leave the read unchanged).
+  KeyGroupsStateHandle h = write("chk-1/op-0.kg");
+  std::string bytes;
+  ASSERT_OK(storage_->get(h.file.path, &bytes));
+  for (size_t at = 0; at < bytes.size(); ++at) {
+    std::string damaged = bytes;
+    damaged[at] = static_cast<char>(damaged[at] ^ 0x01);
+    ASSERT_OK(storage_->put("bad/flip-" + std::to_string(at) + ".kg", damaged));
+    KeyGroupsStateHandle d = h;
+    d.file.path = "bad/flip-" + std::to_string(at) + ".kg";
+    std::vector<Entry> got;
+    std::vector<std::string> names;
+    Status s = read(d, range_, &got, &names);
+    // (A changed version field reads as a version this jobhost does not know.)
+    EXPECT_TRUE(s.isCorruption() || (at >= 4 && at < 8 && s.isIncompatible())) << "byte " << at << ": " << s;
+    EXPECT_TRUE(contains(s.message(), d.file.path)) << s;
+  }
+  // The checksum names the key group.
+  std::string damaged = bytes;
+  const size_t inValue = bytes.find("9999");
+  ASSERT_NE(inValue, std::string::npos);
+  damaged[inValue] = '8';
+  ASSERT_OK(storage_->put("bad/value.kg", damaged));
+  KeyGroupsStateHandle d = h;
+  d.file.path = "bad/value.kg";
+  std::vector<Entry> got;
+  std::vector<std::string> names;
+  Status s = read(d, range_, &got, &names);
+  EXPECT_TRUE(contains(s.message(), "the checksum of key group 9 does not match")) << s;
+  // Reading only the other key groups does not touch the damaged one.
+  EXPECT_OK(read(d, {4, 8}, &got, &names));
+  EXPECT_EQ(got, entriesIn({4, 8}));
+}
+
+TEST_F(KeyGroupFormatTest, AVersionOneFileWithoutChecksumsStillReads) {
+  // Version 1, as written until 2026-12-07 (tests/compat/v1 and v2 hold such files).
+  std::string v1;
+  ByteWriter bw(v1);
+  bw.writeRaw("JHKG", 4);
+  bw.writeFixed<uint32_t>(1);
+  bw.writeVarint(states_.size());
+  for (const auto& st : states_) {
+    bw.writeBytes(st.name);
+    bw.writeU8(static_cast<uint8_t>(st.kind));
+  }
+  std::vector<uint64_t> offsets;
+  for (int kg = range_.start; kg <= range_.end; ++kg) {
+    offsets.push_back(v1.size());
+    for (const auto& e : entriesIn({kg, kg})) {
+      bw.writeVarint(static_cast<uint64_t>(e.stateIndex) + 1);
+      bw.writeBytes(e.key);
+      if (states_[static_cast<size_t>(e.stateIndex)].kind == StateKind::kMap) bw.writeBytes(e.userKey);
+      bw.writeBytes(e.value);
+    }
+    bw.writeVarint(0);
+  }
+  ASSERT_OK(storage_->put("v1/op-0.kg", v1));
+  KeyGroupsStateHandle h;
+  h.file = {"v1/op-0.kg", v1.size()};
+  h.range = range_;
+  h.offsets = offsets;
+  std::vector<Entry> got;
+  std::vector<std::string> names;
+  ASSERT_OK(read(h, range_, &got, &names));
+  EXPECT_EQ(got, entries_);
 }
 
 TEST_F(KeyGroupFormatTest, AMissingFileIsCorruptionNamingIt) {

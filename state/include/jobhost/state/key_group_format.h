@@ -3,11 +3,16 @@
 // Used by hashmap snapshots, rocksdb full snapshots and canonical savepoints, and
 // readable by both backends (so a KeyGroupsStateHandle restores anywhere).
 //
-//   file   := "JHKG" u32le(version=1) varint(nStates) { bytes(name) u8(kind) }*nStates
+//   file   := "JHKG" u32le(version=2) varint(nStates) { bytes(name) u8(kind) }*nStates
+//             u64le(XXH3 of the header's bytes before it)
 //             group*            -- one per key group of the handle's range, in order
 //   group  := { varint(stateIndex + 1) bytes(key) [bytes(userKey) if MapState] bytes(value) }*
-//             varint(0)
+//             varint(0) u64le(XXH3 of the group's bytes, its varint(0) included)
 //   bytes  := varint(length) raw
+//
+// Version 1 (written until 2026-12-07) has no checksums: a reader takes both. The
+// checksums make a damaged byte a Corruption naming the file and the key group, where
+// version 1 restored it as a different count (a flipped byte inside a value parses).
 //
 // The handle records each group's byte offset, so a reader can take any sub-range
 // (rescaling) without scanning the rest.
@@ -36,7 +41,10 @@
 
 namespace jobhost::state {
 
-inline constexpr uint32_t kKeyGroupFormatVersion = 1;
+inline constexpr uint32_t kKeyGroupFormatVersion = 2;
+/// What ends each key group in the current version: varint(0) and the checksum (a
+/// version-1 file has the varint only: counts based on this err on the small side there).
+inline constexpr uint64_t kKeyGroupEndBytes = 1 + 8;
 
 namespace detail {
 /// ByteWriter::writeVarint's encoding into `p`; returns the end.
@@ -146,6 +154,13 @@ class KeyGroupWriter {
   KeyGroupRange range_;
   int next_ = 0;
   bool inGroup_ = false;
+  /// The running checksum of the current group: bytes of buf_ from hashFrom_ on are not
+  /// in it yet (hashPending() adds them, before a buffer leaves and at the group's end).
+  struct GroupHash;  // key_group_format.cc
+  std::unique_ptr<GroupHash> groupHash_;
+  size_t hashFrom_ = 0;
+  void hashPending();
+  Status endGroup();
   std::vector<uint64_t> offsets_;
   Buffer buf_;
   uint64_t written_ = 0;  // bytes handed to file_

@@ -37,6 +37,7 @@
 // guarded by DbInstance::mu.
 #include "rocksdb_backend.h"
 
+#include <rocksdb/sst_file_reader.h>
 #include <rocksdb/cache.h>
 #include <rocksdb/db.h>
 #include <rocksdb/env.h>
@@ -1248,6 +1249,16 @@ Status RocksDbBackend::downloadIncremental(CheckpointStorage& st, const Incremen
       // and the 0700 working directory keeps others from reaching it through this name.
       fs::permissions(dest, fs::perms::owner_read | fs::perms::owner_write, sizeEc);
       if (sizeEc) return fromErrorCode(what + ": cannot make " + dest + " private (chmod 0600)", sizeEc);
+    }
+    if (isSst(f.localName)) {
+      // Every block's checksum, before the instance opens: RocksDB checks a block only when
+      // it reads it, so a damaged SST restored fine, failed the job later (restarted from
+      // the same checkpoint for ever) and was uploaded into the new job's checkpoints.
+      rocksdb::SstFileReader reader(rocksdb::Options{});
+      rocksdb::Status rs = reader.Open(dest);
+      if (rs.ok()) rs = reader.VerifyChecksum();
+      if (!rs.ok())
+        return Status::Corruption(what + ": " + st.describe(f.file.path) + " is corrupt: " + rs.ToString());
     }
     return Status::OK();
   });

@@ -110,6 +110,11 @@ int setupJob(const RunOptions& o, JobSetup* s, const PluginOpenOptions& pluginOp
       s->bufferDebloatTarget = config.getDuration("taskmanager.network.memory.buffer-debloat.target");
     s->bufferDebloatPeriod = config.getDuration("taskmanager.network.memory.buffer-debloat.period");
     s->checkpointTimeout = config.getDuration("execution.checkpointing.timeout");
+    s->heartbeatTimeout = config.getDuration("heartbeat.timeout");
+    if (s->heartbeatTimeout < std::chrono::seconds(1))
+      throw ConfigError("heartbeat.timeout = '" + config.getString("heartbeat.timeout") + "' (from " +
+                        config.origin("heartbeat.timeout") +
+                        ") must be 1 s or more: a running worker reports every 0.5 s");
     s->unalignedCheckpoints = config.getBool("execution.checkpointing.unaligned");
     s->alignedCheckpointTimeout = config.getDuration("execution.checkpointing.aligned-checkpoint-timeout");
     s->tolerableFailures =

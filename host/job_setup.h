@@ -38,6 +38,7 @@ struct JobSetup {
   int numRetained = 1;
   int tolerableFailures = 0;
   std::chrono::milliseconds checkpointTimeout{std::chrono::minutes(10)};
+  std::chrono::milliseconds heartbeatTimeout{std::chrono::seconds(50)};  // heartbeat.timeout
   std::chrono::milliseconds interval{0};
   bool unalignedCheckpoints = false;  // execution.checkpointing.unaligned
   std::chrono::milliseconds alignedCheckpointTimeout{0};  // execution.checkpointing.aligned-checkpoint-timeout

@@ -1,7 +1,7 @@
 // The supervisor of `jobhost run`: see job_supervisor.h.
 #include "job_supervisor.h"
-#include "config/units.h"
 
+#include "config/units.h"
 #include "jobhost/state/s3_storage.h"
 
 #include <capnp/message.h>
@@ -15,10 +15,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <random>
+#include <thread>
 
 #include "checkpoint/checkpoint_record_capnp.h"
 #include "exit_codes.h"
@@ -479,12 +481,23 @@ std::vector<std::string> JobSupervisor::workerArguments(int attempt, const Resto
   return a;
 }
 
+namespace {
+int64_t steadyNowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
 std::optional<JobSupervisor::WorkerEnd> JobSupervisor::readWorker(int fd) {
   std::optional<WorkerEnd> ended;
   for (;;) {
     try {
       capnp::StreamFdMessageReader reader(fd);
       auto m = reader.getRoot<wire::FromWorker>();
+      {
+        std::lock_guard lock(mu_);
+        lastHeardMs_ = steadyNowMs();
+      }
       switch (m.which()) {
         case wire::FromWorker::RUNNING: {
           {
@@ -683,7 +696,36 @@ int JobSupervisor::run() {
         sendLeaseLocked();  // before it can publish anything (an object store's lease)
         if (cancelRequested_) sendLocked([](wire::ToWorker::Builder b) { b.setCancel(); });
       }
+      // The heartbeat watchdog: a running worker sends its statistics every 0.5 s from a
+      // thread of its own; one that sends nothing for heartbeat.timeout is stopped
+      // (SIGSTOP), hung in the kernel or wedged as a whole, and would otherwise stay so
+      // while /healthz says RUNNING. Killed, it fails the attempt like any crash. (Only
+      // while RUNNING: the restore and the operators' open() have time-outs of their own.)
+      bool attemptOver = false;
+      std::thread watchdog([this, &attemptOver, pid = w.pid] {
+        std::unique_lock lock(mu_);
+        lastHeardMs_ = steadyNowMs();
+        while (!attemptOver) {
+          changed_.wait_for(lock, std::chrono::milliseconds(250));
+          if (attemptOver || info_.state != JobState::kRunning) continue;
+          const int64_t silent = steadyNowMs() - lastHeardMs_;
+          if (silent < setup_.heartbeatTimeout.count()) continue;
+          watchdogKill_ = "the worker process (pid " + std::to_string(pid) + ") sent nothing for " +
+                          formatDuration(std::chrono::milliseconds(silent)) +
+                          " (heartbeat.timeout " + formatDuration(setup_.heartbeatTimeout) +
+                          "): stopped or hung, so it was killed";
+          spdlog::error("job {}: {}", jobId_, watchdogKill_);
+          ::kill(pid, SIGKILL);
+          break;
+        }
+      });
       auto ended = readWorker(w.channel);
+      {
+        std::lock_guard lock(mu_);
+        attemptOver = true;
+        changed_.notify_all();
+      }
+      watchdog.join();
       int status = 0;
       waitpid(w.pid, &status, 0);
       std::string crashReport;
@@ -805,6 +847,11 @@ int JobSupervisor::run() {
         // No report: the worker died.
         if (WIFSIGNALED(status)) message = "the worker process was killed by " + describeSignal(WTERMSIG(status));
         else message = "the worker process exited with code " + std::to_string(WEXITSTATUS(status)) + " without a report";
+        {
+          std::lock_guard lock(mu_);
+          if (!watchdogKill_.empty()) message = std::move(watchdogKill_);
+          watchdogKill_.clear();
+        }
         auto tab = crashReport.find('\t');
         if (tab != std::string::npos) {
           std::string rest = crashReport.substr(tab + 1);

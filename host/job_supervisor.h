@@ -158,6 +158,10 @@ class JobSupervisor : public JobControl {
   std::set<uint64_t> stopRequests_;    // guarded by mu_: savepoint requests that stop the job
   bool cancelRequested_ = false;       // guarded by mu_
   bool stopped_ = false;               // guarded by mu_
+  /// When the worker of the attempt last sent anything (steady clock, ms; mu_), and why
+  /// the heartbeat watchdog killed it ("" if it did not; mu_).
+  int64_t lastHeardMs_ = 0;
+  std::string watchdogKill_;
   /// The savepoint of `stop` or `cancel -s`, once taken: what to continue from (mu_).
   std::string endSavepoint_;
   CheckpointHistory history_;          // guarded by mu_

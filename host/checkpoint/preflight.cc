@@ -1,9 +1,9 @@
 #include "checkpoint/preflight.h"
-#include "config/units.h"
 
 #include <algorithm>
 #include <set>
 
+#include "config/units.h"
 #include "jobhost/state/snapshot_file.h"
 #include "runtime/state_assignment.h"
 

@@ -36,6 +36,9 @@ const std::vector<ConfigKey>& knownConfigKeys() {
       {"execution.checkpointing.tolerable-failed-checkpoints", "0",
        "Consecutive failed checkpoints tolerated before the job fails."},
       {"execution.checkpointing.timeout", "10 min", "A checkpoint not complete after this long is aborted."},
+      {"heartbeat.timeout", "50 s",
+       "A running job's worker process that sends nothing for this long (it reports every 0.5 s) is taken for hung "
+       "or stopped: killed, and restarted from the latest checkpoint as the restart strategy says."},
       {"execution.checkpointing.unaligned", "false",
        "Unaligned checkpoints (Flink's FLIP-76): a checkpoint barrier overtakes the records queued in each input "
        "channel and a task snapshots at the first barrier, without waiting for the others; the records it overtook "
@@ -122,7 +125,7 @@ void flatten(const YAML::Node& node, const std::string& prefix, std::map<std::st
   } else if (node.IsScalar()) {
     out[prefix] = node.as<std::string>();
   } else if (node.IsNull()) {
-    out[prefix] = "";
+    if (!prefix.empty()) out[prefix] = "";  // an empty file (every line a comment) sets nothing
   } else {
     throw ConfigError("configuration key '" + prefix + "' must be a single value, not a list");
   }

@@ -1,7 +1,6 @@
 // The REST API and page of `jobhost ui` (see dashboard.h); the HTTP server is in
 // http_server.cc.
 #include "ui/dashboard.h"
-#include "config/units.h"
 
 // GCC 12 reports a false -Wmaybe-uninitialized inside kj/capnp templates.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -18,6 +17,7 @@
 #include <map>
 #include <set>
 
+#include "config/units.h"
 #include "checkpoint/checkpoint_coordinator.h"
 #include "checkpoint/snapshot_state_view.h"
 #include "control/control_client.h"

@@ -2,6 +2,8 @@
 // source is decided once by the supervisor, a job directory is locked by the job that
 // writes it, states the class no longer declares are carried forward, and a stop emits
 // nothing after its savepoint. Each test is named after what broke.
+#include <csignal>
+#include <fstream>
 #include <functional>
 #include <set>
 
@@ -89,6 +91,37 @@ std::vector<std::string> operator+(std::vector<std::string> a, const std::vector
 
 // Defect 1: after the claimed snapshot was deleted, the next attempt re-resolved -s and
 // died with "snapshot path ... does not exist" (exit 3).
+// A worker that is stopped (SIGSTOP) or hung as a whole sent nothing, and the job stayed
+// RUNNING with no log line for as long as it lasted. The supervisor now kills a running
+// worker silent for heartbeat.timeout and the restart strategy restarts the job from its
+// latest checkpoint: the counts come out exact.
+TEST_F(Recovery, AStoppedWorkerIsKilledAfterTheHeartbeatTimeoutAndTheJobRestartsExactly) {
+  fs::path in = input(300);  // ~10 s at 400 lines/s: still running when stopped
+  std::vector<std::string> args = {"run", "-c", "WordCount", "-D", "heartbeat.timeout=2s",
+                                   "-D", "restart-strategy.type=fixed-delay",
+                                   "-D", "restart-strategy.fixed-delay.attempts=2",
+                                   "-D", "restart-strategy.fixed-delay.delay=100ms"};
+  for (auto& f : ckFlags()) args.push_back(f);
+  args.insert(args.end(), {kPlugin, "--input", in.string(), "--rate", "400"});
+  Process p(jobhost(args), tmp / "hb.out", tmp / "hb.err");
+  ASSERT_TRUE(waitForCheckpoint(p)) << readFile(tmp / "hb.err");
+  std::vector<pid_t> workers;
+  {
+    std::ifstream children("/proc/" + std::to_string(p.pid()) + "/task/" + std::to_string(p.pid()) + "/children");
+    pid_t c;
+    while (children >> c) workers.push_back(c);
+  }
+  ASSERT_EQ(workers.size(), 1u) << "one worker process";
+  ASSERT_EQ(kill(workers[0], SIGSTOP), 0);
+  Result r = p.wait();
+  EXPECT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "the worker process (pid " + std::to_string(workers[0]) + ") sent nothing for"))
+      << r.err;
+  EXPECT_TRUE(contains(r.err, "(heartbeat.timeout 2 s): stopped or hung, so it was killed")) << r.err;
+  EXPECT_TRUE(contains(r.err, "restarting")) << r.err;
+  EXPECT_EQ(finalCounts(r.out), expectedCounts(readFile(in)));
+}
+
 TEST_F(Recovery, AFailoverAfterAClaimedRestoreRestoresTheJobsOwnCheckpointAndEndsAsTheRestartStrategySays) {
   fs::path in = wordsWithError("in.txt", 3000, 1500);
   fs::path chk = firstCheckpoint(std::vector<std::string>{"run", "-c", "WordCount"} + ckFlags("100ms") +

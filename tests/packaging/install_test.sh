@@ -186,7 +186,9 @@ sed -E 's/^# ([a-z][a-z0-9-]*(\.[a-z0-9-]+)+: )/\1/' "$prefix/etc/jobhost/config
 logged "$work/config-all.log" "$jobhost" run --config "$work/config-all.yaml" \
   -D state.checkpoints.dir="$work/ckpt-config" -D state.local.dir="$work/local" \
   -c HeapWordCount "$plugin" --input "$work/tiny.txt" --output-file "$work/config-all.out"
-if grep -qi "warn" "$work/config-default.log" "$work/config-all.log"; then
+# (A value the class itself sets, such as HeapWordCount's checkpoint interval, is named
+# as overridden: that is about the class, not the file.)
+if grep -i "warn" "$work/config-default.log" "$work/config-all.log" | grep -qv "has no effect: the job's class sets"; then
   cat "$work/config-default.log" "$work/config-all.log" >&2
   fail "jobhost warned about the shipped configuration file"
 fi

@@ -384,6 +384,17 @@ TEST_F(ConfigurationTest, EveryKeyTheUserSetThatHasNoEffectIsNamedOnce) {
   EXPECT_EQ(cfg.suspiciousKeys().size(), 1u) << ::testing::PrintToString(cfg.suspiciousKeys());
 }
 
+TEST_F(ConfigurationTest, AFileOfCommentsOnlySetsNothingAndWarnsOfNothing) {
+  // The shipped config.yaml, every setting commented out: YAML reads it as null, which
+  // was taken for a value of the key '' (then named as an unknown key).
+  fs::path file = root_ / "config.yaml";
+  std::ofstream(file) << "# state.backend.type: rocksdb\n\n# parallelism.default: 1\n";
+  Configuration cfg;
+  cfg.loadYamlFile(file.string());
+  EXPECT_EQ(cfg.get(""), std::nullopt);
+  EXPECT_TRUE(cfg.suspiciousKeys().empty()) << ::testing::PrintToString(cfg.suspiciousKeys());
+}
+
 TEST_F(ConfigurationTest, EffectiveListsEveryKeyWithItsWinningValue) {
   Configuration cfg;
   cfg.set("state.backend.type", "rocksdb", Layer::kJob);

@@ -707,7 +707,8 @@ int JobSupervisor::run() {
         lastHeardMs_ = steadyNowMs();
         while (!attemptOver) {
           changed_.wait_for(lock, std::chrono::milliseconds(250));
-          if (attemptOver || info_.state != JobState::kRunning) continue;
+          // runningSinceMs: this attempt's worker said RUNNING (reset when an attempt ends).
+          if (attemptOver || info_.state != JobState::kRunning || info_.runningSinceMs == 0) continue;
           const int64_t silent = steadyNowMs() - lastHeardMs_;
           if (silent < setup_.heartbeatTimeout.count()) continue;
           watchdogKill_ = "the worker process (pid " + std::to_string(pid) + ") sent nothing for " +

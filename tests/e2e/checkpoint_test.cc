@@ -502,14 +502,18 @@ TEST_F(Checkpoints, AFullLocalDiskDuringARestoreIsRetriedAndTheJobRecoversWithEx
   // RocksDB instance fits in it; the download of the checkpoint's files does not).
   constexpr uint64_t kSlack = 1u << 20, kState = 4u << 20;
   auto until = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  while (sharedBytes(ckdir()) < kState && p.running() && std::chrono::steady_clock::now() < until)
+  // Read once per look: the shared files shrink again when a compaction's checkpoint
+  // subsumes older SSTs, so a second reading could be below the first (2026-12-07: the
+  // test failed 3 s in, reporting "still running after 120 s" with 2.9 MiB).
+  uint64_t held = 0;
+  while ((held = sharedBytes(ckdir())) < kState && p.running() && std::chrono::steady_clock::now() < until)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  if (sharedBytes(ckdir()) < kState) {
+  if (held < kState) {
     // Seen once in CI (14:00 on 2026-12-05): the job ended 0.4 s after its start with
     // nothing in its log. Say how it ended (128 + signal if killed).
     const std::string how = p.running() ? std::string("still running after 120 s")
                                         : "ended with exit status " + std::to_string(p.wait().exitCode);
-    FAIL() << "the job " << how << " before its checkpoints held " << kState << " bytes (" << sharedBytes(ckdir())
+    FAIL() << "the job " << how << " before its checkpoints held " << kState << " bytes (" << held
            << "):\n" << readFile(tmp / "enospc.err") << "\nstdout:\n" << readFile(tmp / "enospc.out");
   }
   DiskFiller filler(small.dir, kSlack);

@@ -60,6 +60,11 @@ int decideStableJobRestore(const RunOptions& o, const JobSetup& setup, std::opti
                  "that restore may pick)\n";
     return kExitUsage;
   }
+  if (o.claimSnapshot && !o.fromSnapshot && !o.restoreLatest) {
+    std::cerr << "error: --restore-mode claim applies to a restore from -s (the job then owns that snapshot); "
+                 "without -s there is nothing to claim: add -s <snapshot>, or leave --restore-mode out\n";
+    return kExitUsage;
+  }
   if (!o.jobId) {
     if (o.restoreLatest) {
       std::cerr << "error: --restore latest needs --job-id NAME: the newest checkpoint is looked for in "
@@ -225,7 +230,7 @@ int runJob(const RunOptions& o) {
       std::cerr << "error: cannot restore from " << *from << ": " << snapshot.status().message() << "\n";
       return wait.interrupted() ? kExitInterrupted : exitCodeForSnapshotError(snapshot.status());
     }
-    if (!snapshot->note.empty()) spdlog::info("{}", snapshot->note);
+    if (!snapshot->note.empty()) spdlog::log(snapshot->skippedNewer ? spdlog::level::warn : spdlog::level::info, "{}", snapshot->note);
     PreflightInput in;
     in.metadata = &snapshot->metadata;
     in.storage = snapshot->storage.get();

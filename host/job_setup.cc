@@ -120,6 +120,9 @@ int setupJob(const RunOptions& o, JobSetup* s, const PluginOpenOptions& pluginOp
     s->tolerableFailures =
         static_cast<int>(config.getInt("execution.checkpointing.tolerable-failed-checkpoints", 0, 1000000));
     createRestartStrategy(config);  // validates the restart-strategy.* keys now
+    if (auto given = config.get("state.checkpoints.dir"); given && given->empty())
+      throw ConfigError("state.checkpoints.dir (from " + config.origin("state.checkpoints.dir") +
+                        ") is empty: name a directory, or leave the key out for the default, " + defaultCheckpointDir());
     std::string dir = localPathOf(config, "state.checkpoints.dir");
     s->checkpointDir = state::isObjectStoreUri(dir) ? dir : fs::absolute(dir.empty() ? defaultCheckpointDir() : dir).string();
     s->savepointDir = localPathOf(config, "state.savepoints.dir");

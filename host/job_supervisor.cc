@@ -839,7 +839,8 @@ int JobSupervisor::run() {
           continue;
         }
         if (ended->restoreFailure) {
-          spdlog::error("job {} failed while restoring state, not retrying: {}", jobId_, message);
+          if (ended->exitCode == kExitUsage) spdlog::error("job {} cannot run as configured, not retrying: {}", jobId_, message);
+          else spdlog::error("job {} failed while restoring state, not retrying: {}", jobId_, message);
           exitCode = ended->exitCode ? ended->exitCode : kExitIncompatible;
           setState(JobState::kFailed);
           break;

@@ -310,6 +310,8 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
     }
     // Only incompatibility and corruption are final; I/O errors (a full local disk, a
     // storage read error) are task failures for the restart strategy.
+    // So is an operator that cannot open as the job is configured (JobArgumentError).
+    if (exec->prepareFailedOnUsage()) return end(wire::EndKind::FAILED, ps.message(), "", "", true, kExitUsage);
     bool restoreFailure = ps.isIncompatible() || ps.isCorruption();
     const bool dependency = exec->prepareFailedOnDependency();
     return end(wire::EndKind::FAILED, ps.toString(), "", "", restoreFailure,
@@ -391,8 +393,9 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
       rc = end(wire::EndKind::CANCELLED, "", "", "", false, kExitOk);
       break;
     case ExecutionResult::kFailed:
-      rc = end(wire::EndKind::FAILED, result.message, result.operatorName, result.subtask, result.restoreFailure,
-               kExitJobFailed, false, result.dependencyUnavailable);
+      rc = end(wire::EndKind::FAILED, result.message, result.operatorName, result.subtask,
+               result.restoreFailure || result.usageError, result.usageError ? kExitUsage : kExitJobFailed, false,
+               result.dependencyUnavailable);
       break;
   }
   ::shutdown(channel.fd(), SHUT_RDWR);

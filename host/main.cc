@@ -242,7 +242,9 @@ int main(int argc, char** argv) {
   stateDump->add_option("--key", stateOpts.key, "Only this key, as printed");
   stateDump->add_option("--format", stateOpts.format, "table (default), json (one object per line, typed values) or csv")
       ->capture_default_str();
-  stateDump->add_option("--limit", stateOpts.limit, "At most this many entries")->check(CLI::PositiveNumber);
+  // CLI::PositiveNumber would say "not in range 0.000000 to 1797693…" (a 300-digit double).
+  stateDump->add_option("--limit", stateOpts.limit, "At most this many entries (1 or more)")
+      ->check(CLI::Range(static_cast<size_t>(1), static_cast<size_t>(1) << 40).description("N >= 1"));
   addPluginOptions(stateDump);
   stateDump->footer(
       "Examples:\n  jobhost state dump ~/.jobhost/checkpoints/<jobId>/chk-3 --operator counts --limit 10\n"

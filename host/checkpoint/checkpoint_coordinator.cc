@@ -658,6 +658,7 @@ state::Result<ResolvedSnapshot> latestOfJobDirectory(const std::string& input, c
   if (!r.ok()) return r.status();
   r->note = "using the latest complete checkpoint in " + dir + ": " + state::checkpointDirName(ids.back());
   for (const auto& u : unreadableNewer) r->note += "; skipped the newer " + u + ", whose _metadata cannot be read";
+  r->skippedNewer = !unreadableNewer.empty();
   return r;
 }
 

@@ -237,6 +237,9 @@ struct ResolvedSnapshot {
   std::shared_ptr<state::CheckpointStorage> storage;  // rooted at its parent
   state::CheckpointMetadata metadata;  // paths relative to storage
   std::string note;  // e.g. "using the latest complete checkpoint chk-7 of ..."
+  /// Newer chk-<n> of the job directory passed over because their _metadata cannot be
+  /// read (the note names them): worth a warning, not an info line.
+  bool skippedNewer = false;
 };
 state::Result<ResolvedSnapshot> resolveSnapshot(const std::string& path);
 /// Like resolveSnapshot, but only an exact snapshot (a directory holding `_metadata`, or

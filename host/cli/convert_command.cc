@@ -33,18 +33,10 @@ int convertCommand(const std::string& from, const std::string& outDir) {
     // Not inside a snapshot or a job's checkpoint directory: a subsumed checkpoint, gc,
     // `savepoint -d` or DELETE_ON_CANCELLATION would delete the savepoint with it. (A
     // job directory here: one with a completed chk-<n>; a shared/ alone says too little.)
-    auto holdsCheckpoint = [](const fs::path& dir) {
-      std::error_code lec;
-      for (fs::directory_iterator it(dir, lec), end; !lec && it != end; it.increment(lec))
-        if (state::parseCheckpointDirName(it->path().filename().string()) &&
-            fs::exists(it->path() / state::kMetadataFileName, lec))
-          return true;
-      return false;
-    };
     for (fs::path p = out.lexically_normal().parent_path(); !p.empty(); p = p.parent_path()) {
       std::error_code lec;
       const bool snapshot = fs::exists(p / state::kMetadataFileName, lec);
-      if (snapshot || holdsCheckpoint(p)) {
+      if (snapshot || state::holdsCompletedCheckpoint(p)) {
         std::cerr << "error: " << out.string() << " is inside " << p.string()
                   << (snapshot ? ", a snapshot" : ", a job's checkpoint directory")
                   << ", whose files a job, jobhost gc or savepoint -d deletes; choose a directory outside it "

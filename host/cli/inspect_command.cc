@@ -90,6 +90,8 @@ int inspectCommand(const std::string& path, bool json) {
     std::cerr << "error: " << r.status().message() << "\n";
     return exitCodeForSnapshotError(r.status());
   }
+  // A job directory whose newest chk-<n> cannot be read: say which one was shown instead.
+  if (r->skippedNewer) std::cerr << "warning: " << r->note << "\n";
   const auto& m = r->metadata;
   auto deps = dependencies(m);
   // Kafka sources' offsets per partition (a damaged position is a damaged snapshot).
@@ -299,6 +301,19 @@ int checkpointsCommand(const std::string& jobDirArg) {
     }
   }
   std::sort(chks.begin(), chks.end());
+  if (chks.empty() && !objectStore) {
+    // One level too high (state.checkpoints.dir itself): its subdirectories are jobs.
+    std::vector<std::string> jobs;
+    for (fs::directory_iterator it(jobDir, ec), end; !ec && it != end; it.increment(ec))
+      if (state::holdsCompletedCheckpoint(it->path())) jobs.push_back(it->path().filename().string());
+    std::sort(jobs.begin(), jobs.end());
+    if (!jobs.empty()) {
+      std::cerr << "error: " << fs::absolute(jobDir).string() << " holds the checkpoint directories of "
+                << jobs.size() << (jobs.size() == 1 ? " job" : " jobs") << ", not checkpoints: pass one of them, e.g. "
+                << shellCommand({"jobhost", "checkpoints", (fs::absolute(jobDir) / jobs.front()).string()}) << "\n";
+      return kExitUsage;
+    }
+  }
   if (chks.empty()) {
     std::cout << "no checkpoints in " << (objectStore ? jobDir : fs::absolute(jobDir).string()) << "\n";
     return kExitOk;

@@ -25,6 +25,7 @@ JobExecution::~JobExecution() {
   if (impl_->uploader.joinable()) impl_->uploader.join();
 }
 bool JobExecution::prepareFailedOnDependency() const { return impl_->prepareFailedOnDependency; }
+bool JobExecution::prepareFailedOnUsage() const { return impl_->prepareFailedOnUsage; }
 
 void JobExecution::start() {
   Impl& x = *impl_;

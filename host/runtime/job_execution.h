@@ -84,6 +84,9 @@ struct ExecutionResult {
   /// User code threw DependencyUnavailable (jobhost/errors.h): a database or broker did
   /// not answer; waited out and restarted without counting.
   bool dependencyUnavailable = false;
+  /// User code threw JobArgumentError (jobhost/errors.h): the job cannot run as configured
+  /// (exit 2), no restart can fix it.
+  bool usageError = false;
 };
 
 class JobExecution {
@@ -103,6 +106,9 @@ class JobExecution {
   /// After a failed prepare(): an operator's open() threw DependencyUnavailable (a
   /// database or broker did not answer); the status is Unavailable then.
   bool prepareFailedOnDependency() const;
+  /// After a failed prepare(): an operator's open() threw JobArgumentError (the job cannot
+  /// run as configured, e.g. its output directory is another job's); final, exit 2.
+  bool prepareFailedOnUsage() const;
   /// Starts the task threads.
   void start();
   /// Blocks until every task has ended.

@@ -59,6 +59,7 @@ struct PendingChannelState {
 
 struct JobExecution::Impl {
   bool prepareFailedOnDependency = false;  // prepare(): an operator's open() threw DependencyUnavailable
+  bool prepareFailedOnUsage = false;       // prepare(): an operator's open() threw JobArgumentError
   /// A triggered checkpoint that is not withdrawn. `aborted` is shared with the
   /// asynchronous parts (SnapshotRequest::aborted) and set when it is withdrawn.
   struct ActiveCheckpoint {
@@ -187,7 +188,7 @@ struct JobExecution::Impl {
   }
 
   void fail(const std::string& message, const std::string& op, const std::string& subtask, bool restore = false,
-            bool dependencyUnavailable = false) {
+            bool dependencyUnavailable = false, bool usage = false) {
     {
       std::lock_guard lock(resultMu);
       if (failed || cancelled.load()) return;
@@ -198,6 +199,7 @@ struct JobExecution::Impl {
       result.subtask = subtask;
       result.restoreFailure = restore;
       result.dependencyUnavailable = dependencyUnavailable;
+      result.usageError = usage;
     }
     cancelAll();
   }

@@ -394,9 +394,11 @@ Status JobExecution::prepare(const RestoreSource* source) {
       try {
         s.op->open(*s.ctx);
       } catch (...) {
-        bool unavailable = false;
+        bool unavailable = false, usage = false;
         try {
           throw;
+        } catch (const JobArgumentError&) {
+          usage = true;
         } catch (const DependencyUnavailable&) {
           unavailable = true;
         } catch (const UserCodeError& e) {
@@ -408,6 +410,10 @@ Status JobExecution::prepare(const RestoreSource* source) {
         if (unavailable) {
           x.prepareFailedOnDependency = true;
           return Status::Unavailable(msg);
+        }
+        if (usage) {
+          x.prepareFailedOnUsage = true;
+          return Status::InvalidArgument(msg);
         }
         return Status::IOError(msg);
       }

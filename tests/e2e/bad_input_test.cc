@@ -491,4 +491,26 @@ TEST_F(BadInput, AJobArgumentTheJobDoesNotReadIsNamedWithWhatItMeant) {
   expectHas("check -s late", r, "check needs -s <snapshot> before the plugin path");
 }
 
+// Two options that were accepted and then silently did nothing the user asked for: a
+// claim without a snapshot to claim, and an empty checkpoint directory (which meant the
+// default one, somewhere else). Each is one error, exit 2, before the job starts.
+TEST_F(BadInput, AClaimWithoutASnapshotAndAnEmptyCheckpointDirectoryAreRefused) {
+  Result r = failing("claim without -s", {"run", "--restore-mode", "claim", "-c", "WordCount", kPlugin, "--input", kWords}, 2);
+  expectHas("claim without -s", r, "--restore-mode claim applies to a restore from -s");
+  EXPECT_TRUE(r.out.empty()) << "the job ran:\n" << r.out;
+  r = failing("empty checkpoint dir", {"run", "-c", "WordCount", "-D", "state.checkpoints.dir=", kPlugin, "--input", kWords}, 2);
+  expectHas("empty checkpoint dir", r, "state.checkpoints.dir (from -D) is empty: name a directory");
+  EXPECT_TRUE(r.out.empty()) << "the job ran:\n" << r.out;
+  // Each still works as meant.
+  r = cli({"run", "--restore-mode", "no-claim", "-c", "WordCount", kPlugin, "--input", kWords}, kTimeout);
+  EXPECT_EQ(r.exitCode, 0) << r.err;
+}
+
+TEST_F(BadInput, AStateDumpLimitOfZeroIsOneShortLine) {
+  // CLI11's PositiveNumber printed the range up to DBL_MAX: 310 digits.
+  Result r = failing("--limit 0", {"state", "dump", "--limit", "0", "/nonexistent", "uid", "state"}, 2);
+  expectHas("--limit 0", r, "--limit: Value 0 not in range 1 to");
+  EXPECT_LT(r.err.size(), 200u) << r.err;
+}
+
 }  // namespace

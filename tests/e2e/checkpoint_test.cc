@@ -248,6 +248,12 @@ void Checkpoints::incrementalSharedFiles(const std::string& cls, const std::vect
   // Later checkpoints reuse earlier uploads: the newest depends on an older one.
   Result hist = cli({"checkpoints", jobDir.string()});
   EXPECT_NE(hist.out.find("incremental"), std::string::npos) << hist.out;
+  // One level too high (state.checkpoints.dir itself) said "no checkpoints": now it names
+  // the job directories there.
+  Result high = cli({"checkpoints", jobDir.parent_path().string()});
+  EXPECT_EQ(high.exitCode, 2) << high.out << high.err;
+  EXPECT_NE(high.err.find("holds the checkpoint directories of"), std::string::npos) << high.err;
+  EXPECT_NE(high.err.find("jobhost checkpoints " + jobDir.parent_path().string() + "/"), std::string::npos) << high.err;
   // Log: some checkpoint uploaded less than the total it references.
   EXPECT_NE(r.err.find("completed checkpoint"), std::string::npos);
 }
@@ -557,6 +563,52 @@ TEST_F(Checkpoints, AFullLocalDiskDuringARestoreIsRetriedAndTheJobRecoversWithEx
 // was a task failure for the restart strategy, so with restart-strategy none the job
 // ended (exit 1). Now it is waited out like a store outage: the attempt ends, the job
 // waits for space (not counted), restores the latest checkpoint and ends with exact counts.
+// Write access to the checkpoint directory lost while the job runs (a file system
+// remounted read-only after a disk error, an owner or mode changed) failed the attempt —
+// with tolerable-failed-checkpoints 0 at the first checkpoint — and rewound the job to a
+// checkpoint it then could not write either, where a full disk was waited out. Now both
+// are outages of the store: declined, not counted, and checkpoints resume once it is
+// writable again. (The job runs without CAP_DAC_OVERRIDE, so the mode bits hold for it
+// although the tests run as root; a read-only remount is refused while the job holds its
+// lock file open for writing.)
+TEST_F(Checkpoints, ACheckpointDirectoryThatBecomesReadOnlyIsWaitedOutNotCounted) {
+  if (std::system("/usr/bin/setpriv --bounding-set=-dac_override,-dac_read_search true 2>/dev/null") != 0)
+    GTEST_SKIP() << "setpriv (util-linux) cannot drop CAP_DAC_OVERRIDE here";
+  fs::path in = input(60);
+  const fs::path err = tmp / "ro.err";
+  auto before = jobDirs();
+  std::vector<std::string> args = {"run", "-c", "WordCount", "-D", "restart-strategy.type=none", "-D",
+                                   "execution.checkpointing.tolerable-failed-checkpoints=0"};
+  for (auto& f : ckFlags("100ms")) args.push_back(f);
+  args.insert(args.end(), {kPlugin, "--input", in.string(), "--rate", "300"});
+  std::vector<std::string> command = jobhost(args);
+  command.insert(command.begin(), {"/usr/bin/setpriv", "--bounding-set=-dac_override,-dac_read_search"});
+  Process p(command, tmp / "ro.out", err);
+  ASSERT_TRUE(waitForCheckpoint(p, 2)) << readFile(err);
+  fs::path jobDir;
+  for (const auto& d : jobDirs())
+    if (std::find(before.begin(), before.end(), d) == before.end()) jobDir = d;
+  ASSERT_FALSE(jobDir.empty()) << readFile(err);
+  fs::permissions(jobDir, fs::perms::owner_write | fs::perms::group_write | fs::perms::others_write,
+                  fs::perm_options::remove);
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (readFile(err).find("was declined (store unavailable)") == std::string::npos && p.running() &&
+         std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // a few more declined
+  const std::string during = readFile(err);
+  fs::permissions(jobDir, fs::perms::owner_write, fs::perm_options::add);
+  ASSERT_TRUE(p.running()) << "the job ended while its checkpoint directory was not writable:\n" << during;
+  Result r = p.wait(std::chrono::seconds(120));
+  EXPECT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_NE(during.find("was declined (store unavailable)"), std::string::npos) << during;
+  EXPECT_NE(during.find("Permission denied"), std::string::npos) << during;
+  EXPECT_EQ(r.err.find("tolerable-failed-checkpoints = 0"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("attempt 1 failed"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("answers again"), std::string::npos) << "checkpoints did not resume:\n" << r.err;
+  EXPECT_EQ(finalCounts(r.out), expectedCounts(readFile(in)));
+}
+
 TEST_F(Checkpoints, AFullLocalDiskWhileTheJobRunsIsWaitedOutNotCounted) {
   SmallFilesystem small(tmp / "local", "64m");
   if (!small.mounted) GTEST_SKIP() << "cannot mount a tmpfs here (needs root): no local disk to fill";

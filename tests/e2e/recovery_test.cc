@@ -209,6 +209,12 @@ TEST_F(Recovery, ARestoreFromAJobDirectoryWhoseNewestMetadataIsUnreadableUsesThe
   EXPECT_EQ(r.exitCode, 0) << r.out << r.err;
   EXPECT_TRUE(contains(r.err, "skipped the newer chk-" + std::to_string(newest))) << r.err;
   EXPECT_TRUE(contains(r.err, "cannot be read")) << r.err;
+  EXPECT_TRUE(contains(r.err, "warning using the latest complete checkpoint")) << "a skipped checkpoint is a warning:\n" << r.err;
+  Result shown = cli({"inspect", jobDir.string()});
+  EXPECT_EQ(shown.exitCode, 0) << shown.err;
+  EXPECT_TRUE(contains(shown.err, "warning: using the latest complete checkpoint in " + jobDir.string()))
+      << "inspect showed an older checkpoint than the newest without a word:\n" << shown.err;
+  EXPECT_TRUE(contains(shown.err, "skipped the newer chk-" + std::to_string(newest))) << shown.err;
   EXPECT_FALSE(contains(r.out + r.err, "using the latest complete checkpoint in " + jobDir.string() + ": chk-" +
                                            std::to_string(newest) + "\n"))
       << r.err;

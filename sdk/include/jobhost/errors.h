@@ -18,7 +18,9 @@
 namespace jobhost {
 
 /// A job argument or configuration value the job rejects. The host prints the message
-/// and exits with the usage exit code (2) instead of treating it as a job failure.
+/// and exits with the usage exit code (2) instead of treating it as a job failure: from
+/// build(), from an operator's open() (a sink whose output directory another job writes)
+/// or while the job runs, it is never retried.
 class JOBHOST_API JobArgumentError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
@@ -100,6 +102,8 @@ decltype(auto) callUser(const std::string& op, F&& f) {
     return f();
   } catch (const UserCodeError&) {
     throw;
+  } catch (const JobArgumentError&) {
+    throw;  // the job cannot run as configured: the host ends it with exit 2, not retried
   } catch (const DependencyUnavailable& e) {
     throw UserCodeError(op, e.what(), true);
   } catch (...) {

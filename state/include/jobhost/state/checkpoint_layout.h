@@ -23,6 +23,8 @@ namespace jobhost::state {
 
 inline constexpr char kSharedDirName[] = "shared";
 inline constexpr char kTaskOwnedDirName[] = "taskowned";
+/// The file whose presence makes a directory a snapshot (written last, durably).
+inline constexpr char kMetadataFileName[] = "_metadata";
 /// The job-directory lock file (see host/checkpoint/job_directory_lock.h).
 inline constexpr char kLockFileName[] = ".lock";
 
@@ -58,6 +60,21 @@ inline bool looksLikeJobDirectory(const std::filesystem::path& dir) {
     if ((name == kSharedDirName || parseCheckpointDirName(name)) && it->is_directory(kind)) return true;
   }
   return static_cast<bool>(ec);
+}
+
+/// Whether the local directory `dir` holds a completed checkpoint: a chk-<n>/ with its
+/// `_metadata` (one level deep). Stricter than looksLikeJobDirectory, for decisions that
+/// must not be taken on a shared/ or an empty chk-<n> alone; false when it cannot be
+/// listed.
+inline bool holdsCompletedCheckpoint(const std::filesystem::path& dir) {
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code exists;
+    if (parseCheckpointDirName(it->path().filename().string()) &&
+        std::filesystem::exists(it->path() / kMetadataFileName, exists))
+      return true;
+  }
+  return false;
 }
 
 }  // namespace jobhost::state

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "jobhost/operator.h"
+#include "jobhost/state/checkpoint_layout.h"  // kMetadataFileName
 #include "jobhost/state/keyed_backend.h"
 #include "jobhost/state/state_handle.h"
 #include "jobhost/state/status.h"
@@ -30,7 +31,6 @@ namespace jobhost::state {
 /// into older jobhost releases as before.
 inline constexpr uint32_t kMetadataFormatVersion = 2;
 inline constexpr uint32_t kMetadataFormatVersionWithoutChannelState = 1;
-inline constexpr char kMetadataFileName[] = "_metadata";
 
 enum class SnapshotKind { kCheckpoint, kSavepoint };
 

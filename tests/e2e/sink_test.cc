@@ -197,6 +197,25 @@ TEST_F(Sinks, ASecondJobGivenTheSameOutputDirectoryIsRefusedAndTheFirstWritesExa
   EXPECT_EQ(partsUnder(out).lines, expected) << "the next job's parts replaced some of the first's";
 }
 
+// The output directory removed under a job: every restore of its checkpoint failed to
+// commit the checkpoint's part file with "cannot commit part file (rename to …): No such
+// file or directory", restarting for ever without saying that the records are gone.
+TEST_F(Sinks, APartFileGoneFromTheOutputDirectorySaysItsRecordsAreLostAndHowToGoOn) {
+  fs::path in = input(20), out = tmp / "out";
+  Process p(jobhost(wordCount(in, out, {"--rate", "150"})), tmp / "o", tmp / "e");
+  ASSERT_TRUE(waitForCheckpoint(p, 3)) << readFile(tmp / "e");
+  p.killTree();
+  p.wait();
+  fs::remove_all(out);
+  std::vector<std::string> restore = wordCount(in, out);
+  restore.insert(restore.begin() + 1, {"-s", jobDirs().at(0).string(), "-D", "restart-strategy.type=none"});
+  Result r = cli(restore);
+  EXPECT_EQ(r.exitCode, 1) << r.err;
+  EXPECT_NE(r.err.find("its records are lost (was the output directory " + out.string() + " removed"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("restore with --allow-non-restored-state"), std::string::npos) << r.err;
+}
+
 TEST_F(Sinks, BucketsByEventHourAndRollingBySizeShapeThePartFiles) {
   // WindowedWordCount's results carry their window's end as timestamp: one event hour.
   fs::path out = tmp / "windows";

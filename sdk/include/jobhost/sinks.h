@@ -416,6 +416,12 @@ class FileSink : public TwoPhaseCommitSink<T, FileTransaction> {
       std::string from = absolute(p), to = absolute(committedName(p));
       if (::rename(from.c_str(), to.c_str()) != 0) {
         if (errno == ENOENT && ::access(to.c_str(), F_OK) == 0) continue;  // committed before a failure
+        if (errno == ENOENT)  // neither name: not a failure that a retry cures, say what is lost
+          throw std::runtime_error("the pre-committed part file " + from + " is gone and was never committed as " +
+                                   to + ": its records are lost (was the output directory " + dir_ +
+                                   " removed or cleaned while the job ran?). Every restore of this checkpoint "
+                                   "commits it again; to go on without it, give the sink a new uid in the job's "
+                                   "code and restore with --allow-non-restored-state, or start without -s");
         detail::throwErrno("cannot commit part file (rename to " + to + ")", from);
       }
       dirs.insert(parentOf(to));

@@ -174,8 +174,10 @@ TEST_F(Sinks, ACancelledJobLeavesOnlyPreCommittedPartsWhichItsRestoreCommits) {
 // not retried), naming the job that writes there; the first writes exactly; once it has
 // ended the directory is free again and a next job's parts follow the first's.
 TEST_F(Sinks, ASecondJobGivenTheSameOutputDirectoryIsRefusedAndTheFirstWritesExactly) {
-  fs::path in = input(20), out = tmp / "out";
-  Process first(jobhost(wordCount(in, out, {"--rate", "150"})), tmp / "o", tmp / "e");
+  // 560 lines at 100/s: the first job runs for 5-6 s, time for the second to start, load
+  // the plugin and reach its sink's open() on a busy machine (ctest -j2).
+  fs::path in = input(40), out = tmp / "out";
+  Process first(jobhost(wordCount(in, out, {"--rate", "100"})), tmp / "o", tmp / "e");
   ASSERT_TRUE(waitForCheckpoint(first, 2)) << readFile(tmp / "e");
   Result second = cli(wordCount(in, out));
   EXPECT_EQ(second.exitCode, 2) << second.err;
@@ -201,7 +203,7 @@ TEST_F(Sinks, ASecondJobGivenTheSameOutputDirectoryIsRefusedAndTheFirstWritesExa
 // commit the checkpoint's part file with "cannot commit part file (rename to …): No such
 // file or directory", restarting for ever without saying that the records are gone.
 TEST_F(Sinks, APartFileGoneFromTheOutputDirectorySaysItsRecordsAreLostAndHowToGoOn) {
-  fs::path in = input(20), out = tmp / "out";
+  fs::path in = input(40), out = tmp / "out";
   Process p(jobhost(wordCount(in, out, {"--rate", "150"})), tmp / "o", tmp / "e");
   ASSERT_TRUE(waitForCheckpoint(p, 3)) << readFile(tmp / "e");
   p.killTree();

@@ -163,7 +163,11 @@ KafkaHandle makeKafkaClient(rd_kafka_type_t type, const std::map<std::string, st
   rd_kafka_t* rk = rd_kafka_new(type, conf, err, sizeof err);
   if (rk == nullptr) {
     rd_kafka_conf_destroy(conf);
-    throw JobArgumentError(who + ": cannot create a Kafka client: " + err);
+    // Not a JobArgumentError (final, exit 2): rd_kafka_new also fails for passing reasons
+    // (no thread or descriptor left, a certificate file being replaced), and the exactly-
+    // once sink creates a producer at every checkpoint. A task failure: the restart
+    // strategy decides.
+    throw std::runtime_error(who + ": cannot create a Kafka client: " + err);
   }
   return KafkaHandle(rk);
 }

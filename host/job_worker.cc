@@ -186,6 +186,7 @@ int runWorker(const RunOptions& o, const WorkerParams& w) {
     co.tolerableFailures = setup.tolerableFailures;
     co.timeout = setup.checkpointTimeout;
     co.storageRootDescription = jobDir.string();
+    co.localStorage = !state::isObjectStoreUri(setup.checkpointDir);
     coordinator = std::make_unique<CheckpointCoordinator>(co, std::move(*registry), templ, w.firstCheckpointId);
     // The supervisor keeps the history across attempts: from here on every change goes to it.
     coordinator->setOnHistoryChange([&channel](const CheckpointRecord& r) {

@@ -296,7 +296,7 @@ void CheckpointCoordinator::decline(uint64_t id, CheckpointFailureReason reason,
     cleanUpAbortedLocked(id, {});
     return;
   }
-  abortLocked(id, failureReasonFor(reason, detail), detail.toString());
+  abortLocked(id, failureReasonFor(reason, detail, options_.localStorage), detail.toString());
 }
 
 void CheckpointCoordinator::setPublishDeadline(int64_t untilNanos, std::string why) {
@@ -460,7 +460,7 @@ void CheckpointCoordinator::finalizeLocked(Pending p) {
   }
   if (Status s = registry_.publish(dir, m); !s.ok()) {
     pending_ = std::move(p);  // abortLocked expects the pending checkpoint
-    abortLocked(pending_->id, failureReasonFor(CheckpointFailureReason::kFinalizeFailed, s),
+    abortLocked(pending_->id, failureReasonFor(CheckpointFailureReason::kFinalizeFailed, s, options_.localStorage),
                 "cannot write its metadata: " + s.toString());
     return;
   }

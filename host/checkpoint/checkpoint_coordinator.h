@@ -69,6 +69,9 @@ struct CoordinatorOptions {
   /// A checkpoint not complete after this long is aborted (execution.checkpointing.timeout).
   std::chrono::milliseconds timeout{std::chrono::minutes(10)};
   std::string storageRootDescription;  // for messages, e.g. /abs/checkpoints/<jobId>
+  /// The checkpoints go to a local file system: write access lost there while the job
+  /// runs is an outage (see failureReasonFor). On an object store a 403 is not.
+  bool localStorage = true;
   /// How many aborted checkpoint ids are remembered for their late parts' clean-up (a part
   /// reports late once its upload stopped); 1024 is over 15 minutes of aborts at a 1 s
   /// interval. Aborts during a store outage are kept apart until it ends, however many.

@@ -48,15 +48,17 @@ inline bool isStoreUnavailability(const state::Status& detail) {
 
 /// The reason of a checkpoint that failed at step `step` with `detail`: kStoreUnavailable
 /// when the store did not answer or the disk is full, whatever the step; else `step`.
-/// Write access lost while the job runs (PermissionDenied: EACCES, EPERM, EROFS — a file
-/// system remounted read-only after a disk error, a directory's owner changed) is waited
-/// out the same way: the job wrote there when it started, so it is an outage of the
-/// store, and failing the attempt would only rewind the job to a checkpoint it then
-/// cannot write either. (At the start of a run the same error is a configuration error,
-/// said at once: isStoreUnavailability does not include it.)
-inline CheckpointFailureReason failureReasonFor(CheckpointFailureReason step, const state::Status& detail) {
-  return isStoreUnavailability(detail) || detail.isPermissionDenied() ? CheckpointFailureReason::kStoreUnavailable
-                                                                      : step;
+/// On a local file system (`localStorage`), write access lost while the job runs
+/// (PermissionDenied: EACCES, EPERM, EROFS — a file system remounted read-only after a
+/// disk error, a directory's mode or owner changed) is waited out the same way: the job
+/// wrote there when it started, so it is an outage of the disk, and failing the attempt
+/// would only rewind the job to a checkpoint it then cannot write either. (At the start
+/// of a run the same error is said at once: isStoreUnavailability does not include it.)
+/// An object store's 403 stays a failure of its checkpoint: a policy, not an outage.
+inline CheckpointFailureReason failureReasonFor(CheckpointFailureReason step, const state::Status& detail,
+                                                bool localStorage) {
+  const bool lostWriteAccess = localStorage && detail.isPermissionDenied();
+  return isStoreUnavailability(detail) || lostWriteAccess ? CheckpointFailureReason::kStoreUnavailable : step;
 }
 
 /// Whether a checkpoint failing for `reason` counts as one of the consecutive failures

@@ -82,6 +82,24 @@ void syncDirectories(const fs::path& dir) {
   }
 }
 
+/// The errno of creating a file in `dir`, 0 if that works. An unnamed file (O_TMPFILE)
+/// where the file system has them, so that nothing is left behind whatever happens; a
+/// named one, removed at once, where it has not.
+int writeAccessErrno(const fs::path& dir) {
+  int fd = ::open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+  if (fd >= 0) {
+    ::close(fd);
+    return 0;
+  }
+  if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL) return errno;
+  const fs::path probe = dir / (".jobhost-write-probe-" + std::to_string(::getpid()));
+  fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return errno;
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return 0;
+}
+
 std::string describeSignal(int sig) {
   const char* n = sigabbrev_np(sig);
   std::string s = n ? std::string("SIG") + n : "signal " + std::to_string(sig);
@@ -162,6 +180,23 @@ int JobSupervisor::prepare() {
       return wait.interrupted() ? kExitInterrupted : kExitUsage;
     }
     jobLock_ = std::move(*lock);
+    // Write access lost while the job runs is an outage, waited out (checkpoint_failure.h);
+    // a directory the job cannot write to when it starts is a mistake to say at once. A
+    // job directory that exists already (--job-id, a restart of a container) is where
+    // creating the directories and the lock file above wrote nothing.
+    if (!state::isObjectStoreUri(setup_.checkpointDir)) {
+      for (const fs::path& d : {jobDir, jobDir / state::kSharedDirName, jobDir / state::kTaskOwnedDirName}) {
+        const int e = writeAccessErrno(d);
+        if (e == EACCES || e == EPERM || e == EROFS) {
+          std::cerr << "error: cannot write to the checkpoint directory " << d.string() << ": " << std::strerror(e)
+                    << " (give the user running jobhost write access to it, or set state.checkpoints.dir to a "
+                       "writable directory)\n";
+          return kExitUsage;
+        }
+        if (e != 0)  // a full disk, an I/O error: waited out at the first checkpoint that meets it
+          spdlog::warn("cannot write to the checkpoint directory {} now: {}", d.string(), std::strerror(e));
+      }
+    }
     jobDir_ = jobDir.string();
     jobLock_->onLeaseChange([this](const JobDirectoryLock::LeaseState& l) { onLease(l); });
   }

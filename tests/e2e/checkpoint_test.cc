@@ -609,6 +609,52 @@ TEST_F(Checkpoints, ACheckpointDirectoryThatBecomesReadOnlyIsWaitedOutNotCounted
   EXPECT_EQ(finalCounts(r.out), expectedCounts(readFile(in)));
 }
 
+// The same lost write access when the job starts is a mistake to say at once, not an
+// outage to wait out: on 5c45ef9 a job whose directory existed (a stable --job-id, as a
+// container restarts with) started, declined every checkpoint as "store unavailable" and
+// finished with exit 0 and no checkpoint. Now it ends at once with exit 2 naming the
+// directory, before the job runs, and the directory is as it was.
+TEST_F(Checkpoints, ACheckpointDirectoryNotWritableWhenTheJobStartsIsAnErrorAtOnce) {
+  if (std::system("/usr/bin/setpriv --bounding-set=-dac_override,-dac_read_search true 2>/dev/null") != 0)
+    GTEST_SKIP() << "setpriv (util-linux) cannot drop CAP_DAC_OVERRIDE here";
+  fs::path in = input(2);
+  auto command = [&](bool restore) {
+    std::vector<std::string> args = {"run", "-c", "WordCount", "--job-id", "read-only-start"};
+    if (restore) args.insert(args.end(), {"--restore", "latest"});
+    for (auto& f : ckFlags("100ms")) args.push_back(f);
+    args.insert(args.end(), {kPlugin, "--input", in.string(), "--rate", "100"});
+    std::vector<std::string> c = jobhost(args);
+    c.insert(c.begin(), {"/usr/bin/setpriv", "--bounding-set=-dac_override,-dac_read_search"});
+    return c;
+  };
+  Result first = run(command(false), tmp.path, std::chrono::seconds(60));
+  ASSERT_EQ(first.exitCode, 0) << first.err;
+  ASSERT_NE(first.err.find("completed checkpoint"), std::string::npos) << first.err;
+  const fs::path jobDir = ckdir() / "read-only-start";
+  ASSERT_TRUE(fs::is_directory(jobDir / "taskowned")) << first.err;
+  auto checkpoints = [&] {
+    auto sums = treeChecksums(jobDir);
+    sums.erase(".lock");  // names its last holder
+    return sums;
+  };
+  const auto before = checkpoints();
+  const auto noWrite = fs::perms::owner_write | fs::perms::group_write | fs::perms::others_write;
+  for (const fs::path& readOnly : {jobDir, jobDir / "taskowned"}) {
+    fs::permissions(readOnly, noWrite, fs::perm_options::remove);
+    Result r = run(command(true), tmp.path, std::chrono::seconds(60));
+    fs::permissions(readOnly, fs::perms::owner_write, fs::perm_options::add);
+    EXPECT_EQ(r.exitCode, 2) << r.err;
+    EXPECT_NE(r.err.find("error: cannot write to the checkpoint directory " + readOnly.string() + ": Permission denied"),
+              std::string::npos)
+        << r.err;
+    EXPECT_EQ(r.err.find("(WordCount) starting"), std::string::npos) << "the job ran:\n" << r.err;
+    EXPECT_EQ(checkpoints(), before) << "a refused start changed the job directory";
+  }
+  Result again = run(command(true), tmp.path, std::chrono::seconds(60));
+  EXPECT_EQ(again.exitCode, 0) << again.err;
+  EXPECT_NE(again.err.find("restoring " + (jobDir / "chk-").string()), std::string::npos) << again.err;
+}
+
 TEST_F(Checkpoints, AFullLocalDiskWhileTheJobRunsIsWaitedOutNotCounted) {
   SmallFilesystem small(tmp / "local", "64m");
   if (!small.mounted) GTEST_SKIP() << "cannot mount a tmpfs here (needs root): no local disk to fill";

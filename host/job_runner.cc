@@ -230,7 +230,7 @@ int runJob(const RunOptions& o) {
       std::cerr << "error: cannot restore from " << *from << ": " << snapshot.status().message() << "\n";
       return wait.interrupted() ? kExitInterrupted : exitCodeForSnapshotError(snapshot.status());
     }
-    if (!snapshot->note.empty()) spdlog::log(snapshot->skippedNewer ? spdlog::level::warn : spdlog::level::info, "{}", snapshot->note);
+    logResolution(*snapshot);
     PreflightInput in;
     in.metadata = &snapshot->metadata;
     in.storage = snapshot->storage.get();

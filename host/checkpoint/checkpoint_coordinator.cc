@@ -700,6 +700,10 @@ state::Result<ResolvedSnapshot> openSnapshot(const std::string& input) {
                                  "holds a _metadata file) or that _metadata file");
 }
 
+void logResolution(const ResolvedSnapshot& s) {
+  if (!s.note.empty()) spdlog::log(s.skippedNewer ? spdlog::level::warn : spdlog::level::info, "{}", s.note);
+}
+
 state::Result<ResolvedSnapshot> resolveSnapshot(const std::string& input) {
   if (state::isObjectStoreUri(input)) return resolveObjectStoreSnapshot(input, true);
   auto p = existingPath(input);

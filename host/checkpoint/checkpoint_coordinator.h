@@ -245,6 +245,8 @@ struct ResolvedSnapshot {
   bool skippedNewer = false;
 };
 state::Result<ResolvedSnapshot> resolveSnapshot(const std::string& path);
+/// Logs `s.note`, if any: a warning when newer checkpoints were passed over, else info.
+void logResolution(const ResolvedSnapshot& s);
 /// Like resolveSnapshot, but only an exact snapshot (a directory holding `_metadata`, or
 /// that file): never picks one out of a job directory.
 state::Result<ResolvedSnapshot> openSnapshot(const std::string& path);

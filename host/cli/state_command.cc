@@ -101,7 +101,7 @@ void noteUndecoded(const StateTexts& texts, const StateCommandOptions& o) {
 
 state::Result<ResolvedSnapshot> openForReading(const std::string& path) {
   auto r = resolveSnapshot(path);
-  if (r.ok() && !r->note.empty()) spdlog::log(r->skippedNewer ? spdlog::level::warn : spdlog::level::info, "{}", r->note);
+  if (r.ok()) logResolution(*r);
   return r;
 }
 

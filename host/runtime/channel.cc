@@ -104,8 +104,19 @@ size_t InputGate::capacityBytes() const {
   return capacity_;
 }
 
-bool InputGate::push(int channel, ChannelEvent event, TaskCounter* backPressured, bool noWait) {
+void InputGate::recycle(std::string&& buffer) {
+  if (buffer.capacity() == 0) return;
+  buffer.clear();
+  std::lock_guard lock(mu_);
+  if (spares_.size() < kMaxSpares) spares_.push_back(std::move(buffer));
+}
+
+bool InputGate::push(int channel, ChannelEvent event, TaskCounter* backPressured, bool noWait, std::string* spare) {
   std::unique_lock lock(mu_);
+  if (spare != nullptr && !spares_.empty()) {
+    spare->swap(spares_.back());
+    spares_.pop_back();
+  }
   const auto c = static_cast<size_t>(channel);
   // Barriers, watermarks, status and end markers never wait: they are tiny and must not
   // deadlock alignment.

@@ -117,8 +117,8 @@ class ExchangeWriterImpl : public ExchangeWriter {
     e.data.swap(buffers_[target]);
     // The receiver's buffer size, read once per buffer: it changes with debloating.
     limits_[target] = gates_[target]->bufferBytes();
-    buffers_[target].reserve(limits_[target] + 1024);
-    gates_[target]->push(channel_, std::move(e), &metrics_->backPressuredNanos, noWait);
+    gates_[target]->push(channel_, std::move(e), &metrics_->backPressuredNanos, noWait, &buffers_[target]);
+    buffers_[target].reserve(limits_[target] + 1024);  // a recycled buffer has room already
   }
   std::vector<InputGate*> gates_;
   int channel_;

@@ -390,6 +390,7 @@ void JobExecution::Impl::runInput(Task& t) {
             aligner.recording(ev->channel))
           t.pendingChannelState->channels[static_cast<size_t>(ev->channel)].push_back(ev->data);
         processData(t, *ev);
+        t.gate->recycle(std::move(ev->data));
         break;
       case ChannelEvent::kBarrier:
         onBarrierEvent(t, *ev);

@@ -1132,6 +1132,37 @@ TEST(InputGateTest, EventsArriveInOrderPerChannelTaggedWithTheirChannel) {
   EXPECT_FALSE(gate.tryNext({false, false}));
 }
 
+// A processed buffer goes back to the producers: the next push hands it out emptied,
+// with its memory, so a producer fills the same few buffers instead of a new one each time.
+TEST(InputGateTest, ABufferTheConsumerRecyclesIsHandedToTheNextProducerEmptyWithItsCapacity) {
+  InputGate gate(2, 1 << 20);
+  std::string big(32 * 1024, 'x');
+  ASSERT_TRUE(gate.push(0, data(big)));
+  auto e = gate.tryNext({false, false});
+  ASSERT_TRUE(e);
+  const char* memory = e->data.data();
+  const size_t capacity = e->data.capacity();
+  gate.recycle(std::move(e->data));
+  std::string spare;
+  ASSERT_TRUE(gate.push(1, data("y"), nullptr, false, &spare));
+  EXPECT_TRUE(spare.empty());
+  EXPECT_EQ(spare.capacity(), capacity);
+  EXPECT_EQ(spare.data(), memory) << "the consumer's buffer itself, not a copy";
+  std::string none;
+  ASSERT_TRUE(gate.push(1, data("z"), nullptr, false, &none));
+  EXPECT_EQ(none.capacity(), std::string().capacity()) << "one recycled buffer is handed out once";
+  // A bounded number are kept: recycling many leaves at most kMaxSpares to hand out.
+  for (int i = 0; i < 100; ++i) gate.recycle(std::string(1024, 'r'));
+  int handedOut = 0;
+  for (int i = 0; i < 100; ++i) {
+    std::string s;
+    ASSERT_TRUE(gate.push(0, data("w"), nullptr, false, &s));
+    if (s.capacity() >= 1024) ++handedOut;
+  }
+  EXPECT_GT(handedOut, 0);
+  EXPECT_LE(handedOut, 8);
+}
+
 TEST(InputGateTest, AnUnalignedBarrierOvertakesTheQueuedDataButNotAnEarlierBarrierAndCarriesACopy) {
   InputGate gate(2, 1 << 20);
   ASSERT_TRUE(gate.push(0, data("a")));

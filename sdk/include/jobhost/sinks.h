@@ -270,10 +270,16 @@ inline std::shared_ptr<OutputClaim> claimOutputDirectory(const std::string& dir,
   std::string key = std::filesystem::canonical(dir, ec).string();
   if (ec) key = dir;
   std::lock_guard lock(mu);
-  if (auto held = claims[key].lock()) {
-    if (held->uid == uid) return held;
-    throw JobArgumentError("the sinks '" + held->name + "' and '" + name + "' of this job both write to " + dir +
-                           ": each would replace the other's part files; give each sink its own output directory");
+  if (auto it = claims.find(key); it != claims.end()) {
+    auto held = it->second.lock();
+    if (!held) {
+      claims.erase(it);  // released since: forgotten
+    } else if (held->uid == uid) {
+      return held;
+    } else {
+      throw JobArgumentError("the sinks '" + held->name + "' and '" + name + "' of this job both write to " + dir +
+                             ": each would replace the other's part files; give each sink its own output directory");
+    }
   }
   auto claim = std::make_shared<OutputClaim>();
   claim->uid = uid;

@@ -164,6 +164,7 @@ int JobSupervisor::prepare() {
     fs::path jobDir = fs::path(setup_.checkpointDir) / jobId_;
     if (!state::isObjectStoreUri(setup_.checkpointDir)) {  // an object store has no directories to make
       std::error_code ec;
+      createdJobDir_ = !fs::exists(jobDir, ec);
       fs::create_directories(jobDir / state::kSharedDirName, ec);
       if (!ec) fs::create_directories(jobDir / state::kTaskOwnedDirName, ec);
       if (ec) {
@@ -676,6 +677,25 @@ void JobSupervisor::discardCheckpointsOnCancel() {
     spdlog::info("deleted the checkpoints of cancelled job {} (DELETE_ON_CANCELLATION)", jobId_);
 }
 
+void JobSupervisor::removeUnusedJobDirectory() {
+  const fs::path dir(jobDir_);
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const fs::path name = e.path().filename();
+    std::error_code ignored;
+    const bool emptySubdirectory = (name == state::kSharedDirName || name == state::kTaskOwnedDirName) &&
+                                   e.is_directory(ignored) && fs::is_empty(e.path(), ignored);
+    if (name != state::kLockFileName && !emptySubdirectory) return;  // written into: not ours to remove
+  }
+  if (ec) return;
+  fs::remove(dir / state::kSharedDirName, ec);
+  fs::remove(dir / state::kTaskOwnedDirName, ec);
+  jobLock_.reset();
+  fs::remove(dir / state::kLockFileName, ec);
+  fs::remove(dir, ec);  // only if empty
+  if (!ec) spdlog::debug("removed the unused job directory {}", jobDir_);
+}
+
 int JobSupervisor::run() {
   const std::string& className = setup_.className;
   bool checkpointing = !jobDir_.empty();
@@ -957,6 +977,7 @@ int JobSupervisor::run() {
   if (workDir_) workDir_->remove();
   if (checkpointing) {
     if (cancelled && setup_.deleteOnCancel) discardCheckpointsOnCancel();
+    else if (exitCode != kExitOk && createdJobDir_) removeUnusedJobDirectory();
     std::lock_guard lock(mu_);
     const bool checkpointsKept = !(cancelled && setup_.deleteOnCancel);
     if (!endSavepoint_.empty() && (!o_.jobId || !checkpointsKept))

@@ -112,6 +112,10 @@ class JobSupervisor : public JobControl {
   void onCheckpointRecord(const CheckpointRecord& r);  // called without mu_
   void disposeClaimedSnapshot();
   void discardCheckpointsOnCancel();
+  /// Removes the local job directory prepare() created if the run wrote nothing into it
+  /// (a job refused or failed before its first checkpoint): it would only be clutter
+  /// under state.checkpoints.dir. Anything else in it keeps it as it is.
+  void removeUnusedJobDirectory();
   void setState(JobState s);
   template <class Fill>
   void sendLocked(Fill fill);
@@ -138,6 +142,7 @@ class JobSupervisor : public JobControl {
   std::optional<ResolvedSnapshot> initial_;
   std::string jobId_;
   std::string jobDir_;  // empty when checkpointing is off
+  bool createdJobDir_ = false;  // prepare() made jobDir_ (local storage): it did not exist
   std::optional<JobDirectoryLock> jobLock_;
   std::optional<JobDirectoryLock> claimLock_;  // until the claimed snapshot is disposed of
   std::optional<JobWorkDirectory> workDir_;    // rocksdb only: <state.local.dir>/<jobId>

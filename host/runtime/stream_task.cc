@@ -432,7 +432,9 @@ void JobExecution::Impl::runTask(Task& t) {
     fail(e.what(), e.operatorName(), subtaskLabel(t), false, e.dependencyUnavailable());
   } catch (const DependencyUnavailable& e) {  // thrown outside callUser (a sink's commit)
     fail(e.what(), t.slots.empty() ? "" : t.slots.back().node->name, subtaskLabel(t), false, true);
-  } catch (const JobArgumentError& e) {  // callUser lets it through: final, exit 2
+  } catch (const OperatorArgumentError& e) {  // callUser names the operator: final, exit 2
+    fail(e.what(), e.operatorName(), subtaskLabel(t), false, false, true);
+  } catch (const JobArgumentError& e) {  // thrown outside callUser (a sink's commit): final, exit 2
     fail(e.what(), t.slots.empty() ? "" : t.slots.back().node->name, subtaskLabel(t), false, false, true);
   } catch (...) {
     // A std::exception, or anything else user code threw outside the SDK's callUser()

@@ -179,8 +179,10 @@ TEST_F(Sinks, ASecondJobGivenTheSameOutputDirectoryIsRefusedAndTheFirstWritesExa
   fs::path in = input(40), out = tmp / "out";
   Process first(jobhost(wordCount(in, out, {"--rate", "100"})), tmp / "o", tmp / "e");
   ASSERT_TRUE(waitForCheckpoint(first, 2)) << readFile(tmp / "e");
+  const auto jobsBefore = jobDirs();
   Result second = cli(wordCount(in, out));
   EXPECT_EQ(second.exitCode, 2) << second.err;
+  EXPECT_EQ(jobDirs(), jobsBefore) << "the refused job left its empty job directory behind";
   EXPECT_NE(second.err.find("is being written by another job"), std::string::npos) << second.err;
   EXPECT_NE(second.err.find("jobhost run pid " + std::to_string(first.pid())), std::string::npos) << second.err;
   EXPECT_NE(second.err.find("give each job its own output directory"), std::string::npos) << second.err;

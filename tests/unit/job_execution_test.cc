@@ -1094,6 +1094,31 @@ struct UidCase {
   std::string why;  // empty: valid; else part of the message
 };
 
+// A JobArgumentError thrown while the job runs ends it as a usage error (exit 2, not
+// retried) naming the operator that threw it. In a chain (source, two maps, a sink in
+// one task) the host named the chain's last operator, the sink, before callUser
+// annotated it (OperatorArgumentError).
+TEST_F(JobExecutionTest, AJobArgumentErrorWhileRunningNamesTheOperatorThatThrewItNotTheLastOfItsChain) {
+  StreamEnvironment env;
+  env.fromGenerator<std::string>(100, [](uint64_t i) { return std::to_string(i); })
+      .map([](const std::string& s) {
+        if (s == "42") throw JobArgumentError("the record 42 needs --allow-42");
+        return s;
+      })
+      .name("Check Records")
+      .map([](const std::string& s) { return s + "!"; })
+      .name("Exclaim")
+      .addSink([](const std::string&) {});
+  JobExecution exec(env.takePlan(), config(1), nullptr);
+  ASSERT_TRUE(exec.prepare(nullptr).ok());
+  exec.start();
+  ExecutionResult r = exec.wait();
+  EXPECT_EQ(r.kind, ExecutionResult::kFailed) << r.message;
+  EXPECT_TRUE(r.usageError) << r.message;
+  EXPECT_EQ(r.operatorName, "Check Records") << r.message;
+  EXPECT_EQ(r.message, "the record 42 needs --allow-42");
+}
+
 TEST(OperatorUidTest, OnlyPlainPathComponentsOfSafeCharactersAreValidUids) {
   const std::vector<UidCase> cases = {
       {"counts", ""},

@@ -66,6 +66,20 @@ class JOBHOST_API UserCodeError : public std::runtime_error {
   bool unavailable_ = false;
 };
 
+/// A JobArgumentError from user code while the job runs, annotated by the SDK with the
+/// operator it came from (as UserCodeError is for the others), so that the host names
+/// that operator and not the last one of its task's chain. Still a JobArgumentError:
+/// exit 2, never retried.
+class JOBHOST_API OperatorArgumentError : public JobArgumentError {
+ public:
+  OperatorArgumentError(std::string operatorName, const std::string& message)
+      : JobArgumentError(message), operator_(std::move(operatorName)) {}
+  const std::string& operatorName() const { return operator_; }
+
+ private:
+  std::string operator_;
+};
+
 /// Describes the exception being handled; call it only inside a catch block. A
 /// std::exception gives its what(); a thrown C string, std::string or integer its value
 /// ("int 42, not a std::exception"); anything else the thrown type's name.
@@ -102,8 +116,11 @@ decltype(auto) callUser(const std::string& op, F&& f) {
     return f();
   } catch (const UserCodeError&) {
     throw;
-  } catch (const JobArgumentError&) {
-    throw;  // the job cannot run as configured: the host ends it with exit 2, not retried
+  } catch (const OperatorArgumentError&) {
+    throw;  // from an operator called by this one: named already
+  } catch (const JobArgumentError& e) {
+    // The job cannot run as configured: the host ends it with exit 2, not retried.
+    throw OperatorArgumentError(op, e.what());
   } catch (const DependencyUnavailable& e) {
     throw UserCodeError(op, e.what(), true);
   } catch (...) {

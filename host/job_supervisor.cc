@@ -91,7 +91,8 @@ int writeAccessErrno(const fs::path& dir) {
     ::close(fd);
     return 0;
   }
-  if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL) return errno;
+  // Any error (no O_TMPFILE on this file system, a security policy that treats it apart)
+  // is confirmed with the file a checkpoint would write: a named one.
   const fs::path probe = dir / (".jobhost-write-probe-" + std::to_string(::getpid()));
   fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) return errno;
@@ -186,7 +187,7 @@ int JobSupervisor::prepare() {
     // job directory that exists already (--job-id, a restart of a container) is where
     // creating the directories and the lock file above wrote nothing.
     if (!state::isObjectStoreUri(setup_.checkpointDir)) {
-      for (const fs::path& d : {jobDir, jobDir / state::kSharedDirName, jobDir / state::kTaskOwnedDirName}) {
+      for (const fs::path& d : {jobDir, jobDir / state::kSharedDirName}) {  // taskowned/ is reserved: unwritten
         const int e = writeAccessErrno(d);
         if (e == EACCES || e == EPERM || e == EROFS) {
           std::cerr << "error: cannot write to the checkpoint directory " << d.string() << ": " << std::strerror(e)
@@ -655,15 +656,20 @@ void JobSupervisor::discardCheckpointsOnCancel() {
     if (state::isObjectStoreUri(jobDir_)) {
       jobLock_.reset();  // deletes the lease object; an object store has no directories left over
     } else {
-    for (const auto& e : fs::directory_iterator(dir, ec))
-      if (e.is_directory(ec) && (e.path().filename() == state::kSharedDirName ||
-                                 e.path().filename() == state::kTaskOwnedDirName ||
-                                 state::parseCheckpointDirName(e.path().filename().string())))
-        fs::remove(e.path(), ec);  // only if empty
-    jobLock_.reset();
+    std::vector<fs::path> leftOver;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+      std::error_code ignored;
+      if (it->is_directory(ignored) && (it->path().filename() == state::kSharedDirName ||
+                                        it->path().filename() == state::kTaskOwnedDirName ||
+                                        state::parseCheckpointDirName(it->path().filename().string())))
+        leftOver.push_back(it->path());
+    }
+    for (const auto& d : leftOver) fs::remove(d, ec);  // only if empty
+    // The lock file goes while the lock is still held (see removeUnusedJobDirectory).
     fs::remove(dir / state::kLockFileName, ec);
     ec.clear();
     fs::remove(dir, ec);  // only if empty
+    jobLock_.reset();
     if (ec == std::errc::directory_not_empty) {
       spdlog::info("kept {}: it holds files that are not checkpoints", jobDir_);
       ec.clear();
@@ -680,19 +686,21 @@ void JobSupervisor::discardCheckpointsOnCancel() {
 void JobSupervisor::removeUnusedJobDirectory() {
   const fs::path dir(jobDir_);
   std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    const fs::path name = e.path().filename();
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const fs::path name = it->path().filename();
     std::error_code ignored;
     const bool emptySubdirectory = (name == state::kSharedDirName || name == state::kTaskOwnedDirName) &&
-                                   e.is_directory(ignored) && fs::is_empty(e.path(), ignored);
+                                   it->is_directory(ignored) && fs::is_empty(it->path(), ignored);
     if (name != state::kLockFileName && !emptySubdirectory) return;  // written into: not ours to remove
   }
   if (ec) return;
   fs::remove(dir / state::kSharedDirName, ec);
   fs::remove(dir / state::kTaskOwnedDirName, ec);
-  jobLock_.reset();
+  // The lock file goes while this run still holds it (JobDirectoryLock::acquire checks that
+  // the file it locked is still the one the path names), then the lock.
   fs::remove(dir / state::kLockFileName, ec);
   fs::remove(dir, ec);  // only if empty
+  jobLock_.reset();
   if (!ec) spdlog::debug("removed the unused job directory {}", jobDir_);
 }
 

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <spdlog/spdlog.h>
@@ -372,18 +373,31 @@ state::Result<JobDirectoryLock> JobDirectoryLock::acquire(const std::string& dir
     return acquireLease(std::move(*storage), dir, me, heldBy);
   }
   std::string path = lockPath(dir);
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-  if (fd < 0) return state::fromErrno("cannot open the lock file " + path, errno);
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    int err = errno;
-    if (err == EWOULDBLOCK) {
-      auto h = readHolder(fd);
+  int fd = -1;
+  // A holder that removes the directory it leaves (DELETE_ON_CANCELLATION, a run that
+  // wrote nothing) unlinks the lock file while it still holds it: whoever opened the file
+  // before that may get the lock of the unlinked file once it is released. That lock
+  // counts only if the path still names the locked file; else open it again.
+  for (int attempt = 0;; ++attempt) {
+    fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0) return state::fromErrno("cannot open the lock file " + path, errno);
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      int err = errno;
+      if (err == EWOULDBLOCK) {
+        auto h = readHolder(fd);
+        ::close(fd);
+        if (heldBy) *heldBy = h;
+        return state::Status::InvalidArgument(heldMessage(dir, h));
+      }
       ::close(fd);
-      if (heldBy) *heldBy = h;
-      return state::Status::InvalidArgument(heldMessage(dir, h));
+      return state::fromErrno("cannot lock " + path, err);
     }
+    struct stat locked {}, named {};
+    if (::fstat(fd, &locked) == 0 && ::stat(path.c_str(), &named) == 0 && locked.st_dev == named.st_dev &&
+        locked.st_ino == named.st_ino)
+      break;
     ::close(fd);
-    return state::fromErrno("cannot lock " + path, err);
+    if (attempt == 100) return state::Status::IOError("cannot lock " + path + ": it is removed and created again all the time");
   }
   std::string text = "pid " + std::to_string(::getpid()) + "\n";
   if (!me.jobId.empty()) text += "job " + me.jobId + "\n";

@@ -105,7 +105,8 @@ size_t InputGate::capacityBytes() const {
 }
 
 void InputGate::recycle(std::string&& buffer) {
-  if (buffer.capacity() == 0) return;
+  // One grown by a record larger than a buffer is freed: kept, it would go round for ever.
+  if (buffer.capacity() == 0 || buffer.capacity() > 2 * kMaxBufferBytes + 1024) return;
   buffer.clear();
   std::lock_guard lock(mu_);
   if (spares_.size() < kMaxSpares) spares_.push_back(std::move(buffer));

@@ -631,7 +631,7 @@ TEST_F(Checkpoints, ACheckpointDirectoryNotWritableWhenTheJobStartsIsAnErrorAtOn
   ASSERT_EQ(first.exitCode, 0) << first.err;
   ASSERT_NE(first.err.find("completed checkpoint"), std::string::npos) << first.err;
   const fs::path jobDir = ckdir() / "read-only-start";
-  ASSERT_TRUE(fs::is_directory(jobDir / "taskowned")) << first.err;
+  ASSERT_TRUE(fs::is_directory(jobDir / "shared")) << first.err;
   auto checkpoints = [&] {
     auto sums = treeChecksums(jobDir);
     sums.erase(".lock");  // names its last holder
@@ -639,7 +639,7 @@ TEST_F(Checkpoints, ACheckpointDirectoryNotWritableWhenTheJobStartsIsAnErrorAtOn
   };
   const auto before = checkpoints();
   const auto noWrite = fs::perms::owner_write | fs::perms::group_write | fs::perms::others_write;
-  for (const fs::path& readOnly : {jobDir, jobDir / "taskowned"}) {
+  for (const fs::path& readOnly : {jobDir, jobDir / "shared"}) {
     fs::permissions(readOnly, noWrite, fs::perm_options::remove);
     Result r = run(command(true), tmp.path, std::chrono::seconds(60));
     fs::permissions(readOnly, fs::perms::owner_write, fs::perm_options::add);

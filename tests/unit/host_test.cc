@@ -1161,6 +1161,11 @@ TEST(InputGateTest, ABufferTheConsumerRecyclesIsHandedToTheNextProducerEmptyWith
   }
   EXPECT_GT(handedOut, 0);
   EXPECT_LE(handedOut, 8);
+  // One grown by an outsized record is freed, not kept going round.
+  gate.recycle(std::string(10 * 1024 * 1024, 'b'));
+  std::string after;
+  ASSERT_TRUE(gate.push(0, data("v"), nullptr, false, &after));
+  EXPECT_LT(after.capacity(), size_t{1024 * 1024});
 }
 
 TEST(InputGateTest, AnUnalignedBarrierOvertakesTheQueuedDataButNotAnEarlierBarrierAndCarriesACopy) {

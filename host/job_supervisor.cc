@@ -121,6 +121,10 @@ JobSupervisor::JobSupervisor(const RunOptions& options, JobSetup& setup, std::un
       ready_(DetachHandshake::fromEnvironment()) {}
 
 JobSupervisor::~JobSupervisor() {
+  // Prepared but never run (prepare() failed after making the job directory, or the
+  // health port was taken): the directory it made goes as after a failed run.
+  if (!ran_ && createdJobDir_ && jobLock_ && !jobDir_.empty() && !state::isObjectStoreUri(jobDir_))
+    removeUnusedJobDirectory();
   // The lease's renewing thread calls onLease() (mu_, info_, the worker channel): stop it
   // before the members it touches are destroyed (mu_ is declared after jobLock_).
   jobLock_.reset();
@@ -705,6 +709,7 @@ void JobSupervisor::removeUnusedJobDirectory() {
 }
 
 int JobSupervisor::run() {
+  ran_ = true;
   const std::string& className = setup_.className;
   bool checkpointing = !jobDir_.empty();
   spdlog::info("job {} ({}) starting: backend {}{}, parallelism {}, checkpoints {}", jobId_, className,

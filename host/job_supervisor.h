@@ -143,6 +143,7 @@ class JobSupervisor : public JobControl {
   std::string jobId_;
   std::string jobDir_;  // empty when checkpointing is off
   bool createdJobDir_ = false;  // prepare() made jobDir_ (local storage): it did not exist
+  bool ran_ = false;            // run() was called (it removes an unused jobDir_ itself)
   std::optional<JobDirectoryLock> jobLock_;
   std::optional<JobDirectoryLock> claimLock_;  // until the claimed snapshot is disposed of
   std::optional<JobWorkDirectory> workDir_;    // rocksdb only: <state.local.dir>/<jobId>

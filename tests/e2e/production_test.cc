@@ -199,12 +199,16 @@ TEST_F(Production, ReadyzFailsOnceTheNewestCheckpointIsOlderThanTheConfiguredAge
 TEST_F(Production, AHealthPortInUseIsOneErrorWithExitCode2) {
   int port = 0;
   int fd = listenOnLoopback(&port);
-  Result r = cli({"run", "-c", "WordCount", "--health-port", std::to_string(port), "--health-address", "127.0.0.1",
-                  kPlugin, "--input", kWords});
+  std::vector<std::string> args = {"run", "-c", "WordCount", "--health-port", std::to_string(port), "--health-address",
+                                   "127.0.0.1"};
+  for (auto& f : ckFlags("1s")) args.push_back(f);
+  args.insert(args.end(), {kPlugin, "--input", kWords});
+  Result r = cli(args);
   close(fd);
   EXPECT_EQ(r.exitCode, 2) << r.err;
   EXPECT_NE(r.err.find("--health-port"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("in use"), std::string::npos) << r.err;
+  EXPECT_TRUE(jobDirs().empty()) << "the refused run left its empty job directory " << jobDirs().front();
 }
 
 // --- JSON logs ------------------------------------------------------------------------

@@ -123,8 +123,7 @@ JobSupervisor::JobSupervisor(const RunOptions& options, JobSetup& setup, std::un
 JobSupervisor::~JobSupervisor() {
   // Prepared but never run (prepare() failed after making the job directory, or the
   // health port was taken): the directory it made goes as after a failed run.
-  if (!ran_ && createdJobDir_ && jobLock_ && !jobDir_.empty() && !state::isObjectStoreUri(jobDir_))
-    removeUnusedJobDirectory();
+  if (!ran_) removeUnusedJobDirectory();
   // The lease's renewing thread calls onLease() (mu_, info_, the worker channel): stop it
   // before the members it touches are destroyed (mu_ is declared after jobLock_).
   jobLock_.reset();
@@ -656,28 +655,14 @@ void JobSupervisor::discardCheckpointsOnCancel() {
     // What is left are empty directories and the lock file; anything else (a savepoint a
     // user took into this directory, say) is not a checkpoint and stays, and so does the
     // directory then.
-    fs::path dir(jobDir_);
     if (state::isObjectStoreUri(jobDir_)) {
       jobLock_.reset();  // deletes the lease object; an object store has no directories left over
     } else {
-    std::vector<fs::path> leftOver;
-    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-      std::error_code ignored;
-      if (it->is_directory(ignored) && (it->path().filename() == state::kSharedDirName ||
-                                        it->path().filename() == state::kTaskOwnedDirName ||
-                                        state::parseCheckpointDirName(it->path().filename().string())))
-        leftOver.push_back(it->path());
-    }
-    for (const auto& d : leftOver) fs::remove(d, ec);  // only if empty
-    // The lock file goes while the lock is still held (see removeUnusedJobDirectory).
-    fs::remove(dir / state::kLockFileName, ec);
-    ec.clear();
-    fs::remove(dir, ec);  // only if empty
-    jobLock_.reset();
-    if (ec == std::errc::directory_not_empty) {
-      spdlog::info("kept {}: it holds files that are not checkpoints", jobDir_);
-      ec.clear();
-    }
+      ec = removeJobDirectoryLayout();
+      if (ec == std::errc::directory_not_empty) {
+        spdlog::info("kept {}: it holds files that are not checkpoints", jobDir_);
+        ec.clear();
+      }
     }
   }
   if (!s.ok() || ec)
@@ -687,25 +672,38 @@ void JobSupervisor::discardCheckpointsOnCancel() {
     spdlog::info("deleted the checkpoints of cancelled job {} (DELETE_ON_CANCELLATION)", jobId_);
 }
 
-void JobSupervisor::removeUnusedJobDirectory() {
+std::error_code JobSupervisor::removeJobDirectoryLayout() {
   const fs::path dir(jobDir_);
   std::error_code ec;
+  std::vector<fs::path> layout;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    std::error_code ignored;
+    if (it->is_directory(ignored) &&
+        (name == state::kSharedDirName || name == state::kTaskOwnedDirName || state::parseCheckpointDirName(name)))
+      layout.push_back(it->path());
+  }
+  for (const auto& d : layout) fs::remove(d, ec);  // only if empty
+  // The lock file goes while this run still holds the lock (JobDirectoryLock::acquire
+  // counts a lock only if the path still names the locked file), then the lock.
+  fs::remove(dir / state::kLockFileName, ec);
+  ec.clear();
+  fs::remove(dir, ec);  // only if empty
+  jobLock_.reset();
+  return ec;
+}
+
+void JobSupervisor::removeUnusedJobDirectory() {
+  if (!createdJobDir_ || jobDir_.empty() || !jobLock_) return;  // not made by this run, or not held
+  std::error_code ec;
+  for (fs::directory_iterator it(fs::path(jobDir_), ec), end; !ec && it != end; it.increment(ec)) {
     const fs::path name = it->path().filename();
     std::error_code ignored;
     const bool emptySubdirectory = (name == state::kSharedDirName || name == state::kTaskOwnedDirName) &&
                                    it->is_directory(ignored) && fs::is_empty(it->path(), ignored);
     if (name != state::kLockFileName && !emptySubdirectory) return;  // written into: not ours to remove
   }
-  if (ec) return;
-  fs::remove(dir / state::kSharedDirName, ec);
-  fs::remove(dir / state::kTaskOwnedDirName, ec);
-  // The lock file goes while this run still holds it (JobDirectoryLock::acquire checks that
-  // the file it locked is still the one the path names), then the lock.
-  fs::remove(dir / state::kLockFileName, ec);
-  fs::remove(dir, ec);  // only if empty
-  jobLock_.reset();
-  if (!ec) spdlog::debug("removed the unused job directory {}", jobDir_);
+  if (!ec && !removeJobDirectoryLayout()) spdlog::debug("removed the unused job directory {}", jobDir_);
 }
 
 int JobSupervisor::run() {
@@ -990,7 +988,7 @@ int JobSupervisor::run() {
   if (workDir_) workDir_->remove();
   if (checkpointing) {
     if (cancelled && setup_.deleteOnCancel) discardCheckpointsOnCancel();
-    else if (exitCode != kExitOk && createdJobDir_) removeUnusedJobDirectory();
+    else if (exitCode != kExitOk) removeUnusedJobDirectory();
     std::lock_guard lock(mu_);
     const bool checkpointsKept = !(cancelled && setup_.deleteOnCancel);
     if (!endSavepoint_.empty() && (!o_.jobId || !checkpointsKept))

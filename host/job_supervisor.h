@@ -116,6 +116,11 @@ class JobSupervisor : public JobControl {
   /// (a job refused or failed before its first checkpoint): it would only be clutter
   /// under state.checkpoints.dir. Anything else in it keeps it as it is.
   void removeUnusedJobDirectory();
+  /// What both removals share: the empty layout directories of the local job directory
+  /// (shared/, taskowned/, chk-<n>), then, while the lock is still held, the lock file
+  /// and the directory if it is empty; then the lock. The error of removing the directory
+  /// (directory_not_empty: something else is in it).
+  std::error_code removeJobDirectoryLayout();
   void setState(JobState s);
   template <class Fill>
   void sendLocked(Fill fill);

@@ -423,6 +423,60 @@ TEST_P(WindowCases, SlidingWindowsEqualAReference) {
   EXPECT_EQ(out->get(), referenceWindows(*events, 900, 300));
 }
 
+TEST_P(WindowCases, ACheckpointOfSlidingWindowsHoldsOneFiringTimerPerKeyAndPaneNotOnePerWindow) {
+  // Sliding windows of 600 ms every 200 ms: a pane of 200 ms is in three windows. A
+  // window registers its firing timer when the one before it fires, so a checkpoint
+  // taken before anything fired holds, per key, one firing timer for each pane with
+  // records (the first window holding the pane ends with it), not one per window: fewer
+  // timers to write and delete again (NexmarkQ5). The windows all fire, after a restore
+  // too (SlidingWindowsEqualAReference, the RescaleCases).
+  auto events = std::make_shared<const std::vector<Event>>(shuffledEvents(3000, 17, 5, 300, 7));
+  const size_t half = events->size() / 2;
+  auto flags = std::make_shared<Flags>();
+  auto out = std::make_shared<Collected>();
+  StreamEnvironment env;
+  auto w = eventSource(env, events, half, flags, "never", "half")
+               .keyBy(keyOf)
+               .window(SlidingEventTimeWindows::of(600ms, 200ms))
+               .aggregate(CountAndSum{}, WithWindow{});
+  w.uid("sliding");
+  collectInto(w, out);
+  auto m = runAndCheckpoint(env.takePlan(), config(GetParam().parallelism, GetParam().backend, 0),
+                            [&] { return flags->up("half"); }, 1);
+  EXPECT_EQ(out->size(), 0u) << "no watermark: nothing fired";
+  const state::OperatorSnapshot* op = m.findOperator("sliding");
+  ASSERT_NE(op, nullptr);
+  state::BackendOptions o;
+  o.operatorUid = "sliding";
+  o.range = {0, m.maxParallelism - 1};
+  auto backend = state::createHeapBackend(o);
+  ASSERT_TRUE(backend.ok());
+  state::RestoreInput in;
+  in.storage = storage_.get();
+  in.states = op->states;
+  for (const auto& st : op->subtasks) in.handles.push_back(st.keyed);
+  state::Status s = (*backend)->restore(in);
+  ASSERT_TRUE(s.ok()) << s;
+  int timers = -1;
+  const auto restored = (*backend)->states();
+  for (size_t i = 0; i < restored.size(); ++i)
+    if (restored[i].name.rfind("_timer_state/event", 0) == 0) timers = static_cast<int>(i);
+  ASSERT_GE(timers, 0);
+  std::set<std::pair<std::string, int64_t>> got, want;
+  (*backend)->forEachEntry(timers, [&](int, std::string_view key, std::string_view userKey, std::string_view) {
+    int64_t time = 0;
+    std::string_view ns;
+    ASSERT_TRUE(detail::decodeTimer(userKey, &time, &ns));
+    got.emplace(deserialize<std::string>(key), time);
+  });
+  for (size_t i = 0; i < half; ++i) {
+    const int64_t ts = std::get<0>((*events)[i]);
+    want.emplace(std::get<1>((*events)[i]), ts - ts % 200 + 199);
+  }
+  EXPECT_EQ(got.size(), want.size());
+  EXPECT_EQ(got, want);
+}
+
 TEST_P(WindowCases, EveryMiniBatchSizeGivesTheWindowsOfFoldingRecordByRecord) {
   // pipeline.window.mini-batch.size: 0 folds every record into state, 1 writes the batch
   // at almost every record, 5 often, 16384 only before watermarks and at the end.

@@ -4,7 +4,7 @@
 // State, per key: "window-contents", a MapState from the window to its contents — an
 // accumulator (reduce, aggregate) or the list of elements (process; appended without
 // reading) — and the timers "_timer_state/…" with the window as namespace: one at the
-// window's end (fire) and, with allowed lateness, one at end + lateness (clean up).
+// window's end (fire; overlapping windows register it lazily, chainsFiringTimers()) and, with allowed lateness, one at end + lateness (clean up).
 // Session windows need no other state: a key's open windows are the keys of its
 // window-contents, and a new element's window merges with every one it overlaps.
 //
@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -267,7 +268,13 @@ class WindowOp : public NamedOp, public Collector<T> {
           // The watermark is before w's end: registers its timers. Also when its state
           // existed: it may have fired before a restore (the watermark starts over), or
           // have been restored with another allowed lateness (another clean-up time).
-          onElementTrigger(w);
+          // Only the pane's first window gets its firing timer now; each later one gets
+          // it when the window before it fires (chainsFiringTimers()).
+          if (start == first) {
+            onElementTrigger(w);
+          } else if (cleanupTime(w) != kMaxWatermark && cleanupTime(w) != w.maxTimestamp()) {
+            registerTimer(w, cleanupTime(w));
+          }
         }
       }
       if (flushGroup >= 0) ctx_->setCurrentKeyAndGroup(flushGroup, flushKey_);
@@ -339,7 +346,10 @@ class WindowOp : public NamedOp, public Collector<T> {
   void onTimer(int64_t time, std::string_view ns) {
     TimeWindow w = deserialize<TimeWindow>(ns);
     windowKey_.assign(ns.data(), ns.size());
-    if (time == w.maxTimestamp()) emitWindow(w);
+    if (time == w.maxTimestamp()) {
+      emitWindow(w);
+      if (chainsFiringTimers()) registerNextFiring(w);
+    }
     if (time == cleanupTime(w)) {
       encodeWindow(w);
       state_->mapRemove(contents_, windowKey_);
@@ -354,6 +364,32 @@ class WindowOp : public NamedOp, public Collector<T> {
         }
       }
     }
+  }
+
+  /// Overlapping event-time windows (sliding, slide < size) register a window's firing
+  /// timer lazily, as Flink's SlicingWindowOperator does (nextTriggerWindow): a flush of
+  /// the mini-batch registers the one of each pane's first window, and a window that
+  /// fires registers the one of the next window (a slide later) if that has contents.
+  /// Every window with contents is reached: the windows of a pane are consecutive and
+  /// all hold it. A key then has about one firing timer pending instead of size/slide,
+  /// each pending for one slide instead of the window's size, so far fewer reach the
+  /// backend (a third of NexmarkQ5's time, docs/benchmarks.md). Always on for these
+  /// assigners, mini-batch or not: a snapshot taken with the batch on holds only these
+  /// timers, and must fire every window after a restore with the batch off. Snapshots
+  /// holding every window's timer (older ones, records written without the batch)
+  /// fire the same: registering a timer that exists changes nothing.
+  bool chainsFiringTimers() const {
+    return o_.assigner.isEventTime() && !o_.assigner.isMerging() && o_.assigner.slideMs() < o_.assigner.sizeMs();
+  }
+  /// `w` fired: registers the firing timer of the window a slide later, if it has
+  /// contents. Leaves windowKey_ encoding that window.
+  void registerNextFiring(const TimeWindow& w) {
+    const int64_t slide = o_.assigner.slideMs();
+    if (w.end > std::numeric_limits<int64_t>::max() - slide) return;
+    const TimeWindow next{w.start + slide, w.end + slide};
+    encodeWindow(next);
+    if (std::string_view got; !state_->mapGet(contents_, windowKey_, &got)) return;
+    registerTimer(next, next.maxTimestamp());
   }
 
   /// Emits the result of the window in windowKey_, if it has contents.

@@ -283,7 +283,8 @@ int main(int argc, char** argv) {
       "  jobhost savepoint 3f2a --format native          # into the job's state.savepoints.dir\n"
       "  jobhost savepoint -d /savepoints/savepoint-3f2a9c-0b1d2e3f4a5b\n\n"
       "Exit codes:\n  0  done\n  1  the savepoint failed (the job keeps running) or cannot be removed\n"
-      "  2  bad arguments, unknown job id, or -d given something that is not a savepoint\n");
+      "  2  bad arguments, unknown job id, no target directory and no state.savepoints.dir, or -d given\n"
+      "     something that is not a savepoint\n");
 
   std::string cancelJob;
   std::vector<std::string> cancelSavepoint;
@@ -299,7 +300,7 @@ int main(int argc, char** argv) {
       "  jobhost cancel -s /savepoints 3f2a              # prints: Cancelled job <id>. Savepoint stored in <path>.\n"
       "  jobhost cancel -s 3f2a                          # savepoint into the job's state.savepoints.dir\n\n"
       "Exit codes:\n  0  cancelled\n  1  the savepoint or the cancel failed (the job keeps running)\n"
-      "  2  bad arguments or unknown job id\n");
+      "  2  bad arguments, unknown job id, or -s without a directory and no state.savepoints.dir\n");
 
   std::string stopJob;
   std::optional<std::string> stopSavepointDir;
@@ -313,7 +314,8 @@ int main(int argc, char** argv) {
   stop->add_option("job-id", stopJob, "Job id (or a unique prefix)")->required();
   stop->footer(
       "Example:\n  jobhost stop --savepoint-path /savepoints 3f2a\n\n"
-      "Exit codes:\n  0  stopped\n  1  the savepoint failed (the job keeps running)\n  2  bad arguments or unknown job id\n");
+      "Exit codes:\n  0  stopped\n  1  the savepoint failed (the job keeps running)\n"
+      "  2  bad arguments, unknown job id, or no --savepoint-path and no state.savepoints.dir\n");
 
   // The web dashboard and REST API (host/ui/, README "Web dashboard").
   UiCommandOptions uiOpts;

@@ -34,6 +34,24 @@ void reportDiscovery(const std::vector<std::string>& stale, const std::vector<st
   for (const auto& p : problems) std::cerr << "warning: " << p << "\n";
 }
 
+/// A savepoint without a target directory goes to the job's state.savepoints.dir. A job
+/// without one would refuse it, which the control protocol reports as any failure (exit
+/// 1); it is a usage error, so it is said here, before the job is asked, with exit 2.
+/// The job's configuration in effect tells (an older job that cannot tell is asked
+/// anyway, and refuses with the same words). `fix` says how to pass a directory.
+bool savepointDirectoryMissing(const JobEndpoint& job, const std::optional<std::string>& targetDir,
+                               const std::string& fix) {
+  if (targetDir) return false;
+  auto config = callConfiguration(job.socketPath);
+  if (!config.ok()) return false;
+  auto it = config->find("state.savepoints.dir");
+  if (it != config->end() && !it->second.empty()) return false;
+  std::cerr << "error: no savepoint directory: job " << job.jobId
+            << " has no state.savepoints.dir; pass one (" << fix
+            << "), or set state.savepoints.dir when starting the job. The job was not asked; it keeps running.\n";
+  return true;
+}
+
 /// The running job `idOrPrefix` names (its full id or a unique prefix); nullopt after
 /// printing why not (unknown: lists the running ids).
 std::optional<JobEndpoint> findJob(const std::string& idOrPrefix) {
@@ -138,6 +156,7 @@ int listCommand() {
 int savepointCommand(const std::string& jobId, const std::optional<std::string>& targetDir, const std::string& format) {
   auto job = findJob(jobId);
   if (!job) return kExitUsage;
+  if (savepointDirectoryMissing(*job, targetDir, "jobhost savepoint " + job->jobId + " <directory>")) return kExitUsage;
   auto fmt = format == "native" ? state::SnapshotFormat::kNative : state::SnapshotFormat::kCanonical;
   std::cout << "Triggering savepoint for job " << job->jobId << ".\nWaiting for response..." << std::endl;
   auto r = callSavepoint(job->socketPath, absoluteDir(targetDir), fmt);
@@ -215,6 +234,8 @@ int cancelCommand(const std::string& jobId, bool withSavepoint, const std::optio
   auto job = findJob(jobId);
   if (!job) return kExitUsage;
   auto dir = absoluteDir(targetDir);
+  if (withSavepoint && savepointDirectoryMissing(*job, dir, "jobhost cancel -s <directory> " + job->jobId))
+    return kExitUsage;
   if (withSavepoint)
     std::cout << "Cancelling job " << job->jobId << " with a savepoint to "
               << (dir ? *dir : std::string("the job's state.savepoints.dir")) << "." << std::endl;
@@ -235,6 +256,10 @@ int cancelCommand(const std::string& jobId, bool withSavepoint, const std::optio
 int stopCommand(const std::string& jobId, const std::optional<std::string>& savepointDir, bool drain) {
   auto job = findJob(jobId);
   if (!job) return kExitUsage;
+  if (savepointDirectoryMissing(*job, savepointDir,
+                                "jobhost stop --savepoint-path <directory> " + std::string(drain ? "--drain " : "") +
+                                    job->jobId))
+    return kExitUsage;
   std::cout << (drain ? "Draining job " : "Suspending job ") << job->jobId << " with a savepoint"
             << (drain ? " (the maximum watermark first: every event-time window fires)." : ".") << std::endl;
   auto r = callStop(job->socketPath, absoluteDir(savepointDir), drain);

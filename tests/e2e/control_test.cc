@@ -294,6 +294,44 @@ TEST_F(Control, DetachedJobListSavepointCancelWithSavepointAndRestoreFromTheMove
   EXPECT_FALSE(fs::exists(sp1));
 }
 
+TEST_F(Control, ASavepointWithoutADirectoryForAJobWithoutStateSavepointsDirIsAUsageErrorAndTheJobRunsOn) {
+  // No target directory and no state.savepoints.dir: exit 2 (a usage error), one line
+  // saying how to fix it, for savepoint, cancel -s and stop alike; the job is not asked
+  // (no savepoint attempt, no stop) and keeps running. Before: exit 1, as for a failed
+  // savepoint.
+  const fs::path in = input(400);
+  std::vector<std::string> args = runArgs("WordCount", in, tmp / "out.txt", 100);
+  args.insert(args.begin() + 1, "-d");
+  Result d = cli(args);
+  ASSERT_EQ(d.exitCode, 0) << d.out << d.err;
+  const std::string id = lineAfter(d.out, "Job has been submitted with JobID ");
+  ASSERT_EQ(id.size(), 32u) << d.out;
+  waitForRunningWithCheckpoint(id);
+  struct Case {
+    std::vector<std::string> args;
+    std::string fix;
+  };
+  for (const Case& c : {Case{{"savepoint", id}, "jobhost savepoint " + id + " <directory>"},
+                        Case{{"savepoint", id.substr(0, 8), "--format", "native"}, "jobhost savepoint " + id},
+                        Case{{"cancel", "-s", id}, "jobhost cancel -s <directory> " + id},
+                        Case{{"stop", id}, "jobhost stop --savepoint-path <directory> " + id},
+                        Case{{"stop", "--drain", id}, "jobhost stop --savepoint-path <directory> --drain " + id}}) {
+    Result r = cli(c.args);
+    EXPECT_EQ(r.exitCode, 2) << c.args[0] << ": " << r.out << r.err;
+    EXPECT_TRUE(contains(r.err, "no savepoint directory: job " + id + " has no state.savepoints.dir")) << r.err;
+    EXPECT_TRUE(contains(r.err, c.fix)) << r.err;
+    EXPECT_TRUE(contains(r.err, "it keeps running")) << r.err;
+    EXPECT_FALSE(contains(r.out, "Savepoint completed")) << r.out;
+  }
+  Result still = cli({"list"});
+  EXPECT_TRUE(contains(lineWith(still.out, id), "RUNNING")) << still.out << still.err;
+  // With a directory the same job takes one.
+  Result ok = cli({"cancel", "-s", (tmp / "sp").string(), id});
+  ASSERT_EQ(ok.exitCode, 0) << ok.out << ok.err;
+  EXPECT_TRUE(contains(ok.out, "Savepoint stored in " + (tmp / "sp").string())) << ok.out;
+  ASSERT_TRUE(waitNoStrays()) << "the cancelled job is still running";
+}
+
 TEST_F(Control, HashmapToRocksdbAndBackThroughCanonicalSavepointsKeepsEveryCount) {
   const fs::path in = input(400);
   const fs::path o1 = tmp / "o1.txt", o2 = tmp / "o2.txt", o3 = tmp / "o3.txt";

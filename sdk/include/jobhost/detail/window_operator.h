@@ -4,7 +4,8 @@
 // State, per key: "window-contents", a MapState from the window to its contents — an
 // accumulator (reduce, aggregate) or the list of elements (process; appended without
 // reading) — and the timers "_timer_state/…" with the window as namespace: one at the
-// window's end (fire; overlapping windows register it lazily, chainsFiringTimers()) and, with allowed lateness, one at end + lateness (clean up).
+// window's end (fire; overlapping windows without allowed lateness register it when the
+// window before it fires, and at the latest before a snapshot: chainsFiringTimers()) and, with allowed lateness, one at end + lateness (clean up).
 // Session windows need no other state: a key's open windows are the keys of its
 // window-contents, and a new element's window merges with every one it overlaps.
 //
@@ -18,6 +19,7 @@
 #include "jobhost/version.h"  // first: stops a pre-C++20 build with one clear line
 
 #include <algorithm>
+#include <deque>
 #include <functional>
 #include <limits>
 #include <optional>
@@ -128,6 +130,7 @@ class WindowOp : public NamedOp, public Collector<T> {
   }
   void prepareSnapshotPreBarrier(uint64_t) override {
     if (batch_ && !batch_->empty()) flushBatch();
+    registerChainedFirings();
   }
 
   void collect(const T& v) override {
@@ -249,12 +252,15 @@ class WindowOp : public NamedOp, public Collector<T> {
       const int64_t flushTimestamp = ctx_->currentTimestamp();
       auto& entries = batch_->take();  // valid until the next take(): nothing here adds to the batch
       const typename WindowMiniBatch<Acc>::Entry* previous = nullptr;
+      const bool chain = chainsFiringTimers();
+      if (chain) forgetFiredChains();
       for (auto& e : entries) {
         if (previous == nullptr || previous->keyGroup != e.keyGroup || previous->key != e.key)
           ctx_->setCurrentKeyAndGroup(e.keyGroup, e.key);
         previous = &e;
         int64_t first = 0, last = 0;
         grid_.windowsOf(e.pane, &first, &last);
+        if (chain && last > first) chained_.push_back({e.keyGroup, e.key, first + grid_.slide(), last});
         for (int64_t start = first; start <= last; start += grid_.slide()) {
           const TimeWindow w = grid_.window(start);
           encodeWindow(w);
@@ -268,13 +274,9 @@ class WindowOp : public NamedOp, public Collector<T> {
           // The watermark is before w's end: registers its timers. Also when its state
           // existed: it may have fired before a restore (the watermark starts over), or
           // have been restored with another allowed lateness (another clean-up time).
-          // Only the pane's first window gets its firing timer now; each later one gets
-          // it when the window before it fires (chainsFiringTimers()).
-          if (start == first) {
-            onElementTrigger(w);
-          } else if (cleanupTime(w) != kMaxWatermark && cleanupTime(w) != w.maxTimestamp()) {
-            registerTimer(w, cleanupTime(w));
-          }
+          // Overlapping windows without allowed lateness: only the pane's first window
+          // gets its firing timer now, each later one when the window before it fires.
+          if (start == first || !chain) onElementTrigger(w);
         }
       }
       if (flushGroup >= 0) ctx_->setCurrentKeyAndGroup(flushGroup, flushKey_);
@@ -366,30 +368,75 @@ class WindowOp : public NamedOp, public Collector<T> {
     }
   }
 
-  /// Overlapping event-time windows (sliding, slide < size) register a window's firing
-  /// timer lazily, as Flink's SlicingWindowOperator does (nextTriggerWindow): a flush of
-  /// the mini-batch registers the one of each pane's first window, and a window that
-  /// fires registers the one of the next window (a slide later) if that has contents.
-  /// Every window with contents is reached: the windows of a pane are consecutive and
-  /// all hold it. A key then has about one firing timer pending instead of size/slide,
-  /// each pending for one slide instead of the window's size, so far fewer reach the
-  /// backend (a third of NexmarkQ5's time, docs/benchmarks.md). Always on for these
-  /// assigners, mini-batch or not: a snapshot taken with the batch on holds only these
-  /// timers, and must fire every window after a restore with the batch off. Snapshots
-  /// holding every window's timer (older ones, records written without the batch)
-  /// fire the same: registering a timer that exists changes nothing.
+  /// Overlapping event-time windows (sliding, slide < size) without allowed lateness
+  /// register a window's firing timer lazily, as Flink's SlicingWindowOperator does
+  /// (nextTriggerWindow): a mini-batch flush registers the one of each pane's first
+  /// window, and a window that fires registers the one of the next window (a slide
+  /// later) if that has contents. Every window with contents is reached: the windows of a
+  /// pane are consecutive and all hold it. A key then has about one firing timer pending
+  /// instead of size/slide, each for one slide instead of the window's size, so far fewer
+  /// reach the backend (a third of NexmarkQ5's time, docs/benchmarks.md).
+  ///  - Without allowed lateness a window's contents go when it fires, so "has contents"
+  ///    means "has still to fire". With it, a fired window keeps them until its clean-up,
+  ///    and the chain would fire it again for being next to one (after a restore, whose
+  ///    watermark starts over): every window's timer is registered at once, as before.
+  ///  - Before every snapshot, registerChainedFirings() registers the timers the chain has
+  ///    not reached yet, so a snapshot holds exactly the timers registering them all at
+  ///    once would have: it restores with allowed lateness added, and into older releases.
+  ///  - On in any case, mini-batch or not: a restored window may rely on the chain.
+  ///    Snapshots holding every window's timer (older ones) fire the same: registering a
+  ///    timer that exists changes nothing. A window whose contents a snapshot taken with
+  ///    allowed lateness kept after it fired, restored without it, may fire once more if
+  ///    it is next to a window that fires; the old way leaves its contents for ever.
   bool chainsFiringTimers() const {
-    return o_.assigner.isEventTime() && !o_.assigner.isMerging() && o_.assigner.slideMs() < o_.assigner.sizeMs();
+    return o_.assigner.isEventTime() && !o_.assigner.isMerging() && o_.assigner.slideMs() < o_.assigner.sizeMs() &&
+           o_.allowedLatenessMs == 0;
   }
   /// `w` fired: registers the firing timer of the window a slide later, if it has
   /// contents. Leaves windowKey_ encoding that window.
   void registerNextFiring(const TimeWindow& w) {
     const int64_t slide = o_.assigner.slideMs();
-    if (w.end > std::numeric_limits<int64_t>::max() - slide) return;
-    const TimeWindow next{w.start + slide, w.end + slide};
+    if (w.start > std::numeric_limits<int64_t>::max() - slide) return;
+    const TimeWindow next = grid_.window(w.start + slide);
     encodeWindow(next);
     if (std::string_view got; !state_->mapGet(contents_, windowKey_, &got)) return;
     registerTimer(next, next.maxTimestamp());
+  }
+  /// The later windows of a flushed pane, whose firing timers the chain registers.
+  struct ChainedWindows {
+    int keyGroup;
+    std::string key;
+    int64_t firstStart, lastStart;  // a slide apart
+  };
+  /// Drops the oldest flushed panes whose windows have all fired (the watermark is past
+  /// the last one's end), so chained_ holds about the panes of one window size.
+  void forgetFiredChains() {
+    const int64_t watermark = timers_->currentWatermark();
+    while (!chained_.empty() && grid_.window(chained_.front().lastStart).maxTimestamp() <= watermark)
+      chained_.pop_front();
+  }
+  /// Registers the firing timer of every window of a pane flushed since the last
+  /// snapshot that has still to fire: past the watermark, or (a snapshot between the
+  /// timers of one watermark) still holding contents. The current key is the same
+  /// afterwards.
+  void registerChainedFirings() {
+    if (chained_.empty()) return;
+    const std::string key(ctx_->currentKey());
+    const int group = ctx_->currentKeyGroup();
+    const int64_t watermark = timers_->currentWatermark();
+    for (const ChainedWindows& c : chained_) {
+      ctx_->setCurrentKeyAndGroup(c.keyGroup, c.key);
+      for (int64_t start = c.firstStart; start <= c.lastStart; start += grid_.slide()) {
+        const TimeWindow w = grid_.window(start);
+        if (w.maxTimestamp() <= watermark) {
+          encodeWindow(w);
+          if (std::string_view got; !state_->mapGet(contents_, windowKey_, &got)) continue;
+        }
+        registerTimer(w, w.maxTimestamp());
+      }
+    }
+    chained_.clear();
+    if (group >= 0) ctx_->setCurrentKeyAndGroup(group, key);
   }
 
   /// Emits the result of the window in windowKey_, if it has contents.
@@ -431,6 +478,8 @@ class WindowOp : public NamedOp, public Collector<T> {
   /// Event-time aggregate and reduce over tumbling and sliding windows, when
   /// pipeline.window.mini-batch.size > 0.
   std::optional<WindowMiniBatch<Acc>> batch_;
+  /// chainsFiringTimers(): the panes flushed since the last snapshot, oldest first.
+  std::deque<ChainedWindows> chained_;
   std::string flushKey_;
   void* late_ = nullptr;
   bool lateLooked_ = false;

@@ -1062,6 +1062,20 @@ TEST_P(RescaleCases, ALateRecordReplayedAfterTheRestoreFiresItsSlidingWindowsAga
                                                         text({1'003'000, 1'004'000, "a", 1, 1})}));
 }
 
+/// `events` from a PausingEventSource ("events"), with monotonous timestamps
+/// ("events-timestamps").
+DataStream<Event> pausingStampedEvents(StreamEnvironment& env, std::shared_ptr<const std::vector<Event>> events,
+                                       size_t pauseAt, std::shared_ptr<Flags> flags) {
+  auto src = env.addSource<Event>(
+      [events, pauseAt, flags] { return std::make_unique<PausingEventSource>(events, pauseAt, flags); },
+      "Pausing Events");
+  src.uid("events");
+  auto stamped = src.assignTimestampsAndWatermarks(WatermarkStrategy<Event>::forMonotonousTimestamps().withTimestampAssigner(
+      [](const Event& e) { return std::get<0>(e); }));
+  stamped.uid("events-timestamps");
+  return stamped;
+}
+
 /// Registers an event-time timer at each record's timestamp. A timer emits its key
 /// ("twice <key>" if keyed state says it fired before) and marks it fired; unless the
 /// "fast" flag is up each takes a millisecond, so one watermark fires them for seconds.
@@ -1131,13 +1145,7 @@ struct SlowTimersJob {
   }
   Plan plan(std::shared_ptr<Flags> flags) const {
     StreamEnvironment env;
-    auto src = env.addSource<Event>(
-        [events = events, pauseAt = pauseAt, flags] { return std::make_unique<PausingEventSource>(events, pauseAt, flags); },
-        "Pausing Events");
-    src.uid("events");
-    auto stamped = src.assignTimestampsAndWatermarks(WatermarkStrategy<Event>::forMonotonousTimestamps().withTimestampAssigner(
-        [](const Event& e) { return std::get<0>(e); }));
-    stamped.uid("events-timestamps");
+    auto stamped = pausingStampedEvents(env, events, pauseAt, flags);
     auto fired = stamped.keyBy(keyOf).process<SlowTimers>([flags] { return std::make_unique<SlowTimers>(flags); });
     fired.uid("slow-timers");
     fired.sinkTo(LinesSink(committed, atCheckpoint1)).uid("lines");
@@ -1166,6 +1174,81 @@ TEST_P(RescaleCases, ACheckpointBarrierIsTakenBetweenTheTimersOfAWatermarkAndIts
   const auto lines = job.committed->get();
   EXPECT_EQ(std::set<std::string>(lines.begin(), lines.end()), job.expected);
   EXPECT_EQ(lines.size(), job.expected.size()) << "a key's output was committed twice";
+}
+
+/// Sliding windows of 3 s every 1 s, aggregated (the mini-batch), over 600 keys with a
+/// record each at 2500 (in windows ending at 3000, 4000, 5000), then "y" at 5500 whose
+/// watermark fires those, then "z"; a window's result takes a millisecond to emit unless the "fast" flag
+/// is up. "key,end" lines go exactly once through LinesSink.
+struct SlowSlidingWindowsJob {
+  static constexpr int kKeys = 600;
+  std::shared_ptr<const std::vector<Event>> events;
+  size_t pauseAt = 0;
+  std::multiset<std::string> expected;
+  std::shared_ptr<Collected> committed = std::make_shared<Collected>();
+  std::shared_ptr<std::atomic<size_t>> atCheckpoint1 = std::make_shared<std::atomic<size_t>>(0);
+
+  struct SlowResult : ProcessWindowFunction<std::pair<int64_t, int64_t>, std::string, std::string> {
+    explicit SlowResult(std::shared_ptr<Flags> f) : flags(std::move(f)) {}
+    std::shared_ptr<Flags> flags;
+    void process(const std::string& key, Context& ctx, const std::vector<std::pair<int64_t, int64_t>>&,
+                 Collector<std::string>& out) override {
+      out.collect(key + "," + std::to_string(ctx.window().end));
+      flags->raise("firing");
+      if (!flags->up("fast")) std::this_thread::sleep_for(1ms);
+    }
+  };
+
+  SlowSlidingWindowsJob() {
+    std::vector<Event> es;
+    for (int i = 0; i < kKeys; ++i) {
+      char key[16];
+      std::snprintf(key, sizeof key, "k%04d", i);
+      es.emplace_back(2'500, key, 1);
+      for (int end : {3000, 4000, 5000}) expected.insert(std::string(key) + "," + std::to_string(end));
+    }
+    // With a mini-batch of one record, "y" stays in the batch while its watermark fires
+    // the keys' first windows: the snapshot flushes it in the middle of them.
+    es.emplace_back(5'500, "y", 1);
+    pauseAt = es.size();
+    es.emplace_back(10'000'000, "z", 1);  // the first run's source pauses before it
+    for (int end : {6000, 7000, 8000}) expected.insert("y," + std::to_string(end));
+    for (int end : {10'001'000, 10'002'000, 10'003'000}) expected.insert("z," + std::to_string(end));
+    events = std::make_shared<const std::vector<Event>>(std::move(es));
+  }
+  Plan plan(std::shared_ptr<Flags> flags, std::chrono::milliseconds lateness) const {
+    StreamEnvironment env;
+    auto stamped = pausingStampedEvents(env, events, pauseAt, flags);
+    auto fired = stamped.keyBy(keyOf)
+                     .window(SlidingEventTimeWindows::of(3000ms, 1000ms))
+                     .allowedLateness(lateness)
+                     .aggregate(CountAndSum{}, SlowResult(flags));
+    fired.uid("slow-windows");
+    fired.sinkTo(LinesSink(committed, atCheckpoint1)).uid("lines");
+    return env.takePlan();
+  }
+};
+
+TEST_P(RescaleCases, ACheckpointBetweenTheTimersOfAWatermarkHoldsEverySlidingWindowStillToFire) {
+  // The first windows (ending at 3000) fire slowly; a checkpoint is taken between them,
+  // while the windows after them have no timer yet (it is registered when the one before
+  // fires). The snapshot must hold those timers all the same: restored with allowed
+  // lateness (no chaining then) every window fires, exactly once over both runs. Before,
+  // the snapshot step took the new watermark for "all fired" and dropped them.
+  const RescaleCase& c = GetParam();
+  SlowSlidingWindowsJob job;
+  auto flags = std::make_shared<Flags>();
+  ExecutionConfig first = config(c.from, c.before), second = config(c.to, c.after);
+  first.windowMiniBatchSize = second.windowMiniBatchSize = 1;
+  auto m = runAndCheckpoint(job.plan(flags, 0ms), first, [&] { return flags->up("firing"); }, 1, c.format);
+  EXPECT_GT(job.atCheckpoint1->load(), 0u);
+  EXPECT_LT(job.atCheckpoint1->load(), static_cast<size_t>(SlowSlidingWindowsJob::kKeys))
+      << "the checkpoint barrier waited until every window of the watermark had fired";
+  auto again = std::make_shared<Flags>();
+  again->raise("go");
+  again->raise("fast");
+  runToEnd(job.plan(again, 1000ms), second, &m);
+  EXPECT_EQ(job.committed->get(), job.expected);
 }
 
 TEST_F(EventTimeTest, ASavepointBarrierWaitsForEveryTimerOfTheWatermark) {

@@ -126,6 +126,9 @@ class WindowOp : public NamedOp, public Collector<T> {
   }
 
   void prepareWatermark(int64_t watermark) override {
+    // Every timer up to the watermark so far has fired (a snapshot between the timers of
+    // one watermark sees the new one before they all have).
+    firedThrough_ = timers_->currentWatermark();
     if (batch_ && !batch_->empty() && batch_->earliestFiring() <= watermark) flushBatch();
   }
   void prepareSnapshotPreBarrier(uint64_t) override {
@@ -383,14 +386,16 @@ class WindowOp : public NamedOp, public Collector<T> {
   ///  - Before every snapshot, registerChainedFirings() registers the timers the chain has
   ///    not reached yet, so a snapshot holds exactly the timers registering them all at
   ///    once would have: it restores with allowed lateness added, and into older releases.
-  ///  - On in any case, mini-batch or not: a restored window may rely on the chain.
-  ///    Snapshots holding every window's timer (older ones) fire the same: registering a
-  ///    timer that exists changes nothing. A window whose contents a snapshot taken with
-  ///    allowed lateness kept after it fired, restored without it, may fire once more if
-  ///    it is next to a window that fires; the old way leaves its contents for ever.
+  ///  - Only with the mini-batch (aggregate and reduce), the one writer that skips
+  ///    timers: as snapshots hold every timer, nothing restored relies on the chain.
+  ///    Registering a timer that exists changes nothing. A window whose contents a
+  ///    snapshot taken with allowed lateness kept after it fired, restored without it,
+  ///    may fire once more if it is next to a window that fires (then goes); before, its
+  ///    contents stayed for ever.
+  ///  - chained_ holds at most kMaxChained panes: past that (a watermark that does not
+  ///    move, a record far ahead of the others), their timers are registered at once.
   bool chainsFiringTimers() const {
-    return o_.assigner.isEventTime() && !o_.assigner.isMerging() && o_.assigner.slideMs() < o_.assigner.sizeMs() &&
-           o_.allowedLatenessMs == 0;
+    return batch_ && o_.assigner.slideMs() < o_.assigner.sizeMs() && o_.allowedLatenessMs == 0;
   }
   /// `w` fired: registers the firing timer of the window a slide later, if it has
   /// contents. Leaves windowKey_ encoding that window.
@@ -408,12 +413,13 @@ class WindowOp : public NamedOp, public Collector<T> {
     std::string key;
     int64_t firstStart, lastStart;  // a slide apart
   };
-  /// Drops the oldest flushed panes whose windows have all fired (the watermark is past
-  /// the last one's end), so chained_ holds about the panes of one window size.
+  static constexpr size_t kMaxChained = size_t{1} << 18;
+  /// Drops the oldest flushed panes whose windows have all fired (every timer up to the
+  /// last one's end has), so chained_ holds about the panes of one window size.
   void forgetFiredChains() {
-    const int64_t watermark = timers_->currentWatermark();
-    while (!chained_.empty() && grid_.window(chained_.front().lastStart).maxTimestamp() <= watermark)
+    while (!chained_.empty() && grid_.window(chained_.front().lastStart).maxTimestamp() <= firedThrough_)
       chained_.pop_front();
+    if (chained_.size() > kMaxChained) registerChainedFirings();
   }
   /// Registers the firing timer of every window of a pane flushed since the last
   /// snapshot that has still to fire: past the watermark, or (a snapshot between the
@@ -480,6 +486,7 @@ class WindowOp : public NamedOp, public Collector<T> {
   std::optional<WindowMiniBatch<Acc>> batch_;
   /// chainsFiringTimers(): the panes flushed since the last snapshot, oldest first.
   std::deque<ChainedWindows> chained_;
+  int64_t firedThrough_ = kMinWatermark;  // every timer up to it has fired
   std::string flushKey_;
   void* late_ = nullptr;
   bool lateLooked_ = false;

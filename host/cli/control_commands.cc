@@ -156,7 +156,10 @@ int listCommand() {
 int savepointCommand(const std::string& jobId, const std::optional<std::string>& targetDir, const std::string& format) {
   auto job = findJob(jobId);
   if (!job) return kExitUsage;
-  if (savepointDirectoryMissing(*job, targetDir, "jobhost savepoint " + job->jobId + " <directory>")) return kExitUsage;
+  if (savepointDirectoryMissing(*job, targetDir,
+                                "jobhost savepoint " + std::string(format == "native" ? "--format native " : "") +
+                                    job->jobId + " <directory>"))
+    return kExitUsage;
   auto fmt = format == "native" ? state::SnapshotFormat::kNative : state::SnapshotFormat::kCanonical;
   std::cout << "Triggering savepoint for job " << job->jobId << ".\nWaiting for response..." << std::endl;
   auto r = callSavepoint(job->socketPath, absoluteDir(targetDir), fmt);

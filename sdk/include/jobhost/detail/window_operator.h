@@ -4,8 +4,10 @@
 // State, per key: "window-contents", a MapState from the window to its contents — an
 // accumulator (reduce, aggregate) or the list of elements (process; appended without
 // reading) — and the timers "_timer_state/…" with the window as namespace: one at the
-// window's end (fire; overlapping windows without allowed lateness register it when the
-// window before it fires, and at the latest before a snapshot: chainsFiringTimers()) and, with allowed lateness, one at end + lateness (clean up).
+// window's end (fire; overlapping windows written from the mini-batch without allowed
+// lateness register it when the window before it fires, and at the latest before a
+// snapshot: chainsFiringTimers()) and, with allowed lateness, one at end + lateness
+// (clean up).
 // Session windows need no other state: a key's open windows are the keys of its
 // window-contents, and a new element's window merges with every one it overlaps.
 //
@@ -378,7 +380,7 @@ class WindowOp : public NamedOp, public Collector<T> {
   /// later) if that has contents. Every window with contents is reached: the windows of a
   /// pane are consecutive and all hold it. A key then has about one firing timer pending
   /// instead of size/slide, each for one slide instead of the window's size, so far fewer
-  /// reach the backend (a third of NexmarkQ5's time, docs/benchmarks.md).
+  /// reach the backend (a third of NexmarkQ5's window thread, docs/benchmarks.md).
   ///  - Without allowed lateness a window's contents go when it fires, so "has contents"
   ///    means "has still to fire". With it, a fired window keeps them until its clean-up,
   ///    and the chain would fire it again for being next to one (after a restore, whose
@@ -392,8 +394,9 @@ class WindowOp : public NamedOp, public Collector<T> {
   ///    snapshot taken with allowed lateness kept after it fired, restored without it,
   ///    may fire once more if it is next to a window that fires (then goes); before, its
   ///    contents stayed for ever.
-  ///  - chained_ holds at most kMaxChained panes: past that (a watermark that does not
-  ///    move, a record far ahead of the others), their timers are registered at once.
+  ///  - chained_ holds about kMaxChained panes at most (checked at each flush, so one
+  ///    batch more): past that (a watermark that does not move, a record far ahead of the
+  ///    others), their timers are registered at once.
   bool chainsFiringTimers() const {
     return batch_ && o_.assigner.slideMs() < o_.assigner.sizeMs() && o_.allowedLatenessMs == 0;
   }
@@ -484,7 +487,8 @@ class WindowOp : public NamedOp, public Collector<T> {
   /// Event-time aggregate and reduce over tumbling and sliding windows, when
   /// pipeline.window.mini-batch.size > 0.
   std::optional<WindowMiniBatch<Acc>> batch_;
-  /// chainsFiringTimers(): the panes flushed since the last snapshot, oldest first.
+  /// chainsFiringTimers(): the panes flushed since the last snapshot, in flush order (a
+  /// flush's by key group, key and pane).
   std::deque<ChainedWindows> chained_;
   int64_t firedThrough_ = kMinWatermark;  // every timer up to it has fired
   std::string flushKey_;

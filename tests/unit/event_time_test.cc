@@ -1116,20 +1116,42 @@ struct LinesSink : TwoPhaseCommitSink<std::string, std::string> {
 
 /// 1500 keys with a record each at one timestamp, then a record whose watermark fires all their timers
 /// (SlowTimers) and, after `pauseAt` (where the first run's source pauses), one more;
-/// the timers' output goes through LinesSink. `expected`: every key once.
-struct SlowTimersJob {
+
+/// What SlowTimersJob and SlowSlidingWindowsJob share: 1500 keys, whose firings take a
+/// millisecond each unless the "fast" flag is up (a checkpoint barrier taken between
+/// timers comes long before the last), the events (the first run's source pauses at
+/// pauseAt), and the exactly-once sink of the lines fired.
+struct SlowFiringJob {
   static constexpr int kKeys = 1500;
   std::shared_ptr<const std::vector<Event>> events;
   size_t pauseAt = 0;
-  std::set<std::string> expected;
   std::shared_ptr<Collected> committed = std::make_shared<Collected>();
   std::shared_ptr<std::atomic<size_t>> atCheckpoint1 = std::make_shared<std::atomic<size_t>>(0);
+
+  static std::string keyName(int i) {
+    char key[16];
+    std::snprintf(key, sizeof key, "k%04d", i);
+    return key;
+  }
+  /// The events, paused and stamped, keyed by keyOf, through `fire` (uid `uid`) into LinesSink.
+  template <class Fire>
+  Plan planWith(const std::shared_ptr<Flags>& flags, const std::string& uid, Fire&& fire) const {
+    StreamEnvironment env;
+    auto fired = fire(pausingStampedEvents(env, events, pauseAt, flags).keyBy(keyOf));
+    fired.uid(uid);
+    fired.sinkTo(LinesSink(committed, atCheckpoint1)).uid("lines");
+    return env.takePlan();
+  }
+};
+
+/// the timers' output goes through LinesSink. `expected`: every key once.
+struct SlowTimersJob : SlowFiringJob {
+  std::set<std::string> expected;
 
   SlowTimersJob() {
     std::vector<Event> es;
     for (int i = 0; i < kKeys; ++i) {
-      char key[16];
-      std::snprintf(key, sizeof key, "k%04d", i);
+      const std::string key = keyName(i);
       // One timestamp for every key: no watermark fires a timer until "z" (its watermark
       // is 999 before), so a single watermark fires all of them, also when a periodic
       // watermark is emitted while the source is still emitting the keys (a slow build).
@@ -1144,12 +1166,9 @@ struct SlowTimersJob {
     events = std::make_shared<const std::vector<Event>>(std::move(es));
   }
   Plan plan(std::shared_ptr<Flags> flags) const {
-    StreamEnvironment env;
-    auto stamped = pausingStampedEvents(env, events, pauseAt, flags);
-    auto fired = stamped.keyBy(keyOf).process<SlowTimers>([flags] { return std::make_unique<SlowTimers>(flags); });
-    fired.uid("slow-timers");
-    fired.sinkTo(LinesSink(committed, atCheckpoint1)).uid("lines");
-    return env.takePlan();
+    return planWith(flags, "slow-timers", [&](auto keyed) {
+      return keyed.template process<SlowTimers>([flags] { return std::make_unique<SlowTimers>(flags); });
+    });
   }
 };
 
@@ -1178,15 +1197,10 @@ TEST_P(RescaleCases, ACheckpointBarrierIsTakenBetweenTheTimersOfAWatermarkAndIts
 
 /// Sliding windows of 3 s every 1 s, aggregated (the mini-batch), over 1500 keys with a
 /// record each at 2500 (in windows ending at 3000, 4000, 5000), then "y" at 5500 whose
-/// watermark fires those, then "z"; a window's result takes a millisecond to emit unless the "fast" flag
-/// is up. "key,end" lines go exactly once through LinesSink.
-struct SlowSlidingWindowsJob {
-  static constexpr int kKeys = 1500;  // as SlowTimersJob: a barrier between timers comes long before the last
-  std::shared_ptr<const std::vector<Event>> events;
-  size_t pauseAt = 0;
+/// watermark fires those, then "z"; a window's result takes a millisecond to emit unless
+/// the "fast" flag is up. "key,end" lines go exactly once through LinesSink.
+struct SlowSlidingWindowsJob : SlowFiringJob {
   std::multiset<std::string> expected;
-  std::shared_ptr<Collected> committed = std::make_shared<Collected>();
-  std::shared_ptr<std::atomic<size_t>> atCheckpoint1 = std::make_shared<std::atomic<size_t>>(0);
 
   struct SlowResult : ProcessWindowFunction<std::pair<int64_t, int64_t>, std::string, std::string> {
     explicit SlowResult(std::shared_ptr<Flags> f) : flags(std::move(f)) {}
@@ -1202,10 +1216,9 @@ struct SlowSlidingWindowsJob {
   SlowSlidingWindowsJob() {
     std::vector<Event> es;
     for (int i = 0; i < kKeys; ++i) {
-      char key[16];
-      std::snprintf(key, sizeof key, "k%04d", i);
+      const std::string key = keyName(i);
       es.emplace_back(2'500, key, 1);
-      for (int end : {3000, 4000, 5000}) expected.insert(std::string(key) + "," + std::to_string(end));
+      for (int end : {3000, 4000, 5000}) expected.insert(key + "," + std::to_string(end));
     }
     // With a mini-batch of one record, "y" stays in the batch while its watermark fires
     // the keys' first windows: the snapshot flushes it in the middle of them.
@@ -1217,15 +1230,11 @@ struct SlowSlidingWindowsJob {
     events = std::make_shared<const std::vector<Event>>(std::move(es));
   }
   Plan plan(std::shared_ptr<Flags> flags, std::chrono::milliseconds lateness) const {
-    StreamEnvironment env;
-    auto stamped = pausingStampedEvents(env, events, pauseAt, flags);
-    auto fired = stamped.keyBy(keyOf)
-                     .window(SlidingEventTimeWindows::of(3000ms, 1000ms))
-                     .allowedLateness(lateness)
-                     .aggregate(CountAndSum{}, SlowResult(flags));
-    fired.uid("slow-windows");
-    fired.sinkTo(LinesSink(committed, atCheckpoint1)).uid("lines");
-    return env.takePlan();
+    return planWith(flags, "slow-windows", [&](auto keyed) {
+      return keyed.window(SlidingEventTimeWindows::of(3000ms, 1000ms))
+          .allowedLateness(lateness)
+          .aggregate(CountAndSum{}, SlowResult(flags));
+    });
   }
 };
 

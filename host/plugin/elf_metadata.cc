@@ -494,12 +494,10 @@ void PluginFileBytes::release() {
   size_ = 0;
 }
 
-bool readPluginFile(const std::string& path, PluginFileBytes* bytes, PluginError* error) {
-  bytes->release();
+int openPluginFile(const std::string& path, uint64_t* size, PluginError* error) {
   auto fail = [&](PluginError::Kind kind, std::string message) {
-    bytes->release();
     *error = PluginError{kind, std::move(message)};
-    return false;
+    return -1;
   };
   auto failErrno = [&](int err) {
     if (err == ENOENT || err == ENOTDIR) {
@@ -516,33 +514,59 @@ bool readPluginFile(const std::string& path, PluginFileBytes* bytes, PluginError
   // O_NONBLOCK: opening a FIFO must not wait for a writer; fstat() rejects it next.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return failErrno(errno);
+  auto failClosing = [&](int result) {
+    ::close(fd);
+    return result;
+  };
+
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return failClosing(failErrno(errno));
+  if (S_ISDIR(st.st_mode)) {
+    return failClosing(fail(PluginError::kNotSharedLibrary,
+                            path + " is a directory, not a shared library; pass the plugin's .so file"));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return failClosing(fail(PluginError::kNotSharedLibrary,
+                            path + " is not a regular file (a device, FIFO or socket); pass the plugin's "
+                                   ".so file"));
+  }
+  if (static_cast<uint64_t>(st.st_size) > kMaxPluginFileBytes) {
+    return failClosing(fail(PluginError::kLoadFailed,
+                            path + " is " + std::to_string(st.st_size) + " bytes, larger than the " +
+                                std::to_string(kMaxPluginFileBytes) +
+                                "-byte limit for plugins; strip debug info (`strip -g`) to shrink it"));
+  }
+  *size = static_cast<uint64_t>(st.st_size);
+  return fd;
+}
+
+std::string pluginGrewMessage(const std::string& path, uint64_t sizeWhenOpened) {
+  return path + " grew while it was read (" + std::to_string(sizeWhenOpened) +
+         " bytes when opened); is it being rewritten? Run the command again once it is complete";
+}
+
+bool readPluginFile(const std::string& path, PluginFileBytes* bytes, PluginError* error) {
+  bytes->release();
+  auto fail = [&](PluginError::Kind kind, std::string message) {
+    bytes->release();
+    *error = PluginError{kind, std::move(message)};
+    return false;
+  };
+  uint64_t fileSize = 0;
+  const int fd = openPluginFile(path, &fileSize, error);
+  if (fd < 0) return false;
   struct FdCloser {
     int fd;
     ~FdCloser() { ::close(fd); }
   } closer{fd};
-
-  struct stat st;
-  if (::fstat(fd, &st) != 0) return failErrno(errno);
-  if (S_ISDIR(st.st_mode)) {
-    return fail(PluginError::kNotSharedLibrary,
-                path + " is a directory, not a shared library; pass the plugin's .so file");
-  }
-  if (!S_ISREG(st.st_mode)) {
-    return fail(PluginError::kNotSharedLibrary,
-                path + " is not a regular file (a device, FIFO or socket); pass the plugin's "
-                       ".so file");
-  }
-  if (static_cast<uint64_t>(st.st_size) > kMaxPluginFileBytes) {
-    return fail(PluginError::kLoadFailed,
-                path + " is " + std::to_string(st.st_size) + " bytes, larger than the " +
-                    std::to_string(kMaxPluginFileBytes) +
-                    "-byte limit for plugins; strip debug info (`strip -g`) to shrink it");
-  }
+  auto failErrno = [&](int err) {
+    return fail(PluginError::kLoadFailed, "cannot read " + path + ": " + std::strerror(err));
+  };
 
   // Room for the size fstat() saw plus one byte, to see that the file grew meanwhile;
   // mapped with 2 MiB of slack so the data can start on a 2 MiB boundary.
   constexpr size_t kHuge = size_t{2} << 20;
-  const size_t capacity = static_cast<size_t>(st.st_size) + 1;
+  const size_t capacity = static_cast<size_t>(fileSize) + 1;
   const size_t rounded = (capacity + kHuge - 1) & ~(kHuge - 1);
   bytes->mapBytes_ = rounded + kHuge;
   void* map = ::mmap(nullptr, bytes->mapBytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -564,9 +588,7 @@ bool readPluginFile(const std::string& path, PluginFileBytes* bytes, PluginError
     got += static_cast<size_t>(n);
     // The file grew while we read.
     if (got == capacity) {
-      return fail(PluginError::kLoadFailed,
-                  path + " grew while it was read (" + std::to_string(st.st_size) +
-                      " bytes when opened); is it being rewritten? Run the command again once it is complete");
+      return fail(PluginError::kLoadFailed, pluginGrewMessage(path, fileSize));
     }
   }
   bytes->size_ = got;

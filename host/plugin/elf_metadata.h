@@ -92,6 +92,15 @@ class PluginFileBytes {
   size_t size_ = 0;
 };
 
+/// Opens `path` for reading (O_CLOEXEC) and checks that it is a regular file of at most
+/// kMaxPluginFileBytes, whose size it stores in *size. Returns the descriptor, or -1 with
+/// *error set as readPluginFile() sets it. Never blocks on a FIFO.
+int openPluginFile(const std::string& path, uint64_t* size, PluginError* error);
+
+/// "<path> grew while it was read (...)": a plugin file that got longer than its size
+/// when opened, while it was read.
+std::string pluginGrewMessage(const std::string& path, uint64_t sizeWhenOpened);
+
 /// Reads a whole regular file of at most kMaxPluginFileBytes into *bytes.
 /// Returns true on success. On failure returns false, leaves *bytes empty and
 /// sets *error: kNotFound ("no such file: <path>"), kNotSharedLibrary (a directory or

@@ -10,10 +10,10 @@
 //      missing dependency or undefined symbol fails here rather than in the middle of
 //      a job.
 //
-// Pinning (PluginOpenOptions::pin, used by the supervisor of `jobhost run`): the bytes
-// read in step 1 are copied once into a sealed memfd (memfd_create + F_SEAL_WRITE |
-// F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL) and the library is loaded from that copy
-// through /proc/self/fd/<n>. A copy rather than the plugin file's own descriptor: `cp`
+// Pinning (PluginOpenOptions::pin, used by the supervisor of `jobhost run`): the kernel
+// copies the file once into a sealed memfd (memfd_create, sendfile, F_SEAL_WRITE |
+// F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL), step 1 checks that copy's mapped bytes, and
+// the library is loaded from it through /proc/self/fd/<n>. A copy rather than the plugin file's own descriptor: `cp`
 // or `install` over the plugin rewrites the same inode, which an open descriptor would
 // see. The digest is of exactly those bytes, and every worker of the job inherits the
 // memfd (PluginOpenOptions::fd, with the digest in PluginOpenOptions::sealedDigest: a

@@ -245,6 +245,15 @@ void expectRejected(const std::string& path, PluginError::Kind kind,
   EXPECT_EQ(PluginLibrary::open(path, &error), nullptr);
   EXPECT_EQ(error.kind, meta.error->kind);
   EXPECT_EQ(error.message, meta.error->message);
+
+  // The supervisor of `jobhost run` pins: the kernel copies the file into a memfd and the
+  // checks read the copy. Same verdict, same words.
+  PluginOpenOptions pin;
+  pin.pin = true;
+  PluginError pinned;
+  EXPECT_EQ(PluginLibrary::open(path, &pinned, pin), nullptr);
+  EXPECT_EQ(pinned.kind, meta.error->kind);
+  EXPECT_EQ(pinned.message, meta.error->message);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -445,6 +454,10 @@ TEST_F(PluginTest, ThePinnedCopysDigestIsPassedOnOnlyWhileTheCopyIsSealed) {
   ASSERT_NE(pinned, nullptr) << error.message;
   ASSERT_GE(pinned->pinnedFd(), 0);
   EXPECT_EQ(pinned->contentDigest(), real);
+  // The copy is the file, byte for byte, and sealed.
+  EXPECT_EQ(readAll("/proc/self/fd/" + std::to_string(pinned->pinnedFd())), readAll(plugin));
+  const int seals = ::fcntl(pinned->pinnedFd(), F_GET_SEALS);
+  EXPECT_EQ(seals & (F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK), F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK);
 
   // A digest that is not the bytes' one shows which path was taken.
   const std::string told = "0123456789abcdef";

@@ -77,7 +77,9 @@ class NexmarkSource : public jobhost::SourceFunction<nexmark::Event> {
       dueMs = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - wallBase_)
                   .count();
     int emitted = 0;
-    while (emitted < kBatch && gen_.hasNext() && eventOffsetMs(gen_.eventsCountSoFar()) <= dueMs) {
+    // Unthrottled, every event is due: no schedule to compute per event (it cost about
+    // 3 % of NexmarkQ8's source thread).
+    while (emitted < kBatch && gen_.hasNext() && (!throttle_ || eventOffsetMs(gen_.eventsCountSoFar()) <= dueMs)) {
       gen_.next(event_);
       out.emit(event_);
       ++emitted;

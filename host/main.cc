@@ -1,5 +1,7 @@
 // jobhost — runs stateful streaming jobs from a plugin library. See README.md.
 #include <CLI/CLI.hpp>
+#include <dlfcn.h>
+#include <gnu/libc-version.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -7,6 +9,7 @@
 #include <iostream>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cli/commands.h"
@@ -22,6 +25,29 @@
 using namespace jobhost::host;
 
 namespace {
+
+/// The malloc this process's symbol lookup resolves to, for --version: "jemalloc 5.3.0" or
+/// "glibc 2.36". Asked of the dynamic loader rather than assumed from the build, so a
+/// library order that let libc's malloc win shows.
+std::string allocatorInUse() {
+  Dl_info info{};
+  void* malloc = ::dlsym(RTLD_DEFAULT, "malloc");
+  if (malloc != nullptr && ::dladdr(malloc, &info) != 0 && info.dli_fname != nullptr &&
+      std::string_view(info.dli_fname).find("jemalloc") != std::string_view::npos) {
+    using Mallctl = int (*)(const char*, void*, size_t*, void*, size_t);
+    auto mallctl = reinterpret_cast<Mallctl>(::dlsym(RTLD_DEFAULT, "mallctl"));
+    const char* version = nullptr;
+    size_t length = sizeof version;
+    if (mallctl == nullptr || mallctl("version", &version, &length, nullptr, 0) != 0 || version == nullptr)
+      return "jemalloc";
+    const std::string_view v(version);  // "5.3.0-0-g<commit>"
+    return "jemalloc " + std::string(v.substr(0, v.find('-')));
+  }
+  if (malloc != nullptr && info.dli_fname != nullptr &&
+      std::string_view(info.dli_fname).find("libc.so") != std::string_view::npos)
+    return std::string("glibc ") + ::gnu_get_libc_version();
+  return info.dli_fname != nullptr ? std::string("malloc of ") + info.dli_fname : "unknown";
+}
 
 
 const char* kExitCodes =
@@ -99,7 +125,7 @@ int main(int argc, char** argv) {
   app.footer(kExitCodes);
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("jobhost ") + JOBHOST_VERSION + " (SDK " + JOBHOST_SDK_VERSION +
-                                        ", ABI " + JOBHOST_ABI_TAG + ")");
+                                        ", ABI " + JOBHOST_ABI_TAG + ")\nallocator: " + allocatorInUse());
   bool verbose = false;
   app.add_flag("-v,--verbose", verbose, "Debug logging");
 

@@ -21,6 +21,21 @@ TEST_F(Cli, InfoListsEveryJobClassWithItsBackend) {
   EXPECT_NE(row.find("rocksdb (full)"), std::string::npos) << row;
 }
 
+// The binary's allocator is the one the build chose (JOBHOST_JEMALLOC), as the process's
+// symbol lookup resolves malloc: a link order that let libc's malloc win would show here.
+TEST_F(Cli, VersionNamesTheAllocatorTheBuildChose) {
+  Result r = cli({"--version"});
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("jobhost ", 0), 0u) << r.out;
+#ifdef JOBHOST_EXPECT_JEMALLOC
+  EXPECT_NE(r.out.find("\nallocator: jemalloc 5."), std::string::npos) << r.out;
+#else
+  // glibc's, or a sanitizer's in a sanitizer build.
+  EXPECT_NE(r.out.find("\nallocator: "), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("jemalloc"), std::string::npos) << r.out;
+#endif
+}
+
 TEST_F(Cli, WordCountOnTheBundledInputCountsEveryWord) {
   Result r = cli({"run", "-c", "WordCount", kPlugin, "--input", kWords});
   ASSERT_EQ(r.exitCode, 0) << r.err;

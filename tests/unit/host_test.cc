@@ -9,6 +9,7 @@
 #include <fstream>
 #include <functional>
 #include <future>
+#include <limits>
 #include <map>
 #include <memory>
 #include <set>
@@ -26,6 +27,7 @@
 #include "config/configuration_layers.h"
 #include "jobhost/state/state_handle.h"
 #include "runtime/channel.h"
+#include "runtime/exchange_writer_impl.h"
 #include "runtime/job_execution.h"
 #include "runtime/key_group_assignment.h"
 #include "runtime/restart_strategy.h"
@@ -1116,6 +1118,37 @@ ChannelEvent barrier(uint64_t id) {
   e.kind = ChannelEvent::kBarrier;
   e.checkpointId = id;
   return e;
+}
+
+// The exchange writer stores each record's fields in place; the receiving task parses
+// them with a ByteReader, so the bytes must be exactly ByteWriter's encoding: key group
+// (u16), timestamp (i64), key and record with varint lengths (here two-byte ones too).
+TEST(ExchangeWriterTest, RecordsAreWrittenInByteWritersEncoding) {
+  InputGate gate(1);
+  TaskRecordContext record;
+  TaskMetrics metrics;
+  ExchangeWriterImpl writer({&gate}, 0, 0, 1, 128, &record, &metrics, false);
+  const std::string longKey(200, 'k');
+  const std::string longRecord(300, 'r');
+  std::string expected;
+  ByteWriter w(expected);
+  auto send = [&](int64_t timestamp, const std::string& key, const std::string& value) {
+    record.timestamp = timestamp;
+    writer.emit(key, value);
+    w.writeFixed<uint16_t>(static_cast<uint16_t>(keyGroupFor(key, 128)));
+    w.writeI64(timestamp);
+    w.writeBytes(key);
+    w.writeBytes(value);
+  };
+  send(42, "a", "value");
+  send(-1, longKey, "");
+  send(std::numeric_limits<int64_t>::min(), "b", longRecord);
+  writer.flush();
+  auto e = gate.tryNext({false});
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->kind, ChannelEvent::kData);
+  EXPECT_EQ(e->data, expected);
+  EXPECT_EQ(metrics.recordsOut.get(), 3u);
 }
 
 TEST(InputGateTest, EventsArriveInOrderPerChannelTaggedWithTheirChannel) {

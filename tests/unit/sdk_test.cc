@@ -78,6 +78,34 @@ TEST(SerializerTest, IntegersAreEncodedLittleEndianWithFixedWidth) {
   EXPECT_EQ(encode<uint16_t>(0xabcd), std::string("\xcd\xab", 2));
 }
 
+// Pairs and tuples of integers are copied field by field in place (serializeInto's and
+// deserialize's fast path); the bytes must stay the ones Serializer<T>::write() writes, and
+// a wrong length must still be the reader's error.
+template <class T>
+void expectSameAsTheSerializer(const T& v) {
+  SCOPED_TRACE("type " + Serializer<T>::id());
+  std::string viaWriter;
+  ByteWriter w(viaWriter);
+  Serializer<T>::write(w, v);
+  EXPECT_EQ(encode(v), viaWriter);
+  expectRoundTrip(v);
+  EXPECT_THROW(deserialize<T>(viaWriter + "x"), SerializationError);
+  std::string reused = "previous contents, longer than the value";
+  serializeInto(reused, v);
+  EXPECT_EQ(reused, viaWriter);
+}
+
+TEST(SerializerTest, PairsAndTuplesOfIntegersAreTheBytesTheSerializerWrites) {
+  expectSameAsTheSerializer(std::pair<int64_t, int32_t>{-2, 0x01020304});
+  expectSameAsTheSerializer(std::tuple<int64_t, int64_t, int64_t, int64_t>{1, -1, std::numeric_limits<int64_t>::min(),
+                                                                          std::numeric_limits<int64_t>::max()});
+  expectSameAsTheSerializer(std::tuple<uint8_t, int16_t, uint64_t>{255, -300, 0xdeadbeefcafef00dULL});
+  expectSameAsTheSerializer(std::tuple<int32_t>{7});
+  // Not all integers: the general path, same encoding rules.
+  expectSameAsTheSerializer(std::pair<int64_t, bool>{5, true});
+  EXPECT_EQ(encode(std::pair<int32_t, int16_t>{0x01020304, 0x0506}), std::string("\x04\x03\x02\x01\x06\x05", 6));
+}
+
 TEST(SerializerTest, BoolCharAndFloatingPointRoundTrip) {
   expectRoundTrip(true);
   expectRoundTrip(false);

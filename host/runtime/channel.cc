@@ -107,7 +107,8 @@ size_t InputGate::capacityBytes() const {
 void InputGate::recycle(std::string&& buffer) {
   // One grown by a record larger than a buffer is freed: kept, it would go round for ever.
   if (buffer.capacity() == 0 || buffer.capacity() > 2 * kMaxBufferBytes + 1024) return;
-  buffer.clear();
+  // Not cleared: the producer writes over it from the start (ExchangeWriterImpl keeps its
+  // own write position), and a buffer that keeps its size need not be zero-filled again.
   std::lock_guard lock(mu_);
   if (spares_.size() < kMaxSpares) spares_.push_back(std::move(buffer));
 }

@@ -82,8 +82,9 @@ class InputGate {
   /// follows at once); the time it waited is added to `backPressured` (if given: the
   /// producer's counter, measured only when it has to wait). An unaligned barrier
   /// overtakes what is queued (file comment). Returns false if the gate was cancelled.
-  /// `spare` (optional): receives an emptied buffer the consumer handed back (recycle()),
-  /// if there is one, for the producer to fill next; else it is left as it is.
+  /// `spare` (optional): receives a buffer the consumer handed back (recycle()), if there
+  /// is one, for the producer to write over from the start (its old bytes are still in it);
+  /// else it is left as it is.
   bool push(int channel, ChannelEvent event, TaskCounter* backPressured = nullptr, bool noWait = false,
             std::string* spare = nullptr);
   /// The consumer hands back the buffer of a data event it has processed: a producer's

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -37,15 +38,18 @@ class ExchangeWriterImpl : public ExchangeWriter {
                      bool recordsActivate, bool broadcast = false)
       : gates_(std::move(gates)), channel_(channel), subtask_(static_cast<size_t>(subtask)),
         forward_(static_cast<size_t>(producerParallelism) == gates_.size()), broadcast_(broadcast),
-        maxParallelism_(maxParallelism), buffers_(gates_.size()), limits_(gates_.size()), record_(record),
-        metrics_(metrics), recordsActivate_(recordsActivate) {
+        maxParallelism_(maxParallelism), buffers_(gates_.size()), used_(gates_.size(), 0), limits_(gates_.size()),
+        record_(record), metrics_(metrics), recordsActivate_(recordsActivate) {
     for (size_t i = 0; i < gates_.size(); ++i) limits_[i] = gates_[i]->bufferBytes();
+    // The receiver of each key group, looked up per record rather than divided out.
+    receiverOfGroup_.resize(static_cast<size_t>(std::max(maxParallelism_, 1)));
+    for (size_t kg = 0; kg < receiverOfGroup_.size(); ++kg)
+      receiverOfGroup_[kg] = static_cast<uint32_t>(kg * gates_.size() / receiverOfGroup_.size());
   }
   void emit(std::string_view key, std::string_view record) override {
     metrics_->recordsOut.add(1);
     int kg = keyGroupFor(key, maxParallelism_);
-    append(static_cast<size_t>(kg) * gates_.size() / static_cast<size_t>(maxParallelism_), static_cast<uint16_t>(kg),
-           key, record);
+    append(receiverOfGroup_[static_cast<size_t>(kg)], static_cast<uint16_t>(kg), key, record);
   }
   void emitAny(std::string_view record) override {
     metrics_->recordsOut.add(1);  // once, also when every receiver gets a copy
@@ -58,7 +62,7 @@ class ExchangeWriterImpl : public ExchangeWriter {
   /// `noWait`: into full channels too (the data an unaligned barrier follows at once).
   void flush(bool noWait = false) {
     for (size_t i = 0; i < buffers_.size(); ++i)
-      if (!buffers_[i].empty()) send(i, noWait);
+      if (used_[i] != 0) send(i, noWait);
   }
   /// Barriers and end markers. An unaligned barrier (channel.h) does not wait for room
   /// behind a full channel: it overtakes what is queued there.
@@ -110,10 +114,14 @@ class ExchangeWriterImpl : public ExchangeWriter {
   void append(size_t target, uint16_t kg, std::string_view key, std::string_view record) {
     if (recordsActivate_) activate();
     std::string& b = buffers_[target];
-    const size_t at = b.size();
-    b.resize(at + sizeof kg + sizeof(int64_t) + varintBytes(key.size()) + key.size() + varintBytes(record.size()) +
-             record.size());
-    char* p = b.data() + at;
+    size_t& used = used_[target];
+    const size_t need =
+        sizeof kg + sizeof(int64_t) + varintBytes(key.size()) + key.size() + varintBytes(record.size()) + record.size();
+    // The buffer's size is its room (a recycled one keeps its old size): it grows only when
+    // a record does not fit, not once per record (each resize() zero-filled the record's bytes).
+    if (b.size() - used < need) b.resize(std::max(used + need, limits_[target] + 1024));
+    char* p = b.data() + used;
+    used += need;
     std::memcpy(p, &kg, sizeof kg);
     p += sizeof kg;
     const int64_t timestamp = record_->timestamp;
@@ -121,7 +129,7 @@ class ExchangeWriterImpl : public ExchangeWriter {
     p += sizeof timestamp;
     p = putBytes(p, key);
     putBytes(p, record);
-    if (b.size() >= limits_[target]) send(target);
+    if (used >= limits_[target]) send(target);
   }
   static size_t varintBytes(uint64_t v) {
     size_t n = 1;
@@ -145,6 +153,8 @@ class ExchangeWriterImpl : public ExchangeWriter {
   void send(size_t target, bool noWait = false) {
     ChannelEvent e;
     e.kind = ChannelEvent::kData;
+    buffers_[target].resize(used_[target]);  // the records, not the room after them
+    used_[target] = 0;
     e.data.swap(buffers_[target]);
     // The receiver's buffer size, read once per buffer: it changes with debloating.
     limits_[target] = gates_[target]->bufferBytes();
@@ -158,7 +168,9 @@ class ExchangeWriterImpl : public ExchangeWriter {
   bool broadcast_;  // every record to every receiver
   size_t next_ = 0;
   int maxParallelism_;
-  std::vector<std::string> buffers_;
+  std::vector<std::string> buffers_;  // per receiver: records in [0, used_), room after them
+  std::vector<size_t> used_;
+  std::vector<uint32_t> receiverOfGroup_;  // per key group: the receiver it goes to
   std::vector<size_t> limits_;  // per receiver: bytes a buffer collects before it is sent
   const TaskRecordContext* record_;
   TaskMetrics* metrics_;

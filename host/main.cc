@@ -32,14 +32,17 @@ namespace {
 std::string allocatorInUse() {
   Dl_info info{};
   void* malloc = ::dlsym(RTLD_DEFAULT, "malloc");
-  if (malloc != nullptr && ::dladdr(malloc, &info) != 0 && info.dli_fname != nullptr &&
-      std::string_view(info.dli_fname).find("jemalloc") != std::string_view::npos) {
-    using Mallctl = int (*)(const char*, void*, size_t*, void*, size_t);
-    auto mallctl = reinterpret_cast<Mallctl>(::dlsym(RTLD_DEFAULT, "mallctl"));
+  if (malloc == nullptr || ::dladdr(malloc, &info) == 0) return "unknown";
+  // jemalloc: its mallctl() lives in the same object as the malloc in use (a shared
+  // libjemalloc, or the binary itself when linked statically).
+  using Mallctl = int (*)(const char*, void*, size_t*, void*, size_t);
+  auto mallctl = reinterpret_cast<Mallctl>(::dlsym(RTLD_DEFAULT, "mallctl"));
+  Dl_info ctlInfo{};
+  if (mallctl != nullptr && ::dladdr(reinterpret_cast<void*>(mallctl), &ctlInfo) != 0 &&
+      ctlInfo.dli_fbase == info.dli_fbase) {
     const char* version = nullptr;
     size_t length = sizeof version;
-    if (mallctl == nullptr || mallctl("version", &version, &length, nullptr, 0) != 0 || version == nullptr)
-      return "jemalloc";
+    if (mallctl("version", &version, &length, nullptr, 0) != 0 || version == nullptr) return "jemalloc";
     const std::string_view v(version);  // "5.3.0-0-g<commit>"
     return "jemalloc " + std::string(v.substr(0, v.find('-')));
   }

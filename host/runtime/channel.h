@@ -143,7 +143,7 @@ class InputGate {
   void debloatLocked(std::chrono::steady_clock::time_point now);
   static constexpr size_t kMaxSpares = 8;
   mutable std::mutex mu_;
-  std::vector<std::string> spares_;  // guarded by mu_: emptied buffers, see recycle()
+  std::vector<std::string> spares_;  // guarded by mu_: buffers handed back, see recycle()
   std::condition_variable dataReady_;
   std::condition_variable spaceReady_;
   std::vector<std::deque<ChannelEvent>> queues_;  // guarded by mu_

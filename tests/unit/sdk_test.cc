@@ -106,6 +106,40 @@ TEST(SerializerTest, PairsAndTuplesOfIntegersAreTheBytesTheSerializerWrites) {
   EXPECT_EQ(encode(std::pair<int32_t, int16_t>{0x01020304, 0x0506}), std::string("\x04\x03\x02\x01\x06\x05", 6));
 }
 
+}  // namespace
+}  // namespace jobhost
+
+// A job's own Serializer for a pair of integers (big-endian, as for RocksDB's key order).
+template <>
+struct jobhost::Serializer<std::pair<int32_t, int32_t>> {
+  static std::string id() { return "be-pair"; }
+  static uint32_t version() { return 1; }
+  static void write(ByteWriter& w, const std::pair<int32_t, int32_t>& v) {
+    for (int32_t x : {v.first, v.second})
+      for (int shift = 24; shift >= 0; shift -= 8) w.writeU8(static_cast<uint8_t>(static_cast<uint32_t>(x) >> shift));
+  }
+  static std::pair<int32_t, int32_t> read(ByteReader& r) {
+    int32_t out[2];
+    for (int32_t& x : out) {
+      uint32_t v = 0;
+      for (int i = 0; i < 4; ++i) v = (v << 8) | r.readU8();
+      x = static_cast<int32_t>(v);
+    }
+    return {out[0], out[1]};
+  }
+};
+namespace jobhost {
+namespace {
+
+// serializeInto()/deserialize() copy the bytes of the SDK's own pair and tuple
+// Serializers only: a job's own specialization is called.
+TEST(SerializerTest, AJobsOwnSerializerForAPairOfIntegersIsCalled) {
+  const std::pair<int32_t, int32_t> v{1, 0x01020304};
+  EXPECT_EQ(encode(v), std::string("\x00\x00\x00\x01\x01\x02\x03\x04", 8));
+  const auto back = deserialize<std::pair<int32_t, int32_t>>(encode(v));
+  EXPECT_EQ(back, v);
+}
+
 TEST(SerializerTest, BoolCharAndFloatingPointRoundTrip) {
   expectRoundTrip(true);
   expectRoundTrip(false);

@@ -147,6 +147,9 @@ template <> inline constexpr const char* kIntName<unsigned long long> = "u64";
 template <class T>
 struct Serializer<T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool> &&
                                       !std::is_same_v<T, char>>> {
+  /// Marks the SDK's own Serializer (a user's specialization has no such member):
+  /// serializeInto()/deserialize() copy the value's bytes only behind this one.
+  static constexpr bool kSdkFixedWidth = true;
   static std::string id() { return detail::kIntName<T>; }
   static uint32_t version() { return 1; }
   static void write(ByteWriter& w, T v) { w.writeFixed(v); }
@@ -214,6 +217,7 @@ struct Serializer<std::vector<T>> {
 
 template <class A, class B>
 struct Serializer<std::pair<A, B>> {
+  static constexpr bool kSdkFields = true;  // the SDK's own: see kRawFixedFields
   static std::string id() { return "pair<" + Serializer<A>::id() + "," + Serializer<B>::id() + ">"; }
   static uint32_t version() { return Serializer<A>::version() * 1000 + Serializer<B>::version(); }
   static void write(ByteWriter& w, const std::pair<A, B>& v) {
@@ -229,6 +233,7 @@ struct Serializer<std::pair<A, B>> {
 
 template <class... Ts>
 struct Serializer<std::tuple<Ts...>> {
+  static constexpr bool kSdkFields = true;  // the SDK's own: see kRawFixedFields
   static std::string id() {
     std::string s = "tuple<";
     bool first = true;
@@ -290,12 +295,23 @@ namespace detail {
 /// integer Serializer above): serializeInto()/deserialize() copy them without a
 /// ByteWriter/ByteReader (keyed state reads and writes one per access). Only where the
 /// value's memory is that little-endian encoding; a big-endian host takes the writer.
+/// A Serializer<T> the job specializes itself (say, big-endian integers, for RocksDB's key
+/// order) is always called: the member below is only in the SDK's own.
 template <class T>
-inline constexpr bool kRawFixedWidth = std::endian::native == std::endian::little && std::is_integral_v<T> &&
-                                       !std::is_same_v<T, bool> && !std::is_same_v<T, char>;
+constexpr bool rawFixedWidth() {
+  if constexpr (std::endian::native == std::endian::little && std::is_integral_v<T> && !std::is_same_v<T, bool> &&
+                !std::is_same_v<T, char>)
+    return requires { Serializer<T>::kSdkFixedWidth; };
+  else
+    return false;
+}
+template <class T>
+inline constexpr bool kRawFixedWidth = rawFixedWidth<T>();
 /// Pairs and tuples of such integers: their Serializer writes the fields' bytes one after
 /// another, so serializeInto()/deserialize() copy each field in place rather than through
 /// a ByteWriter call per field (an exchange serializes one per record: NexmarkQ7's bids).
+/// Only behind the SDK's own pair and tuple Serializers (kSdkFields), and only when every
+/// field's Serializer is the SDK's too.
 template <class T>
 struct RawFixedFields : std::false_type {};
 template <class... Ts>
@@ -303,7 +319,14 @@ struct RawFixedFields<std::tuple<Ts...>> : std::bool_constant<(sizeof...(Ts) > 0
 template <class A, class B>
 struct RawFixedFields<std::pair<A, B>> : std::bool_constant<kRawFixedWidth<A> && kRawFixedWidth<B>> {};
 template <class T>
-inline constexpr bool kRawFixedFields = RawFixedFields<T>::value;
+constexpr bool rawFixedFields() {
+  if constexpr (RawFixedFields<T>::value)
+    return requires { Serializer<T>::kSdkFields; };
+  else
+    return false;
+}
+template <class T>
+inline constexpr bool kRawFixedFields = rawFixedFields<T>();
 
 /// Calls f on each field of a pair or tuple, in order.
 template <class T, class F>

@@ -46,8 +46,7 @@ std::string allocatorInUse() {
     const std::string_view v(version);  // "5.3.0-0-g<commit>"
     return "jemalloc " + std::string(v.substr(0, v.find('-')));
   }
-  if (malloc != nullptr && info.dli_fname != nullptr &&
-      std::string_view(info.dli_fname).find("libc.so") != std::string_view::npos)
+  if (info.dli_fname != nullptr && std::string_view(info.dli_fname).find("libc.so") != std::string_view::npos)
     return std::string("glibc ") + ::gnu_get_libc_version();
   return info.dli_fname != nullptr ? std::string("malloc of ") + info.dli_fname : "unknown";
 }
@@ -127,8 +126,11 @@ int main(int argc, char** argv) {
   CLI::App app{"jobhost — run stateful streaming jobs from a plugin library", "jobhost"};
   app.footer(kExitCodes);
   app.require_subcommand(1);
-  app.set_version_flag("--version", std::string("jobhost ") + JOBHOST_VERSION + " (SDK " + JOBHOST_SDK_VERSION +
-                                        ", ABI " + JOBHOST_ABI_TAG + ")\nallocator: " + allocatorInUse());
+  // A callback: the allocator is looked up only when --version is asked for, not at every start.
+  app.set_version_flag("--version", [] {
+    return std::string("jobhost ") + JOBHOST_VERSION + " (SDK " + JOBHOST_SDK_VERSION + ", ABI " + JOBHOST_ABI_TAG +
+           ")\nallocator: " + allocatorInUse();
+  });
   bool verbose = false;
   app.add_flag("-v,--verbose", verbose, "Debug logging");
 

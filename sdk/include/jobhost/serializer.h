@@ -315,9 +315,13 @@ inline constexpr bool kRawFixedWidth = rawFixedWidth<T>();
 template <class T>
 struct RawFixedFields : std::false_type {};
 template <class... Ts>
-struct RawFixedFields<std::tuple<Ts...>> : std::bool_constant<(sizeof...(Ts) > 0) && (kRawFixedWidth<Ts> && ...)> {};
+struct RawFixedFields<std::tuple<Ts...>> : std::bool_constant<(sizeof...(Ts) > 0) && (kRawFixedWidth<Ts> && ...)> {
+  static constexpr size_t kBytes = (size_t{0} + ... + sizeof(Ts));  // what Serializer<T>::write() writes
+};
 template <class A, class B>
-struct RawFixedFields<std::pair<A, B>> : std::bool_constant<kRawFixedWidth<A> && kRawFixedWidth<B>> {};
+struct RawFixedFields<std::pair<A, B>> : std::bool_constant<kRawFixedWidth<A> && kRawFixedWidth<B>> {
+  static constexpr size_t kBytes = sizeof(A) + sizeof(B);
+};
 template <class T>
 constexpr bool rawFixedFields() {
   if constexpr (RawFixedFields<T>::value)
@@ -330,7 +334,7 @@ inline constexpr bool kRawFixedFields = rawFixedFields<T>();
 
 /// Calls f on each field of a pair or tuple, in order.
 template <class T, class F>
-constexpr void forEachField(T& v, F&& f) {
+void forEachField(T& v, F&& f) {
   if constexpr (requires { v.first; v.second; }) {
     f(v.first);
     f(v.second);
@@ -338,15 +342,6 @@ constexpr void forEachField(T& v, F&& f) {
     std::apply([&](auto&... e) { (f(e), ...); }, v);
   }
 }
-template <class T>
-constexpr size_t rawFieldBytes() {
-  size_t n = 0;
-  T v{};
-  forEachField(v, [&](const auto& e) { n += sizeof e; });
-  return n;
-}
-template <class T>
-inline constexpr size_t kRawFieldBytes = rawFieldBytes<T>();
 }  // namespace detail
 
 /// Serializes `v` into `out` (cleared first); convenience for one-off encodes.
@@ -356,7 +351,7 @@ void serializeInto(std::string& out, const T& v) {
     out.resize(sizeof(T));  // no-op when it holds a value of T already
     std::memcpy(out.data(), &v, sizeof(T));
   } else if constexpr (detail::kRawFixedFields<T>) {
-    out.resize(detail::kRawFieldBytes<T>);  // the bytes Serializer<T>::write() writes
+    out.resize(detail::RawFixedFields<T>::kBytes);
     char* p = out.data();
     detail::forEachField(v, [&](const auto& e) {
       std::memcpy(p, &e, sizeof e);
@@ -379,7 +374,7 @@ T deserialize(std::string_view bytes) {
       return v;
     }  // otherwise the reader below says what is wrong
   } else if constexpr (detail::kRawFixedFields<T>) {
-    if (bytes.size() == detail::kRawFieldBytes<T>) {
+    if (bytes.size() == detail::RawFixedFields<T>::kBytes) {
       T v{};
       const char* p = bytes.data();
       detail::forEachField(v, [&](auto& e) {

@@ -19,7 +19,7 @@ const std::vector<ConfigKey>& knownConfigKeys() {
       {"state.backend.rocksdb.writebuffer.count", "2", "rocksdb: memtables per state, the active one included (1-64)."},
       {"state.backend.rocksdb.block.cache-size", "8mb",
        "rocksdb: block cache of each RocksDB instance, shared by its states."},
-      {"state.backend.rocksdb.entry-cache.size", "16mb",
+      {"state.backend.rocksdb.entry-cache.size", "32mb",
        "rocksdb: write-back cache of ValueState values and MapState entries in front of each RocksDB instance, "
        "written to it at every checkpoint and when full; 0 turns it off."},
       {"state.backend.rocksdb.compaction.style", "LEVEL",

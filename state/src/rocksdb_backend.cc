@@ -1015,11 +1015,10 @@ class RocksDbBackend final : public KeyedStateBackend {
 
   void flushCache(int state, const char* op) { check(writeCache(), state, op); }
 
-  /// Past its size the cache is written, then half of it dropped.
+  /// Past its size the cache drops what it need not write, or is written and halved.
   void evictIfFull(int state, const char* op) {
     if (!cache_.full()) return;
-    flushCache(state, op);
-    cache_.evictHalf();
+    cache_.makeRoom([&] { flushCache(state, op); });
   }
 
   [[noreturn]] void kindError(int state, const char* op, const char* wanted) {

@@ -13,7 +13,8 @@
 //
 // The cache is flushed (its dirty entries written, the cache kept) before anything reads
 // the DB in bulk: a snapshot's sync phase, mapForEach, a MapState's clear() and
-// forEachEntry. It is flushed and emptied when its entries exceed the configured size.
+// forEachEntry. When its entries exceed the configured size, it drops the removed ones it
+// need not write, or else is flushed and halved (makeRoom).
 // It knows nothing of RocksDB: flush() hands each net change to the caller, which writes
 // it (rocksdb_backend.cc). ListState values (Merge) are never cached; a MapState entry
 // that gets a merge (mapAppend) is written through and forgotten first.
@@ -168,6 +169,12 @@ class EntryCache {
   /// nothing changes: every entry stays dirty, to be written by a later flush.
   template <class Write, class Commit>
   void flush(Write&& write, Commit&& commit) {
+    // In key order (state handle first, then the DB key, bytewise as RocksDB's default
+    // comparator): the memtable's skip list then inserts each key next to the one before
+    // it (its insertion hint) instead of searching from the top for every key.
+    std::sort(dirty_.begin(), dirty_.end(), [](const Key& a, const Key& b) {
+      return std::string_view(a.data(), a.size()) < std::string_view(b.data(), b.size());
+    });
     for (const Key& key : dirty_) {
       const std::string_view k(key.data(), key.size());
       auto it = map_.find(k);
@@ -189,7 +196,7 @@ class EntryCache {
   }
 
   /// True when the cache holds more than its configured size, or when the next new key
-  /// would grow the table past it: flush, then evictHalf().
+  /// would grow the table past it: makeRoom().
   bool full() const {
     const uint64_t held = bytes();
     if (held > capacity_) return true;
@@ -197,6 +204,44 @@ class EntryCache {
     if (!mayGrow(cap, map_.size())) return false;
     // The next insertion may double the table (absl: capacity 2^k - 1 -> 2^(k+1) - 1).
     return held - tableBytes(cap) + tableBytes(cap * 2 + 1) > capacity_;
+  }
+
+  /// Makes room in a full() cache. First it drops what costs nothing to drop: entries
+  /// known to be absent and not waiting to be written (a window's or a timer's entry,
+  /// removed again; an absent read), forgotten ones, and the dirty list's keys of entries
+  /// no longer dirty. When that leaves the table at most half full and the cache within
+  /// its size, that is all: nothing is written. Otherwise writeDirty() writes the dirty
+  /// entries (it calls flush()) and evictHalf() drops about half of the rest.
+  ///
+  /// Why first: an event-time job removes every window and timer it creates. Before, the
+  /// removed entries and their keys in the dirty list filled the cache until it was
+  /// written and halved, which wrote every live entry to the memtable (and later its
+  /// delete): NexmarkQ8's join on RocksDB spent nearly half its time in those writes
+  /// (docs/benchmarks.md).
+  template <class WriteDirty>
+  void makeRoom(WriteDirty&& writeDirty) {
+    size_t kept = 0;
+    for (Key& key : dirty_) {
+      auto it = map_.find(std::string_view(key.data(), key.size()));
+      if (it != map_.end() && it->second.dirty) {
+        if (&dirty_[kept] != &key) dirty_[kept] = std::move(key);
+        ++kept;
+        continue;
+      }
+      if (it != map_.end()) it->second.listed = false;
+      heapBytes_ -= keyHeap(key.size());
+    }
+    dirty_.resize(kept);
+    if (dirty_.size() < dirty_.capacity() / 4) dirty_.shrink_to_fit();
+    absl::erase_if(map_, [&](const auto& kv) {
+      const Entry& e = kv.second;
+      if (e.dirty || (e.known && e.present)) return false;
+      heapBytes_ -= keyHeap(kv.first.size()) + valueHeap(e.value);
+      return true;
+    });
+    if (map_.size() <= map_.capacity() / 2 && !full()) return;
+    writeDirty();
+    evictHalf();
   }
 
   /// Drops the forgotten entries and about half of the others (every other one in the

@@ -727,6 +727,81 @@ TEST(EntryCacheTest, AFailedCommitLeavesEveryChangeForTheNextFlush) {
   EXPECT_EQ(written, (std::vector<std::string>{"0:a=<deleted>"}));
 }
 
+// A flush hands the entries over in the DB's key order, state handle first, bytes compared
+// unsigned (RocksDB's bytewise comparator): the memtable then inserts each key next to the
+// one before it. Before, they came in the order they became dirty.
+TEST(EntryCacheTest, AFlushWritesInKeyOrder) {
+  EntryCache cache(1u << 20);
+  const std::vector<std::pair<int, std::string>> puts = {
+      {2, "b"}, {0, "\xff"}, {2, "a"}, {0, std::string("\x01", 1)}, {1, "m"}, {0, "\x7f"}, {2, "ab"}};
+  std::string key;
+  for (const auto& [state, dbKey] : puts) {
+    EntryCache::makeKey(&key, state, dbKey);
+    cache.put(key, state, "v");
+  }
+  std::vector<std::pair<int, std::string>> written;
+  cache.flush([&](int state, std::string_view dbKey, const std::string*) { written.emplace_back(state, dbKey); },
+              [] {});
+  const std::vector<std::pair<int, std::string>> expected = {{0, std::string("\x01", 1)}, {0, "\x7f"}, {0, "\xff"},
+                                                             {1, "m"}, {2, "a"}, {2, "ab"}, {2, "b"}};
+  EXPECT_EQ(written, expected);
+}
+
+// An event-time job's entries live for one window: read as absent, put, removed when the
+// window fires. When the cache fills, the removed ones are dropped and nothing is written
+// as long as that leaves room; the live entries stay, dirty, with their values. Before,
+// every full cache was written to the DB (live entries included) and halved.
+TEST(EntryCacheTest, RemovedEntriesMakeRoomWithoutAWrite) {
+  constexpr uint64_t kSize = 1u << 20;
+  EntryCache cache(kSize);
+  std::string key;
+  auto keyOf = [&](uint64_t i) {
+    std::string dbKey(16, '\0');
+    std::memcpy(dbKey.data(), &i, sizeof i);
+    EntryCache::makeKey(&key, 3, dbKey);
+    return key;
+  };
+  int writes = 0, rooms = 0;
+  auto makeRoomIfFull = [&] {
+    if (!cache.full()) return;
+    ++rooms;
+    cache.makeRoom([&] {
+      ++writes;
+      cache.flush([](int, std::string_view, const std::string*) {}, [] {});
+    });
+    ASSERT_LE(cache.bytes(), kSize);
+  };
+  for (uint64_t live = 0; live < 500; ++live) {
+    cache.loaded(keyOf(live), 3, nullptr);
+    cache.put(keyOf(live), 3, "live " + std::to_string(live));
+    makeRoomIfFull();
+  }
+  for (uint64_t i = 1000; i < 60000; ++i) {
+    const std::string k = keyOf(i);
+    cache.loaded(k, 3, nullptr);
+    makeRoomIfFull();
+    cache.put(k, 3, "window");
+    makeRoomIfFull();
+    if (i >= 1010) cache.remove(keyOf(i - 10), 3);  // ten windows open at a time
+  }
+  EXPECT_GT(rooms, 2) << "the cache never filled: the test shows nothing";
+  EXPECT_EQ(writes, 0) << "a full cache of removed entries was written to the DB";
+  for (uint64_t live = 0; live < 500; ++live) {
+    const EntryCache::Entry* e = cache.find(keyOf(live));
+    ASSERT_NE(e, nullptr) << live;
+    EXPECT_TRUE(e->dirty && e->present) << live;
+    EXPECT_EQ(e->value, "live " + std::to_string(live));
+  }
+
+  // Live entries alone past the size: those must be written before any is dropped.
+  for (uint64_t i = 100000; i < 140000 && writes == 0; ++i) {
+    cache.put(keyOf(i), 3, "live");
+    makeRoomIfFull();
+  }
+  EXPECT_EQ(writes, 1);
+  EXPECT_EQ(cache.dirtyCount(), 0u);
+}
+
 // The cache's size bounds the memory it really holds (state.backend.rocksdb.entry-cache.size
 // is a memory budget per backend): malloc's own count of the bytes in use, sampled while
 // the cache fills, evicts and refills, stays within the size and matches what the cache
@@ -769,8 +844,7 @@ TEST(EntryCacheTest, ItsMemoryStaysWithinItsConfiguredSize) {
           default: cache.put(key, 1, value); break;
         }
         if (cache.full()) {
-          cache.flush([](int, std::string_view, const std::string*) {}, [] {});
-          cache.evictHalf();
+          cache.makeRoom([&] { cache.flush([](int, std::string_view, const std::string*) {}, [] {}); });
           ++evictions;
         }
         if (i % 61 == 0) {

@@ -17,7 +17,7 @@ TEST(RocksDbSettings, DefaultsAreFlinks) {
   EXPECT_EQ(o.blockCacheSize, 8u << 20);
   EXPECT_EQ(o.compactionStyle, state::RocksDbOptions::CompactionStyle::kLevel);
   EXPECT_EQ(o.transferThreads, 4);
-  EXPECT_EQ(o.entryCacheSize, 16u << 20);  // ours: Flink has no entry cache
+  EXPECT_EQ(o.entryCacheSize, 32u << 20);  // ours: Flink has no entry cache
 }
 
 TEST(RocksDbSettings, ValuesAreReadInFlinksSpelling) {

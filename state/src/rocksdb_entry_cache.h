@@ -209,9 +209,9 @@ class EntryCache {
   /// Makes room in a full() cache. First it drops what costs nothing to drop: entries
   /// known to be absent and not waiting to be written (a window's or a timer's entry,
   /// removed again; an absent read), forgotten ones, and the dirty list's keys of entries
-  /// no longer dirty. When that leaves the table at most half full and the cache within
-  /// its size, that is all: nothing is written. Otherwise writeDirty() writes the dirty
-  /// entries (it calls flush()) and evictHalf() drops about half of the rest.
+  /// no longer dirty. When that leaves room (roomAfterDrop), that is all: nothing is
+  /// written. Otherwise writeDirty() writes the dirty entries (it calls flush()) and
+  /// evictHalf() drops about half of the rest.
   ///
   /// Why first: an event-time job removes every window and timer it creates. Before, the
   /// removed entries and their keys in the dirty list filled the cache until it was
@@ -232,14 +232,15 @@ class EntryCache {
       heapBytes_ -= keyHeap(key.size());
     }
     dirty_.resize(kept);
-    if (dirty_.size() < dirty_.capacity() / 4) dirty_.shrink_to_fit();
+    // The list's array is counted at its capacity: what it no longer needs goes back.
+    if (dirty_.capacity() > 2 * dirty_.size()) dirty_.shrink_to_fit();
     absl::erase_if(map_, [&](const auto& kv) {
       const Entry& e = kv.second;
       if (e.dirty || (e.known && e.present)) return false;
       heapBytes_ -= keyHeap(kv.first.size()) + valueHeap(e.value);
       return true;
     });
-    if (map_.size() <= map_.capacity() / 2 && !full()) return;
+    if (roomAfterDrop()) return;
     writeDirty();
     evictHalf();
   }
@@ -271,6 +272,18 @@ class EntryCache {
   }
 
  private:
+  /// Whether makeRoom's drop left enough room to skip writing: a table at most half full
+  /// (a quarter of its slots free before it is full again) and at most three quarters of
+  /// what the size leaves beyond the table in use. Each makeRoom scans the table, so the
+  /// next one must be that many operations away, not the next operation.
+  bool roomAfterDrop() const {
+    const size_t cap = map_.capacity();
+    if (map_.size() > cap / 2 || full()) return false;
+    const uint64_t table = tableBytes(cap);
+    const uint64_t beyondTable = capacity_ > table ? capacity_ - table : 0;
+    return bytes() + beyondTable / 4 <= capacity_;
+  }
+
   /// The slot array of a table of `capacity` slots: a slot and a control byte each.
   static uint64_t tableBytes(size_t capacity) {
     return capacity == 0 ? 0 : capacity * (sizeof(typename Table::value_type) + 1) + 16;

@@ -761,15 +761,31 @@ TEST(EntryCacheTest, RemovedEntriesMakeRoomWithoutAWrite) {
     EntryCache::makeKey(&key, 3, dbKey);
     return key;
   };
+  std::map<std::string, std::string> written;  // db key -> the value the last write gave it
   int writes = 0, rooms = 0;
   auto makeRoomIfFull = [&] {
     if (!cache.full()) return;
     ++rooms;
     cache.makeRoom([&] {
       ++writes;
-      cache.flush([](int, std::string_view, const std::string*) {}, [] {});
+      cache.flush([&](int, std::string_view dbKey, const std::string* v) { written[std::string(dbKey)] = v ? *v : "-"; },
+                  [] {});
     });
     ASSERT_LE(cache.bytes(), kSize);
+  };
+  // Every live entry is either still dirty in the cache with its value or was written
+  // with it: none is dropped unwritten.
+  auto expectKept = [&](uint64_t i, const std::string& value) {
+    const std::string k = keyOf(i);
+    const EntryCache::Entry* e = cache.find(k);
+    if (e != nullptr && e->dirty) {
+      EXPECT_TRUE(e->present) << i;
+      EXPECT_EQ(e->value, value) << i;
+    } else {
+      auto w = written.find(std::string(EntryCache::dbKeyOf(k)));
+      ASSERT_NE(w, written.end()) << "entry " << i << " was dropped without being written";
+      EXPECT_EQ(w->second, value) << i;
+    }
   };
   for (uint64_t live = 0; live < 500; ++live) {
     cache.loaded(keyOf(live), 3, nullptr);
@@ -793,13 +809,46 @@ TEST(EntryCacheTest, RemovedEntriesMakeRoomWithoutAWrite) {
     EXPECT_EQ(e->value, "live " + std::to_string(live));
   }
 
-  // Live entries alone past the size: those must be written before any is dropped.
-  for (uint64_t i = 100000; i < 140000 && writes == 0; ++i) {
-    cache.put(keyOf(i), 3, "live");
+  // Live entries alone past the size: they are written before any is dropped.
+  for (uint64_t i = 100000; i < 130000; ++i) {
+    cache.put(keyOf(i), 3, "live " + std::to_string(i));
     makeRoomIfFull();
   }
-  EXPECT_EQ(writes, 1);
-  EXPECT_EQ(cache.dirtyCount(), 0u);
+  EXPECT_GT(writes, 0) << "live entries past the size were never written";
+  for (uint64_t live = 0; live < 500; ++live) expectKept(live, "live " + std::to_string(live));
+  for (uint64_t i = 100000; i < 130000; ++i) expectKept(i, "live " + std::to_string(i));
+}
+
+// Keys the drop takes off the dirty list are listed again, once, when put again: the next
+// flush writes each exactly once with its new value. One was put and removed before it
+// was ever written (its entry is dropped too); the other was written through by its owner
+// (a merge: forgotten) and read back (its entry stays, clean).
+TEST(EntryCacheTest, AKeyTakenOffTheDirtyListIsListedAgainWhenPutAgain) {
+  EntryCache cache(1u << 20);
+  std::string gone, kept;
+  EntryCache::makeKey(&gone, 1, "gone");
+  EntryCache::makeKey(&kept, 1, "kept");
+  cache.loaded(gone, 1, nullptr);
+  cache.put(gone, 1, "first");
+  cache.remove(gone, 1);  // never in the DB: nothing to write, but still on the list
+  cache.put(kept, 1, "a");
+  ASSERT_NE(cache.dirtyEntry(kept), nullptr);
+  cache.forget(kept);  // the backend wrote it itself (mapAppend), then
+  const std::string merged = "a+b";
+  cache.loaded(kept, 1, &merged);  // read it back: clean, still on the list
+  int writes = 0;
+  cache.makeRoom([&] { ++writes; });
+  EXPECT_EQ(writes, 0);
+  EXPECT_EQ(cache.find(gone), nullptr) << "the removed entry was not dropped";
+  ASSERT_NE(cache.find(kept), nullptr);
+  EXPECT_EQ(cache.dirtyCount(), 0u) << "keys of entries that are not dirty stayed on the list";
+  cache.put(gone, 1, "second");
+  cache.put(kept, 1, "c");
+  std::vector<std::string> flushed;
+  cache.flush([&](int, std::string_view dbKey, const std::string* v) {
+    flushed.push_back(std::string(dbKey) + "=" + (v ? *v : "-"));
+  }, [] {});
+  EXPECT_EQ(flushed, (std::vector<std::string>{"gone=second", "kept=c"}));
 }
 
 // The cache's size bounds the memory it really holds (state.backend.rocksdb.entry-cache.size
@@ -844,8 +893,10 @@ TEST(EntryCacheTest, ItsMemoryStaysWithinItsConfiguredSize) {
           default: cache.put(key, 1, value); break;
         }
         if (cache.full()) {
-          cache.makeRoom([&] { cache.flush([](int, std::string_view, const std::string*) {}, [] {}); });
-          ++evictions;
+          cache.makeRoom([&] {
+            cache.flush([](int, std::string_view, const std::string*) {}, [] {});
+            ++evictions;  // written, then halved
+          });
         }
         if (i % 61 == 0) {
           const int64_t held = inUse() - before;

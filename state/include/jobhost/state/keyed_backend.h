@@ -60,9 +60,10 @@ struct RocksDbOptions {
   /// (state.backend.rocksdb.checkpoint.transfer.thread.num). Default 4.
   int transferThreads = 4;
   /// Write-back cache of ValueState values and MapState entries in front of the DB, per
-  /// backend instance (.entry-cache.size; rocksdb_entry_cache.h). 0 turns it off. Default 32 MiB:
-  /// its table of 262143 slots holds about 200k entries, a table of 131071 (all 16 MiB holds)
-  /// too few for NexmarkQ7 and Q8 at full speed (docs/benchmarks.md).
+  /// backend instance (.entry-cache.size; rocksdb_entry_cache.h). 0 turns it off. Default
+  /// 32 MiB: its table of 262143 slots holds up to about 200k small entries (keys to 40
+  /// bytes, values to 15); the 131071 slots that fit 16 MiB held too few for NexmarkQ7 and
+  /// Q8 at full speed (docs/benchmarks.md).
   uint64_t entryCacheSize = 32u << 20;
 };
 

@@ -90,7 +90,7 @@ const std::vector<ConfigKey>& knownConfigKeys() {
       {"taskmanager.network.memory.buffer-debloat.target", "100 ms",
        "Buffer debloating: the time the data in one input channel should take its task to consume. Smaller "
        "shortens barrier alignment under back-pressure (and the data in flight), at some cost in throughput "
-       "below about 10 ms. Flink's default is 1 s, for network channels; ours are queues between threads."},
+       "by 10 ms. Flink's default is 1 s, for network channels; ours are queues between threads."},
       {"taskmanager.network.memory.buffer-debloat.period", "200 ms",
        "Buffer debloating: how often each task measures its consumption rate and resizes its channels."},
       {"s3.endpoint", nullptr,

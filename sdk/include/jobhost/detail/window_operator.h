@@ -114,6 +114,7 @@ class WindowOp : public NamedOp, public Collector<T> {
   void open(OperatorContext& ctx) override {
     NamedOp::open(ctx);
     ctx_ = &ctx;
+    timestamp_.open(ctx);
     state_ = &ctx.keyedState();
     timers_ = &ctx.timerService();
     side_.emplace(ctx);
@@ -142,7 +143,7 @@ class WindowOp : public NamedOp, public Collector<T> {
     const bool eventTime = o_.assigner.isEventTime();
     int64_t ts;
     if (eventTime) {
-      ts = ctx_->currentTimestamp();
+      ts = timestamp_.get();
       if (ts == kNoTimestamp)
         throw UserCodeError(name_, "a record without an event timestamp reached an event-time window: assign "
                                    "timestamps upstream with assignTimestampsAndWatermarks(...), or use a "
@@ -477,6 +478,7 @@ class WindowOp : public NamedOp, public Collector<T> {
   Functions f_;
   Collector<Out>* down_;
   OperatorContext* ctx_ = nullptr;
+  RecordTimestamp timestamp_;  // read for every record
   KeyedStateAccess* state_ = nullptr;
   InternalTimerService* timers_ = nullptr;
   std::optional<SideOutputs> side_;

@@ -69,7 +69,6 @@ class OperatorContextImpl : public OperatorContext {
   std::atomic<const char*>* activeOperatorSlot() override { return activeSlot; }
   int64_t currentTimestamp() const override { return record->timestamp; }
   void setCurrentTimestamp(int64_t timestamp) override { record->timestamp = timestamp; }
-  int64_t* currentTimestampSlot() override { return &record->timestamp; }
   int64_t currentWatermark() const override { return *watermark; }
   InternalTimerService& timerService() override {
     if (!timers)

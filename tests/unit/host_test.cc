@@ -30,7 +30,6 @@
 #include "runtime/exchange_writer_impl.h"
 #include "runtime/job_execution.h"
 #include "runtime/key_group_assignment.h"
-#include "runtime/operator_context_impl.h"
 #include "runtime/restart_strategy.h"
 #include "../support/contains.h"
 
@@ -1667,22 +1666,6 @@ TEST(InputGateTest, AWakeUpWakesAConsumerWaitingOnBlockedChannels) {
   ASSERT_EQ(got.wait_for(10s), std::future_status::ready) << "wakeUp() did not wake the consumer";
   EXPECT_FALSE(got.get().has_value());
   EXPECT_TRUE(gate.push(1, data("still usable")));
-}
-
-// The host hands operators the place where it keeps the task's current record timestamp
-// (OperatorContext::currentTimestampSlot): the one currentTimestamp() and
-// setCurrentTimestamp() use, and the exchange and the timers read. Without it, operators
-// fall back to the virtual calls and every test still passes, only slower.
-TEST(OperatorContextTest, TheTimestampSlotIsTheTaskRecordsTimestamp) {
-  TaskRecordContext record;
-  OperatorContextImpl ctx;
-  ctx.record = &record;
-  int64_t* slot = ctx.currentTimestampSlot();
-  ASSERT_EQ(slot, &record.timestamp);
-  ctx.setCurrentTimestamp(42);
-  EXPECT_EQ(*slot, 42);
-  *slot = 7;
-  EXPECT_EQ(ctx.currentTimestamp(), 7);
 }
 
 }  // namespace

@@ -26,7 +26,6 @@
 #include "jobhost/serializer_text.h"
 #include "jobhost/state.h"
 #include "jobhost/stream.h"
-#include "support/fake_operator_context.h"
 
 namespace jobhost {
 namespace {
@@ -1094,67 +1093,6 @@ TEST(BroadcastStateTest, OtherTypesUndeclaredStatesAndOtherFormatsAreRefusedWith
   none.restore(bytes);
   EXPECT_EQ(none.snapshot(), bytes);
   EXPECT_THROW(none.get(limits), StateError) << "kept, but not handed out undeclared";
-}
-
-}  // namespace
-}  // namespace jobhost
-
-// ---------------------------------------------------------------------------------------
-// OperatorContext::currentTimestampSlot: the watermark assigner reads and sets the
-// record's timestamp through the slot, with no virtual call per record, and gives the
-// same timestamps through the context's calls when there is no slot.
-
-namespace jobhost {
-namespace {
-
-/// Keeps the current record's timestamp (FakeOperatorContext keeps none) and counts the
-/// calls that read or set it; hands out its slot or not.
-class TimestampContext : public jobhost_test::FakeOperatorContext {
- public:
-  explicit TimestampContext(bool slot) : FakeOperatorContext(0, 1, "Timestamps", "timestamps"), slot_(slot) {}
-  int64_t currentTimestamp() const override {
-    ++calls;
-    return timestamp;
-  }
-  void setCurrentTimestamp(int64_t t) override {
-    ++calls;
-    timestamp = t;
-  }
-  int64_t* currentTimestampSlot() override { return slot_ ? &timestamp : nullptr; }
-  int64_t timestamp = kNoTimestamp;
-  mutable int calls = 0;
-
- private:
-  bool slot_;
-};
-
-/// What the operator after the assigner sees: each record with the timestamp it carries.
-struct TimestampsSeen : Collector<int64_t> {
-  explicit TimestampsSeen(const TimestampContext& c) : ctx(c) {}
-  void collect(const int64_t& v) override { seen.emplace_back(v, ctx.timestamp); }
-  const TimestampContext& ctx;
-  std::vector<std::pair<int64_t, int64_t>> seen;  // (record, its timestamp downstream)
-};
-
-TEST(RecordTimestampTest, TheWatermarkAssignerSetsTheTimestampThroughTheSlotAndRestoresTheUpstreamOne) {
-  for (bool slot : {true, false}) {
-    SCOPED_TRACE(slot ? "with the slot" : "through the context's calls");
-    TimestampContext ctx(slot);
-    TimestampsSeen down(ctx);
-    auto strategy = WatermarkStrategy<int64_t>::forMonotonousTimestamps().withTimestampAssigner(
-        [](const int64_t& v, int64_t upstream) { return v * 10 + (upstream == kNoTimestamp ? 0 : upstream); });
-    detail::TimestampsAndWatermarksOp<int64_t> op(strategy, static_cast<Collector<int64_t>*>(&down));
-    op.open(ctx);
-    auto& in = *static_cast<Collector<int64_t>*>(op.input());
-    in.collect(1);  // no timestamp upstream
-    EXPECT_EQ(ctx.timestamp, kNoTimestamp) << "the upstream timestamp is restored after the record";
-    ctx.timestamp = 5;  // a flatMap upstream emits its records with its input's timestamp
-    in.collect(2);
-    EXPECT_EQ(ctx.timestamp, 5);
-    EXPECT_EQ(down.seen, (std::vector<std::pair<int64_t, int64_t>>{{1, 10}, {2, 25}}));
-    // One read and two sets per record: none through the slot.
-    EXPECT_EQ(ctx.calls, slot ? 0 : 6);
-  }
 }
 
 }  // namespace

@@ -205,11 +205,6 @@ class OperatorContext {
   /// Sets the timestamp of the records this operator emits next (and that its downstream
   /// operators see), e.g. a watermark assigner or a window firing.
   virtual void setCurrentTimestamp(int64_t timestamp) = 0;
-  /// Where this context keeps the current record's event timestamp: what
-  /// currentTimestamp() reads and setCurrentTimestamp() writes, for operators that read or
-  /// set it for every record (RecordTimestamp below: no virtual call per record). nullptr
-  /// when the context keeps it elsewhere. Valid while the operator is open.
-  virtual int64_t* currentTimestampSlot() { return nullptr; }
   /// This operator's watermark: the minimum over its inputs (kMinWatermark at first).
   virtual int64_t currentWatermark() const = 0;
   /// Keyed operators that use timers (PlanNode::timers); throws StateError otherwise.
@@ -241,27 +236,6 @@ class OperatorContext {
   /// aggregate or reduce window may hold in memory before writing them to keyed state;
   /// 0: none (every record goes to state).
   virtual size_t windowMiniBatchSize() const { return 0; }
-};
-
-/// The current record's event timestamp, read and set through the context's slot
-/// (OperatorContext::currentTimestampSlot) when it has one, else through its virtual
-/// calls. The SDK's watermark assigner reads it and sets it twice for every record: three
-/// virtual calls were about 2 % of a NexmarkQ8 source thread.
-class RecordTimestamp {
- public:
-  void open(OperatorContext& ctx) {
-    ctx_ = &ctx;
-    slot_ = ctx.currentTimestampSlot();
-  }
-  int64_t get() const { return slot_ != nullptr ? *slot_ : ctx_->currentTimestamp(); }
-  void set(int64_t timestamp) {
-    if (slot_ != nullptr) *slot_ = timestamp;
-    else ctx_->setCurrentTimestamp(timestamp);
-  }
-
- private:
-  OperatorContext* ctx_ = nullptr;
-  int64_t* slot_ = nullptr;
 };
 
 /// One operator instance in one subtask.

@@ -55,7 +55,7 @@
 // Bump whenever the layout of anything crossing the boundary changes (a virtual added to
 // an SDK interface, a field of JobClassInfo, ...), even within one SDK version, so that a
 // host refuses plugins built against other headers instead of crashing in them.
-#define JOBHOST_ABI_REVISION 12
+#define JOBHOST_ABI_REVISION 11
 
 #define JOBHOST_ABI_TAG                                                                  \
   "sdk" JOBHOST_STR(JOBHOST_SDK_VERSION_MAJOR) ".r" JOBHOST_STR(JOBHOST_ABI_REVISION) ";" \

@@ -37,19 +37,18 @@ class TimestampsAndWatermarksOp : public NamedOp, public Collector<T> {
   void open(OperatorContext& ctx) override {
     NamedOp::open(ctx);
     ctx_ = &ctx;
-    timestamp_.open(ctx);
     lastActivity_ = std::chrono::steady_clock::now();
   }
   void collect(const T& v) override {
     emitRestoredWatermark();
-    const int64_t before = timestamp_.get();
+    const int64_t before = ctx_->currentTimestamp();
     const int64_t ts = invoke([&] { return strategy_.timestampOf(v, before); });
     if (ts > maxTimestamp_) maxTimestamp_ = ts;
     ++records_;
     idle_ = false;
-    timestamp_.set(ts);
+    ctx_->setCurrentTimestamp(ts);
     down_->collect(v);
-    timestamp_.set(before);  // a flatMap upstream emits its next record with its own
+    ctx_->setCurrentTimestamp(before);  // a flatMap upstream emits its next record with its own
   }
   void onPeriodicEmit() override {
     emitRestoredWatermark();
@@ -111,7 +110,6 @@ class TimestampsAndWatermarksOp : public NamedOp, public Collector<T> {
   WatermarkStrategy<T> strategy_;
   Collector<T>* down_;
   OperatorContext* ctx_ = nullptr;
-  RecordTimestamp timestamp_;
   int64_t maxTimestamp_ = kNoTimestamp;
   int64_t emitted_ = kMinWatermark;  // the last watermark sent downstream
   int64_t own_ = kMinWatermark;      // the last one it derived itself (its state)

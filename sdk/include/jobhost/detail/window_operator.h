@@ -114,7 +114,6 @@ class WindowOp : public NamedOp, public Collector<T> {
   void open(OperatorContext& ctx) override {
     NamedOp::open(ctx);
     ctx_ = &ctx;
-    timestamp_.open(ctx);
     state_ = &ctx.keyedState();
     timers_ = &ctx.timerService();
     side_.emplace(ctx);
@@ -143,7 +142,7 @@ class WindowOp : public NamedOp, public Collector<T> {
     const bool eventTime = o_.assigner.isEventTime();
     int64_t ts;
     if (eventTime) {
-      ts = timestamp_.get();
+      ts = ctx_->currentTimestamp();
       if (ts == kNoTimestamp)
         throw UserCodeError(name_, "a record without an event timestamp reached an event-time window: assign "
                                    "timestamps upstream with assignTimestampsAndWatermarks(...), or use a "
@@ -478,7 +477,6 @@ class WindowOp : public NamedOp, public Collector<T> {
   Functions f_;
   Collector<Out>* down_;
   OperatorContext* ctx_ = nullptr;
-  RecordTimestamp timestamp_;  // read for every record
   KeyedStateAccess* state_ = nullptr;
   InternalTimerService* timers_ = nullptr;
   std::optional<SideOutputs> side_;

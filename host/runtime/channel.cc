@@ -33,6 +33,7 @@ void InputGate::overtake(std::deque<ChannelEvent>& q, std::deque<ChannelEvent>::
   while (from > 0 && q[from - 1].kind != ChannelEvent::kBarrier && q[from - 1].kind != ChannelEvent::kEnd) --from;
   ChannelEvent barrier = std::move(q[to]);
   barrier.unaligned = true;
+  barrier.seq = 0;  // a priority event: taken before any channel's older data
   barrier.convertible = false;
   barrier.overtaken.clear();
   for (size_t i = from; i < to; ++i)
@@ -131,6 +132,7 @@ bool InputGate::push(int channel, ChannelEvent event, TaskCounter* backPressured
   }
   if (cancelled_) return false;
   event.channel = channel;
+  event.seq = ++pushed_;
   queuedBytes_[c] += event.data.size();
   auto& q = queues_[c];
   if (event.kind == ChannelEvent::kBarrier) event.arrived = std::chrono::steady_clock::now();
@@ -161,21 +163,24 @@ std::optional<ChannelEvent> InputGate::takeLocked(const std::vector<bool>& block
     switch_.reset();
     return e;
   }
-  size_t n = queues_.size();
+  // The oldest head of a channel the consumer takes from (file comment of channel.h).
+  const size_t n = queues_.size();
+  size_t c = n;
   for (size_t i = 0; i < n; ++i) {
-    size_t c = (rr_ + i) % n;
-    if (queues_[c].empty()) continue;
+    if (queues_[i].empty()) continue;
     // A blocked channel still hands out a barrier the timeout turned unaligned (it heads
     // its channel): the consumer aligning an older, aborted checkpoint there abandons it
     // for this one instead of waiting until its other channels drain.
-    const ChannelEvent& head = queues_[c].front();
-    if (blocked[c] && !(convertedId_ != 0 && head.kind == ChannelEvent::kBarrier && head.unaligned &&
+    const ChannelEvent& head = queues_[i].front();
+    if (blocked[i] && !(convertedId_ != 0 && head.kind == ChannelEvent::kBarrier && head.unaligned &&
                         head.checkpointId == convertedId_))
       continue;
+    if (c == n || head.seq < queues_[c].front().seq) c = i;
+  }
+  if (c < n) {
     ChannelEvent e = std::move(queues_[c].front());
     queues_[c].pop_front();
     queuedBytes_[c] -= e.data.size();
-    rr_ = c + 1;
     if (e.kind == ChannelEvent::kEnd) endTaken_[c] = true;
     if (e.kind == ChannelEvent::kBarrier) onBarrierTakenLocked(e);
     if (debloater_.enabled() && e.kind == ChannelEvent::kData) {

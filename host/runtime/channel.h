@@ -9,7 +9,13 @@
 // debloating (buffer_debloat.h) sized to what the consumer takes in the debloat target;
 // producers then also cut their buffers smaller (bufferBytes()).
 // The consumer takes events from channels that are not blocked by barrier alignment
-// (see barrier_aligner.h). Another thread can wake a consumer waiting in next() with
+// (see barrier_aligner.h), oldest first: of the heads of those channels, the event pushed
+// earliest (an unaligned barrier before all of them). Within a channel the order is the
+// producer's; across channels it is the order of arrival, so the barriers one producer
+// sends to several channels of a gate one after the other are taken one after the other
+// too, and aligning them waits only for what it sent in between (with a round robin over
+// the channels it waited until the channel holding the most before its barrier drained:
+// the G1 benchmark's tail). Another thread can wake a consumer waiting in next() with
 // wakeUp(), e.g. to hand its task a checkpoint notification (the task's mailbox).
 //
 // Unaligned checkpoints (FLIP-76): a barrier pushed with `unaligned` set does not queue
@@ -70,6 +76,9 @@ struct ChannelEvent {
   std::chrono::steady_clock::time_point started{};
   /// kBarrier: when it was pushed into the gate (set by the gate).
   std::chrono::steady_clock::time_point arrived{};
+  /// The order of arrival at the gate (set by the gate; 0 for an unaligned barrier, which
+  /// goes before everything): the consumer takes the oldest head first.
+  uint64_t seq = 0;
 };
 
 class InputGate {
@@ -158,7 +167,7 @@ class InputGate {
   uint64_t periodBytes_ = 0;
   std::chrono::nanoseconds periodIdle_{0};
   bool firstPeriod_ = true;
-  size_t rr_ = 0;           // round-robin start, guarded by mu_
+  uint64_t pushed_ = 0;     // events pushed so far (their seq), guarded by mu_
   bool cancelled_ = false;  // guarded by mu_
   bool woken_ = false;      // guarded by mu_; set by wakeUp(), consumed by next()
   // Aligned checkpoint timeout (file comment); guarded by mu_.

@@ -1445,15 +1445,58 @@ TEST(InputGateTest, ABarrierEveryChannelDeliveredInTimeStaysAligned) {
   EXPECT_FALSE(gate.tryNext({false})->unaligned);
 }
 
-TEST(InputGateTest, ChannelsAreServedRoundRobin) {
-  InputGate gate(2, 8);
-  for (int i = 0; i < 3; ++i) {
-    ASSERT_TRUE(gate.push(0, data("a" + std::to_string(i))));
-    ASSERT_TRUE(gate.push(1, data("b" + std::to_string(i))));
+TEST(InputGateTest, ChannelsAreServedInTheOrderTheirEventsArrived) {
+  InputGate gate(2, 1 << 20);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(gate.push(0, data("a" + std::to_string(i))));
+  ASSERT_TRUE(gate.push(1, data("b0")));
+  ASSERT_TRUE(gate.push(0, data("a3")));
+  ASSERT_TRUE(gate.push(1, data("b1")));
+  std::vector<std::string> order;
+  while (auto e = gate.tryNext({false, false})) order.push_back(e->data);
+  // A round robin over the channels would give a0 b0 a1 b1 a2 a3.
+  EXPECT_EQ(order, (std::vector<std::string>{"a0", "a1", "a2", "b0", "a3", "b1"}));
+}
+
+TEST(InputGateTest, BarriersOneProducerSendsToTwoChannelsAreTakenWithOnlyWhatItSentBetweenThem) {
+  // One producer feeding both channels (as a source feeds the two inputs of a join): it
+  // filled channel 0 more than channel 1, then flushed and sent the barrier to each. The
+  // consumer blocks channel 0 at its barrier (alignment) until channel 1's arrives.
+  InputGate gate(2, 1 << 20);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(gate.push(0, data("a" + std::to_string(i))));
+  ASSERT_TRUE(gate.push(1, data("b0")));
+  ASSERT_TRUE(gate.push(0, barrier(1)));
+  ASSERT_TRUE(gate.push(1, data("b1")));  // the partial buffer flushed before its barrier
+  ASSERT_TRUE(gate.push(1, barrier(1)));
+  std::vector<bool> blocked{false, false};
+  std::vector<std::string> whileAligning;
+  int barriers = 0;
+  while (auto e = gate.tryNext(blocked)) {
+    if (e->kind == ChannelEvent::kBarrier) {
+      blocked[static_cast<size_t>(e->channel)] = true;
+      ++barriers;
+    } else if (barriers == 1) {
+      whileAligning.push_back(e->data);
+    }
   }
-  std::vector<int> order;
-  while (auto e = gate.tryNext({false, false})) order.push_back(e->channel);
-  EXPECT_EQ(order, (std::vector<int>{0, 1, 0, 1, 0, 1}));
+  EXPECT_EQ(barriers, 2);
+  // A round robin would have taken b0 and b1 only after channel 0's barrier.
+  EXPECT_EQ(whileAligning, (std::vector<std::string>{"b1"}));
+}
+
+TEST(InputGateTest, AnUnalignedBarrierIsTakenBeforeOlderDataOfOtherChannels) {
+  InputGate gate(2, 1 << 20);
+  ASSERT_TRUE(gate.push(0, data("a")));
+  ASSERT_TRUE(gate.push(1, data("b")));
+  ChannelEvent u = barrier(5);
+  u.unaligned = true;
+  ASSERT_TRUE(gate.push(1, u));
+  auto first = gate.tryNext({false, false});
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->kind, ChannelEvent::kBarrier);
+  EXPECT_EQ(first->channel, 1);
+  EXPECT_EQ(first->overtaken, (std::vector<std::string>{"b"}));
+  EXPECT_EQ(gate.tryNext({false, false})->data, "a");
+  EXPECT_EQ(gate.tryNext({false, false})->data, "b");
 }
 
 TEST(InputGateTest, CancelWakesABlockedProducerAndABlockedConsumer) {

@@ -32,8 +32,7 @@ void InputGate::overtake(std::deque<ChannelEvent>& q, std::deque<ChannelEvent>::
   size_t from = to;
   while (from > 0 && q[from - 1].kind != ChannelEvent::kBarrier && q[from - 1].kind != ChannelEvent::kEnd) --from;
   ChannelEvent barrier = std::move(q[to]);
-  barrier.unaligned = true;
-  barrier.seq = 0;  // a priority event: taken before any channel's older data
+  barrier.unaligned = true;  // a priority event: taken before any channel's data (takeLocked)
   barrier.convertible = false;
   barrier.overtaken.clear();
   for (size_t i = from; i < to; ++i)
@@ -156,6 +155,12 @@ bool InputGate::push(int channel, ChannelEvent event, TaskCounter* backPressured
   return true;
 }
 
+bool InputGate::takenBefore(const ChannelEvent& a, const ChannelEvent& b) {
+  const bool pa = a.kind == ChannelEvent::kBarrier && a.unaligned, pb = b.kind == ChannelEvent::kBarrier && b.unaligned;
+  if (pa != pb) return pa;  // an unaligned barrier first
+  return a.seq < b.seq;     // else (and among them) the order of arrival
+}
+
 std::optional<ChannelEvent> InputGate::takeLocked(const std::vector<bool>& blocked) {
   if (!pendingSettled_) convertLateBarriersLocked(std::chrono::steady_clock::now());
   if (switch_) {
@@ -175,7 +180,7 @@ std::optional<ChannelEvent> InputGate::takeLocked(const std::vector<bool>& block
     if (blocked[i] && !(convertedId_ != 0 && head.kind == ChannelEvent::kBarrier && head.unaligned &&
                         head.checkpointId == convertedId_))
       continue;
-    if (c == n || head.seq < queues_[c].front().seq) c = i;
+    if (c == n || takenBefore(head, queues_[c].front())) c = i;
   }
   if (c < n) {
     ChannelEvent e = std::move(queues_[c].front());

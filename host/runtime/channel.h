@@ -10,7 +10,8 @@
 // producers then also cut their buffers smaller (bufferBytes()).
 // The consumer takes events from channels that are not blocked by barrier alignment
 // (see barrier_aligner.h), oldest first: of the heads of those channels, the event pushed
-// earliest (an unaligned barrier before all of them). Within a channel the order is the
+// earliest (an unaligned barrier before all of them; tryNextBarrier() takes barriers between
+// a task's timers out of turn). Within a channel the order is the
 // producer's; across channels it is the order of arrival, so the barriers one producer
 // sends to several channels of a gate one after the other are taken one after the other
 // too, and aligning them waits only for what it sent in between (with a round robin over
@@ -76,8 +77,8 @@ struct ChannelEvent {
   std::chrono::steady_clock::time_point started{};
   /// kBarrier: when it was pushed into the gate (set by the gate).
   std::chrono::steady_clock::time_point arrived{};
-  /// The order of arrival at the gate (set by the gate; 0 for an unaligned barrier, which
-  /// goes before everything): the consumer takes the oldest head first.
+  /// The order of arrival at the gate (set by the gate): the consumer takes the oldest
+  /// head first, an unaligned barrier before any other.
   uint64_t seq = 0;
 };
 
@@ -134,6 +135,9 @@ class InputGate {
 
  private:
   std::optional<ChannelEvent> takeLocked(const std::vector<bool>& blocked);
+  /// Whether the consumer takes head `a` before head `b` (of another channel): unaligned
+  /// barriers first, then by seq.
+  static bool takenBefore(const ChannelEvent& a, const ChannelEvent& b);
   /// Aligned checkpoint timeout: makes the pending checkpoint's queued barriers unaligned
   /// once it is late, if some live channel has not delivered its barrier.
   void convertLateBarriersLocked(std::chrono::steady_clock::time_point now);

@@ -1462,7 +1462,7 @@ TEST(InputGateTest, BarriersOneProducerSendsToTwoChannelsAreTakenWithOnlyWhatItS
   // filled channel 0 more than channel 1, then flushed and sent the barrier to each. The
   // consumer blocks channel 0 at its barrier (alignment) until channel 1's arrives.
   InputGate gate(2, 1 << 20);
-  for (int i = 0; i < 4; ++i) ASSERT_TRUE(gate.push(0, data("a" + std::to_string(i))));
+  for (int i = 0; i < 8; ++i) ASSERT_TRUE(gate.push(0, data("a" + std::to_string(i))));
   ASSERT_TRUE(gate.push(1, data("b0")));
   ASSERT_TRUE(gate.push(0, barrier(1)));
   ASSERT_TRUE(gate.push(1, data("b1")));  // the partial buffer flushed before its barrier
@@ -1479,8 +1479,28 @@ TEST(InputGateTest, BarriersOneProducerSendsToTwoChannelsAreTakenWithOnlyWhatItS
     }
   }
   EXPECT_EQ(barriers, 2);
-  // A round robin would have taken b0 and b1 only after channel 0's barrier.
+  // A round robin (a0 b0 a1 b1 a2, channel 1's barrier) would have taken a3 to a7 while
+  // aligning.
   EXPECT_EQ(whileAligning, (std::vector<std::string>{"b1"}));
+}
+
+TEST(InputGateTest, ABarrierTheTimeoutTurnedUnalignedIsTakenBeforeOlderDataOfOtherChannels) {
+  InputGate gate(2, 1 << 20);
+  gate.setAlignedCheckpointTimeout(50ms);
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(gate.push(0, data("a")));  // older than everything on channel 1
+  ASSERT_TRUE(gate.push(1, data("b")));
+  ASSERT_TRUE(gate.push(1, convertibleBarrier(3, start)));
+  std::this_thread::sleep_for(100ms);  // late now; channel 0 never delivered barrier 3
+  auto first = gate.tryNext({false, false});
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->kind, ChannelEvent::kBarrier);
+  EXPECT_EQ(first->channel, 1);
+  EXPECT_EQ(first->checkpointId, 3u);
+  EXPECT_TRUE(first->unaligned);
+  EXPECT_EQ(first->overtaken, std::vector<std::string>{"b"});
+  EXPECT_EQ(gate.tryNext({false, false})->data, "a");
+  EXPECT_EQ(gate.tryNext({false, false})->data, "b");
 }
 
 TEST(InputGateTest, AnUnalignedBarrierIsTakenBeforeOlderDataOfOtherChannels) {
